@@ -1,0 +1,31 @@
+/* cli.h: what the command implementations share: the global options and how to open the node. */
+#ifndef GS_CLI_H
+#define GS_CLI_H
+
+#include "gpu/gpu.h"
+
+/* Exit codes, documented in docs/cli.md. */
+enum {
+    GS_EXIT_OK = 0,
+    GS_EXIT_FAILURE = 1,   /* the command failed (bad input file, NVML error, ...) */
+    GS_EXIT_USAGE = 2,     /* bad command line */
+    GS_EXIT_NO_DRIVER = 3, /* no NVML library could be loaded */
+};
+
+struct cli {
+    const char *sim_node;   /* --sim NODE.yaml: use the simulated NVML */
+    const char *sim_state;  /* --sim-state DIR */
+    const char *nvml_lib;   /* --nvml-lib PATH: explicit NVML library */
+};
+
+/* Opens the NVML backend per the global options. On failure prints the error and returns the
+ * exit code to use; on success returns GS_EXIT_OK. */
+int cli_open_node(const struct cli *cli, struct gpu_node **out);
+
+int cmd_inspect(const struct cli *cli, int argc, char **argv);
+int cmd_sim(const struct cli *cli, int argc, char **argv);
+
+/* Printing helpers shared by commands. */
+const char *cli_arch_name(unsigned arch);
+
+#endif

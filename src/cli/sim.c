@@ -1,0 +1,187 @@
+/* sim.c: `gpuslice sim ...`: fault injection on the simulated node (tests and demos).
+ *   sim xid GPU XID [--gi ID]          deliver an Xid event to every NVML event set on GPU
+ *   sim process add --gpu N --pid P --mem SIZE [--gi ID] [--ci ID] [--name NAME]
+ *   sim process remove --pid P [--gpu N]
+ *   sim reset-gpu GPU                  GPU reset: activates a pending MIG mode, drops instances
+ *   sim gpu-lost GPU [--recover]       the GPU falls off the bus (NVML_ERROR_GPU_IS_LOST) */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util/util.h"
+
+static void sim_usage(FILE *f) {
+    fprintf(f, "Usage: gpuslice --sim NODE.yaml [--sim-state DIR] sim SUBCOMMAND\n\n"
+               "Drive the simulated node (needs --sim):\n"
+               "  xid GPU XID [--gi ID]     inject Xid XID on GPU (optionally tied to GPU instance ID);\n"
+               "                            delivered to every NVML event set registered on that GPU\n"
+               "  process add --gpu N --pid PID --mem SIZE [--gi ID] [--ci ID] [--name NAME]\n"
+               "                            a process using SIZE (e.g. 2GiB) of GPU N or of its MIG\n"
+               "                            device GI ID (CI defaults to the first one)\n"
+               "  process remove --pid PID [--gpu N]\n"
+               "  reset-gpu GPU             GPU reset: a pending MIG mode takes effect and every MIG\n"
+               "                            instance is dropped; refused while processes run\n"
+               "  gpu-lost GPU [--recover]  the GPU falls off the bus: NVML calls on it return\n"
+               "                            GPU_IS_LOST until --recover or reset-gpu\n");
+}
+
+static int parse_index(const char *what, const char *s, unsigned long long max, unsigned long long *out) {
+    if (gs_parse_uint(s, 0, max, out) < 0) {
+        fprintf(stderr, "gpuslice sim: %s: '%s' is not a number in 0..%llu\n", what, s, max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void *sim_symbol(struct gpu_node *node, const char *name) {
+    void *p = gpu_node_symbol(node, name);
+    if (!p)
+        fprintf(stderr, "gpuslice sim: %s is not the simulated NVML library (no %s)\n", gpu_node_lib(node), name);
+    return p;
+}
+
+static int finish(int r, const char *err) {
+    if (r < 0) {
+        fprintf(stderr, "gpuslice sim: %s\n", err);
+        return GS_EXIT_FAILURE;
+    }
+    return GS_EXIT_OK;
+}
+
+static int sim_xid(struct gpu_node *node, int argc, char **argv) {
+    static const struct option opts[] = { { "gi", required_argument, NULL, 'g' }, { 0 } };
+    unsigned long long gi = 0xFFFFFFFFULL, gpu, xid;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'g' || parse_index("--gi", optarg, 14, &gi) < 0)
+            return GS_EXIT_USAGE;
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "gpuslice sim xid: expected GPU and XID\n");
+        return GS_EXIT_USAGE;
+    }
+    if (parse_index("GPU", argv[optind], 63, &gpu) < 0 || parse_index("XID", argv[optind + 1], 1000000, &xid) < 0)
+        return GS_EXIT_USAGE;
+    gs_sim_inject_xid_fn fn = (gs_sim_inject_xid_fn)sim_symbol(node, "gpusliceSimInjectXid");
+    if (!fn)
+        return GS_EXIT_FAILURE;
+    char err[256];
+    return finish(fn((unsigned)gpu, xid, (unsigned)gi, err, sizeof(err)), err);
+}
+
+static int sim_process(struct gpu_node *node, int argc, char **argv) {
+    if (argc < 2 || (strcmp(argv[1], "add") && strcmp(argv[1], "remove"))) {
+        fprintf(stderr, "gpuslice sim process: expected 'add' or 'remove'\n");
+        return GS_EXIT_USAGE;
+    }
+    bool add = strcmp(argv[1], "add") == 0;
+    static const struct option opts[] = {
+        { "gpu", required_argument, NULL, 'g' }, { "pid", required_argument, NULL, 'p' },
+        { "mem", required_argument, NULL, 'm' }, { "gi", required_argument, NULL, 'i' },
+        { "ci", required_argument, NULL, 'c' },  { "name", required_argument, NULL, 'n' },
+        { 0 },
+    };
+    unsigned long long gpu = ~0ULL, pid = 0, mem = ~0ULL, gi = ~0ULL, ci = ~0ULL;
+    const char *name = "";
+    int c;
+    optind = 0; /* parse after "add"/"remove" */
+    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'g': r = gs_parse_uint(optarg, 0, 63, &gpu); break;
+        case 'p': r = gs_parse_uint(optarg, 1, 0x7fffffff, &pid); break;
+        case 'm': r = gs_parse_size(optarg, &mem); break;
+        case 'i': r = gs_parse_uint(optarg, 0, 14, &gi); break;
+        case 'c': r = gs_parse_uint(optarg, 0, 7, &ci); break;
+        case 'n': name = optarg; break;
+        default: return GS_EXIT_USAGE;
+        }
+        if (r < 0) {
+            const char *opt = "?";
+            for (const struct option *o = opts; o->name; o++)
+                if (o->val == c)
+                    opt = o->name;
+            fprintf(stderr, "gpuslice sim process: invalid value '%s' for --%s (%s)\n", optarg, opt,
+                    c == 'm' ? "a size such as 512MiB or 2GiB" : "a non-negative integer in range");
+            return GS_EXIT_USAGE;
+        }
+    }
+    if (!pid) {
+        fprintf(stderr, "gpuslice sim process %s: --pid is required\n", argv[1]);
+        return GS_EXIT_USAGE;
+    }
+    char err[256];
+    if (!add) {
+        gs_sim_process_remove_fn fn = (gs_sim_process_remove_fn)sim_symbol(node, "gpusliceSimProcessRemove");
+        return fn ? finish(fn((unsigned)pid, gpu == ~0ULL ? -1 : (int)gpu, err, sizeof(err)), err) : GS_EXIT_FAILURE;
+    }
+    if (gpu == ~0ULL || mem == ~0ULL) {
+        fprintf(stderr, "gpuslice sim process add: --gpu and --mem are required\n");
+        return GS_EXIT_USAGE;
+    }
+    gs_sim_process_add_fn fn = (gs_sim_process_add_fn)sim_symbol(node, "gpusliceSimProcessAdd");
+    if (!fn)
+        return GS_EXIT_FAILURE;
+    return finish(fn((unsigned)gpu, gi == ~0ULL ? -1 : (int)gi, ci == ~0ULL ? -1 : (int)ci, (unsigned)pid, mem, name,
+                     err, sizeof(err)),
+                  err);
+}
+
+static int sim_gpu_command(struct gpu_node *node, int argc, char **argv, bool lost_cmd) {
+    static const struct option opts[] = { { "recover", no_argument, NULL, 'r' }, { 0 } };
+    bool recover = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'r' || !lost_cmd)
+            return GS_EXIT_USAGE;
+        recover = true;
+    }
+    unsigned long long gpu;
+    if (argc - optind != 1) {
+        fprintf(stderr, "gpuslice sim %s: expected GPU\n", argv[0]);
+        return GS_EXIT_USAGE;
+    }
+    if (parse_index("GPU", argv[optind], 63, &gpu) < 0)
+        return GS_EXIT_USAGE;
+    char err[256];
+    if (lost_cmd) {
+        gs_sim_set_lost_fn fn = (gs_sim_set_lost_fn)sim_symbol(node, "gpusliceSimSetLost");
+        return fn ? finish(fn((unsigned)gpu, !recover, err, sizeof(err)), err) : GS_EXIT_FAILURE;
+    }
+    gs_sim_reset_gpu_fn fn = (gs_sim_reset_gpu_fn)sim_symbol(node, "gpusliceSimResetGpu");
+    return fn ? finish(fn((unsigned)gpu, err, sizeof(err)), err) : GS_EXIT_FAILURE;
+}
+
+int cmd_sim(const struct cli *cli, int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        sim_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? GS_EXIT_USAGE : GS_EXIT_OK;
+    }
+    const char *sub = argv[1];
+    bool known = !strcmp(sub, "xid") || !strcmp(sub, "process") || !strcmp(sub, "reset-gpu") ||
+                 !strcmp(sub, "gpu-lost");
+    if (!known) {
+        fprintf(stderr, "gpuslice sim: unknown subcommand '%s'\n\n", sub);
+        sim_usage(stderr);
+        return GS_EXIT_USAGE;
+    }
+    if (!cli->sim_node) {
+        fprintf(stderr, "gpuslice sim: needs the simulated node: gpuslice --sim NODE.yaml sim %s ...\n", sub);
+        return GS_EXIT_USAGE;
+    }
+    struct gpu_node *node;
+    int rc = cli_open_node(cli, &node);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    optind = 0;
+    if (!strcmp(sub, "xid"))
+        rc = sim_xid(node, argc - 1, argv + 1);
+    else if (!strcmp(sub, "process"))
+        rc = sim_process(node, argc - 1, argv + 1);
+    else
+        rc = sim_gpu_command(node, argc - 1, argv + 1, !strcmp(sub, "gpu-lost"));
+    gpu_node_close(node);
+    return rc;
+}

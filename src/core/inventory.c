@@ -1,0 +1,35 @@
+/* inventory.c: pure helpers over the inventory (no I/O). */
+#include "core/inventory.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int gs_mig_profile_name(unsigned slices, unsigned long long mem_mib, unsigned long long gpu_mem_mib,
+                        unsigned nvml_index, char *buf, unsigned len) {
+    if (!slices || !mem_mib || !gpu_mem_mib || mem_mib > gpu_mem_mib)
+        return -EINVAL;
+    /* eighths = ceil(mem / total * 8); GB = round(eighths / 8 * ceil(total GiB)) */
+    unsigned long long eighths = (mem_mib * 8 + gpu_mem_mib - 1) / gpu_mem_mib;
+    unsigned long long total_gib = (gpu_mem_mib + 1023) / 1024;
+    unsigned long long gb = (eighths * total_gib * 2 + 8) / 16; /* round half up */
+    const char *suffix = "";
+    if (nvml_index == 7 || nvml_index == 8) /* 1_SLICE_REV1, 2_SLICE_REV1: media extensions */
+        suffix = "+me";
+    int n = snprintf(buf, len, "%ug.%llugb%s", slices, gb, suffix);
+    return n < 0 || (unsigned)n >= len ? -EINVAL : 0;
+}
+
+const struct gs_gi_profile *gs_gpu_profile_by_id(const struct gs_gpu *g, unsigned id) {
+    for (unsigned i = 0; i < g->n_profiles; i++)
+        if (g->profiles[i].id == id)
+            return &g->profiles[i];
+    return NULL;
+}
+
+const struct gs_gi_profile *gs_gpu_profile_by_name(const struct gs_gpu *g, const char *name) {
+    for (unsigned i = 0; i < g->n_profiles; i++)
+        if (strcmp(g->profiles[i].name, name) == 0)
+            return &g->profiles[i];
+    return NULL;
+}

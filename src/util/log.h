@@ -1,0 +1,20 @@
+/* log.h: one line per event, with a level and key=value context, to stderr.
+ *   2026-11-29T18:00:00.123Z level=error msg="Failed to create GPU instance" gpu=1 err="In use" */
+#ifndef GS_LOG_H
+#define GS_LOG_H
+
+enum gs_log_level { GS_LOG_ERROR = 0, GS_LOG_WARN, GS_LOG_INFO, GS_LOG_DEBUG };
+
+void gs_log_set_level(enum gs_log_level level);
+/* Parses "error|warn|info|debug"; returns 0 or -EINVAL. */
+int gs_log_parse_level(const char *s, enum gs_log_level *out);
+/* fmt forms the message; it is printed as msg="..." followed by nothing else. Use the
+ * message itself for context ("GPU 1: ..."). Returns -1 for chaining as `return gs_log...`. */
+int gs_log(enum gs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) gs_log(GS_LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) gs_log(GS_LOG_WARN, __VA_ARGS__)
+#define log_info(...) gs_log(GS_LOG_INFO, __VA_ARGS__)
+#define log_debug(...) gs_log(GS_LOG_DEBUG, __VA_ARGS__)
+
+#endif
