@@ -59,8 +59,9 @@ static struct sim_state *st;              /* cached copy of DIR/state.json */
 static char state_dir[PATH_MAX];
 static char state_path[PATH_MAX + 16];
 static int lock_fd = -1;
-static dev_t cache_dev;
-static ino_t cache_ino;
+static pid_t lock_pid;          /* flock belongs to the open file: a forked child needs its own */
+static struct stat cache_st;   /* identity of the cached state file: inode, size, mtime */
+static unsigned long long cache_gen; /* generation stored in DIR/lock, bumped by every writer */
 static bool cache_valid;
 static unsigned long long call_count;      /* for tests: proves calls reach this library */
 
@@ -76,11 +77,27 @@ static void sim_log(const char *fmt, ...) {
     fprintf(stderr, "gpuslice-nvml-sim: %s\n", buf);
 }
 
+/* Writers replace the file (new inode); an edit in place changes size or mtime. */
+static bool same_file_version(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* File timestamps are coarse and inodes are reused, so the stat identity alone could match a
+ * newer file: every writer also bumps a generation counter kept in the lock file. */
+static unsigned long long read_generation(void) {
+    unsigned long long gen = 0;
+    if (pread(lock_fd, &gen, sizeof(gen), 0) != (ssize_t)sizeof(gen))
+        gen = 0;
+    return gen;
+}
+
 static int load_state_locked(void) {
     struct stat sb;
     if (stat(state_path, &sb) < 0)
         return -errno;
-    if (cache_valid && sb.st_dev == cache_dev && sb.st_ino == cache_ino)
+    unsigned long long gen = read_generation();
+    if (cache_valid && gen == cache_gen && same_file_version(&sb, &cache_st))
         return 0;
     _cleanup_free_ char *text = NULL;
     int r = gs_read_file(state_path, 64 << 20, &text, NULL);
@@ -93,8 +110,8 @@ static int load_state_locked(void) {
         cache_valid = false;
         return r;
     }
-    cache_dev = sb.st_dev;
-    cache_ino = sb.st_ino;
+    cache_st = sb;
+    cache_gen = gen;
     cache_valid = true;
     return 0;
 }
@@ -109,11 +126,22 @@ static int save_state_locked(void) {
         cache_valid = false;
         return r;
     }
-    struct stat sb;
-    if (stat(state_path, &sb) == 0) {
-        cache_dev = sb.st_dev;
-        cache_ino = sb.st_ino;
-    }
+    cache_gen = read_generation() + 1;
+    if (pwrite(lock_fd, &cache_gen, sizeof(cache_gen), 0) != (ssize_t)sizeof(cache_gen) ||
+        stat(state_path, &cache_st) < 0)
+        cache_valid = false;
+    return 0;
+}
+
+static int reopen_lock(void) {
+    char lock_path[PATH_MAX + 8];
+    snprintf(lock_path, sizeof(lock_path), "%s/lock", state_dir);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    close(lock_fd);
+    lock_fd = fd;
+    lock_pid = getpid();
     return 0;
 }
 
@@ -125,6 +153,10 @@ static nvmlReturn_t lock_state(bool write) {
     if (init_count == 0) {
         pthread_mutex_unlock(&lib_lock);
         return NVML_ERROR_UNINITIALIZED;
+    }
+    if (lock_pid != getpid() && reopen_lock() < 0) {
+        pthread_mutex_unlock(&lib_lock);
+        return NVML_ERROR_UNKNOWN;
     }
     while (flock(lock_fd, write ? LOCK_EX : LOCK_SH) < 0) {
         if (errno != EINTR) {
@@ -185,6 +217,7 @@ static nvmlReturn_t sim_init(void) {
     snprintf(lock_path, sizeof(lock_path), "%s/lock", state_dir);
     snprintf(state_path, sizeof(state_path), "%s/state.json", state_dir);
     lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    lock_pid = getpid();
     if (lock_fd < 0) {
         sim_log("Failed to open %s: %s", lock_path, strerror(errno));
         return NVML_ERROR_NO_PERMISSION;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages gpuslice needs to build and test, if any are missing.
+# Used by the README's two commands (run-sim.sh, test.sh); safe to run again.
+set -euo pipefail
+
+packages=(
+  gcc clang pkg-config meson ninja-build
+  libyaml-dev libjansson-dev libcmocka-dev
+  python3 python3-pytest
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "Installing Debian packages: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test.sh: the README's second command, and what CI runs (.ci/run). Builds with warnings as
+# errors and runs every test: the normal build, the same suite under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and a bounded run of each libFuzzer target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+setup() { # dir, meson options...
+  local dir=$1; shift
+  if [ -d "$dir" ]; then meson setup --reconfigure "$dir" "$@" >/dev/null; else meson setup "$dir" "$@" >/dev/null; fi
+}
+
+passed=0; failed=0
+record() { # testlog.json of one meson test run
+  local p f
+  p=$(grep -c '"result": "OK"' "$1" || true)
+  f=$(grep -c '"result": "\(FAIL\|TIMEOUT\|ERROR\|UNEXPECTEDPASS\)"' "$1" || true)
+  passed=$((passed + p)); failed=$((failed + f))
+}
+
+status=0
+echo "== build (gcc, -Werror) and test"
+setup build
+ninja -C build
+meson test -C build --print-errorlogs || status=1
+record build/meson-logs/testlog.json
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --print-errorlogs || status=1
+record build-asan/meson-logs/testlog.json
+
+echo "== fuzz targets (clang, libFuzzer, bounded time)"
+CC=clang setup build-fuzz -Dfuzz=true -Dtests=false -Db_lundef=false
+ninja -C build-fuzz
+meson test -C build-fuzz --suite fuzz --print-errorlogs || status=1
+record build-fuzz/meson-logs/testlog.json
+
+echo "tests: $passed passed, $failed failed"
+exit $status

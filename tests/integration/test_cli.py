@@ -1,0 +1,197 @@
+"""CLI integration tests: the real gpuslice binary on a simulated node.
+
+Each test gets its own state directory, so tests are independent and can run in any order."""
+import json
+import os
+import subprocess
+
+import pytest
+
+GPUSLICE = os.environ.get("GPUSLICE", "build/gpuslice")
+ROOT = os.environ.get("GS_SOURCE_ROOT", os.getcwd())
+NODE = os.path.join(ROOT, "examples", "nodes", "h100x4-l4x2.yaml")
+AMPERE = os.path.join(ROOT, "examples", "nodes", "a100-mixed.yaml")
+
+
+def run(*args, check=None, env=None):
+    proc = subprocess.run([GPUSLICE, *args], capture_output=True, text=True, env=env, timeout=60)
+    if check is not None:
+        assert proc.returncode == check, f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+    return proc
+
+
+@pytest.fixture
+def sim(tmp_path):
+    """Returns a function running gpuslice on the example node with a private state dir."""
+    state = str(tmp_path / "state")
+
+    def call(*args, node=NODE, check=0):
+        return run("--sim", node, "--sim-state", state, *args, check=check)
+
+    return call
+
+
+def inspect(sim, node=NODE):
+    return json.loads(sim("inspect", "--json", node=node).stdout)
+
+
+def test_inspect_json_schema(sim):
+    doc = inspect(sim)
+    assert doc["schema"] == "gpuslice.inspect/v1"
+    assert doc["driver_version"] == "580.65.06"
+    assert doc["cuda_driver_version"] == "13.0"
+    assert doc["nvml_library"].endswith("libgpuslice-nvml-sim.so")
+    gpus = doc["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3, 4, 5]
+    h100 = gpus[0]
+    assert h100["name"] == "NVIDIA H100 80GB HBM3"
+    assert h100["uuid"].startswith("GPU-")
+    assert h100["pci_device_id"] == "0x233010DE"
+    assert h100["architecture"] == "hopper"
+    assert h100["compute_capability"] == "9.0"
+    assert h100["memory"] == {"total_mib": 81559, "used_mib": 0}
+    assert h100["health"] == "ok"
+    mig = h100["mig"]
+    assert mig["capable"] and mig["current"] == "enabled" and mig["pending"] == "enabled"
+    assert mig["memory_slices"] == 8
+    by_name = {p["name"]: p for p in mig["profiles"]}
+    assert by_name["1g.10gb"]["id"] == 19 and by_name["1g.10gb"]["free"] == 7
+    assert by_name["3g.40gb"]["placements"] == [{"start": 0, "size": 4}, {"start": 4, "size": 4}]
+    assert by_name["7g.80gb"]["memory_mib"] == 81152
+    assert mig["devices"] == [] and mig["gpu_instances"] == []
+    l4 = gpus[4]
+    assert l4["mig"] == {"capable": False}
+    assert l4["architecture"] == "ada"
+    assert len({g["uuid"] for g in gpus}) == 6
+
+
+def test_inspect_table(sim):
+    out = sim("inspect").stdout
+    assert "Node: 6 GPU(s), driver 580.65.06, CUDA 13.0" in out
+    assert "GPU 4  NVIDIA L4" in out
+    assert "MIG         not supported" in out
+    assert "free        1g.10gb x7, 2g.20gb x3" in out
+
+
+def test_processes_and_memory(sim):
+    sim("sim", "process", "add", "--gpu", "4", "--pid", "321", "--mem", "3GiB", "--name", "python")
+    doc = inspect(sim)
+    l4 = doc["gpus"][4]
+    assert l4["processes"] == [{"pid": 321, "used_memory_mib": 3072, "gi_id": None, "ci_id": None}]
+    assert l4["memory"]["used_mib"] == 3072
+    assert l4["utilization"]["gpu"] == 100
+    # The same pid twice, too much memory, a MIG GPU without an instance: clear errors.
+    p = sim("sim", "process", "add", "--gpu", "4", "--pid", "321", "--mem", "1GiB", check=1)
+    assert "process 321 already runs on GPU 4" in p.stderr
+    p = sim("sim", "process", "add", "--gpu", "5", "--pid", "9", "--mem", "64GiB", check=1)
+    assert "out of memory" in p.stderr
+    p = sim("sim", "process", "add", "--gpu", "0", "--pid", "9", "--mem", "1GiB", check=1)
+    assert "is in MIG mode" in p.stderr
+    p = sim("sim", "process", "add", "--gpu", "4", "--pid", "9", "--mem", "lots", check=2)
+    assert "--mem" in p.stderr
+    sim("sim", "process", "remove", "--pid", "321")
+    assert inspect(sim)["gpus"][4]["processes"] == []
+    p = sim("sim", "process", "remove", "--pid", "321", check=1)
+    assert "no simulated process 321" in p.stderr
+
+
+def test_lost_gpu_and_recovery(sim):
+    sim("sim", "gpu-lost", "5")
+    doc = inspect(sim)
+    assert doc["gpus"][5]["health"] == "lost"
+    assert doc["gpus"][5]["error"] == "GPU is lost"
+    assert doc["gpus"][4]["health"] == "ok"
+    sim("sim", "gpu-lost", "5", "--recover")
+    assert inspect(sim)["gpus"][5]["health"] == "ok"
+
+
+def test_ampere_reset_activates_pending_mode(sim, tmp_path):
+    doc = inspect(sim, node=AMPERE)
+    assert doc["driver_version"] == "570.172.08"
+    assert doc["gpus"][3]["name"] == "NVIDIA A30"
+    a30 = doc["gpus"][3]["mig"]
+    assert {p["name"]: p["id"] for p in a30["profiles"]} == {
+        "1g.6gb": 14, "2g.12gb": 5, "4g.24gb": 0, "1g.6gb+me": 21, "2g.12gb+me": 6}
+    sim("sim", "reset-gpu", "3", node=AMPERE)
+    p = sim("sim", "reset-gpu", "9", node=AMPERE, check=1)
+    assert "GPU 9 does not exist" in p.stderr
+
+
+def test_xid_command(sim):
+    sim("sim", "xid", "4", "79")
+    p = sim("sim", "xid", "4", "notanumber", check=2)
+    assert "XID" in p.stderr
+    p = sim("sim", "xid", "0", "79", "--gi", "3", check=1)
+    assert "GPU 0 has no GPU instance 3" in p.stderr
+
+
+def test_state_is_shared_between_processes(sim):
+    sim("sim", "process", "add", "--gpu", "5", "--pid", "77", "--mem", "1GiB")
+    # A second, independent process sees the first one's change.
+    assert inspect(sim)["gpus"][5]["processes"][0]["pid"] == 77
+
+
+def test_no_driver(tmp_path):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    p = run("inspect", check=3, env=env)
+    assert "NVIDIA driver not found: could not load libnvidia-ml.so.1:" in p.stderr
+    p = run("--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "inspect", check=3)
+    assert "could not load /nonexistent/libnvidia-ml.so.1" in p.stderr
+
+
+def test_bad_node_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus:\n  - model: H100\n")
+    p = run("--sim", str(bad), "inspect", check=1)
+    assert f"{bad}:2:" in p.stderr
+    assert "unknown model" in p.stderr
+    p = run("--sim", str(tmp_path / "missing.yaml"), "inspect", check=1)
+    assert "missing.yaml" in p.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["inspect"], ["sim"]])
+def test_help(args):
+    p = run(*args, "--help", check=0)
+    assert "Usage: gpuslice" in p.stdout
+
+
+def test_usage_errors(sim):
+    assert run(check=2).returncode == 2
+    p = run("frobnicate", check=2)
+    assert "unknown command 'frobnicate'" in p.stderr
+    p = run("sim", "xid", "0", "79", check=2)
+    assert "needs the simulated node" in p.stderr
+    p = sim("sim", "explode", check=2)
+    assert "unknown subcommand" in p.stderr
+    p = run("--log-level", "loud", "inspect", check=2)
+    assert "--log-level" in p.stderr
+    p = sim("inspect", "extra", check=2)
+    p = run("--sim-state", "/tmp/x", "inspect", check=2)
+    assert "--sim-state needs --sim" in p.stderr
+    assert run("--version", check=0).stdout.startswith("gpuslice ")
+
+
+def test_gpu_check_script_compares(sim, tmp_path):
+    """tests/gpu/compare_inspect.py (run on real GPUs) detects agreement and mismatches."""
+    doc = inspect(sim)
+    (tmp_path / "inspect.json").write_text(json.dumps(doc))
+    rows = []
+    for g in doc["gpus"]:
+        mig = g["mig"]
+        cur = mig["current"].capitalize() if mig["capable"] else "[N/A]"
+        pend = mig["pending"].capitalize() if mig["capable"] else "[N/A]"
+        rows.append(f"{g['index']}, {g['uuid']}, {g['name']}, {g['memory']['total_mib']}, {g['pci_bus_id']}, "
+                    f"{g['pci_device_id']}, {cur}, {pend}, {doc['driver_version']}")
+    (tmp_path / "smi.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "smi-L.txt").write_text("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)\n")
+    script = os.path.join(ROOT, "tests", "gpu", "compare_inspect.py")
+    args = ["/usr/bin/python3", script, str(tmp_path / "inspect.json"), str(tmp_path / "smi.csv"),
+            str(tmp_path / "smi-L.txt")]
+    ok = subprocess.run(args, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout
+    assert "0 mismatches" in ok.stdout
+    (tmp_path / "smi.csv").write_text("\n".join(rows).replace("81559", "81920") + "\n")
+    bad = subprocess.run(args, capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "FAIL GPU 0 memory.total MiB" in bad.stdout
