@@ -418,6 +418,72 @@ static void test_state_persistence(void **state) {
     sim_fixture_close(&f);
 }
 
+/* MIG device handles: by index (dense here, NOT_FOUND past the last), their IDs, memory and
+ * processes; the parent's process list includes them. */
+static void test_mig_device_handles(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    assert_int_equal(sim_fixture_open(&f, "gpus:\n  - model: H200-SXM-141GB\n    mig: enabled\n"), 0);
+    unsigned gi_a, gi_b, ci;
+    char ua[96], ub[96];
+    assert_int_equal(gpu_gi_create(f.node, 0, 9, 0, &gi_a), 0);       /* 3g.71gb at 0 */
+    assert_int_equal(gpu_ci_create_full(f.node, 0, gi_a, &ci, ua, sizeof(ua)), 0);
+    assert_int_equal(gpu_gi_create(f.node, 0, 19, 6, &gi_b), 0);      /* 1g.18gb at 6 */
+    assert_int_equal(gpu_ci_create_full(f.node, 0, gi_b, &ci, ub, sizeof(ub)), 0);
+    nvmlDevice_t d = sim_device(&f, 0), mig;
+    unsigned max = 0;
+    assert_int_equal(f.api->DeviceGetMaxMigDeviceCount(d, &max), NVML_SUCCESS);
+    assert_int_equal(max, 7);
+    unsigned seen = 0;
+    for (unsigned i = 0; i < max; i++) {
+        nvmlReturn_t r = f.api->DeviceGetMigDeviceHandleByIndex(d, i, &mig);
+        if (r == NVML_ERROR_NOT_FOUND)
+            continue;
+        assert_int_equal(r, NVML_SUCCESS);
+        seen++;
+        char uuid[96];
+        unsigned gi, cid;
+        assert_int_equal(f.api->DeviceGetUUID(mig, uuid, sizeof(uuid)), NVML_SUCCESS);
+        assert_int_equal(f.api->DeviceGetGpuInstanceId(mig, &gi), NVML_SUCCESS);
+        assert_int_equal(f.api->DeviceGetComputeInstanceId(mig, &cid), NVML_SUCCESS);
+        assert_int_equal(cid, 0);
+        nvmlMemory_t mem;
+        assert_int_equal(f.api->DeviceGetMemoryInfo(mig, &mem), NVML_SUCCESS);
+        if (gi == gi_a) {
+            assert_string_equal(uuid, ua);
+            assert_int_equal(mem.total, 71168ULL << 20);
+        } else {
+            assert_int_equal(gi, gi_b);
+            assert_string_equal(uuid, ub);
+            assert_int_equal(mem.total, 16384ULL << 20);
+        }
+    }
+    assert_int_equal(seen, 2);
+    assert_int_equal(f.api->DeviceGetMigDeviceHandleByIndex(d, 7, &mig), NVML_ERROR_INVALID_ARGUMENT);
+    unsigned gi;
+    assert_int_equal(f.api->DeviceGetGpuInstanceId(d, &gi), NVML_ERROR_NOT_SUPPORTED);
+    /* A process on GI b: listed on its MIG device and on the parent, not on GI a's device. */
+    gs_sim_process_add_fn add = (gs_sim_process_add_fn)gpu_node_symbol(f.node, "gpusliceSimProcessAdd");
+    char err[256];
+    assert_int_equal(add(0, (int)gi_b, 0, 777, 512ULL << 20, "infer", err, sizeof(err)), 0);
+    assert_int_equal(add(0, (int)gi_b, 0, 778, 64ULL << 30, "huge", err, sizeof(err)), -ENOMEM);
+    assert_int_equal(f.api->DeviceGetHandleByUUID(ub, &mig), NVML_SUCCESS);
+    nvmlProcessInfo_t procs[4];
+    unsigned n = 4;
+    assert_int_equal(f.api->DeviceGetComputeRunningProcesses(mig, &n, procs), NVML_SUCCESS);
+    assert_int_equal(n, 1);
+    assert_int_equal(procs[0].pid, 777);
+    assert_int_equal(procs[0].gpuInstanceId, gi_b);
+    n = 0;
+    assert_int_equal(f.api->DeviceGetComputeRunningProcesses(d, &n, NULL), NVML_ERROR_INSUFFICIENT_SIZE);
+    assert_int_equal(n, 1);
+    assert_int_equal(f.api->DeviceGetHandleByUUID(ua, &mig), NVML_SUCCESS);
+    n = 4;
+    assert_int_equal(f.api->DeviceGetComputeRunningProcesses(mig, &n, procs), NVML_SUCCESS);
+    assert_int_equal(n, 0);
+    sim_fixture_close(&f);
+}
+
 static void test_uninitialised_and_bad_node(void **state) {
     (void)state;
     setenv("GPUSLICE_SIM_NODE", "/nonexistent/node.yaml", 1);
@@ -441,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_xid_events),
         cmocka_unit_test(test_gpu_lost),
         cmocka_unit_test(test_state_persistence),
+        cmocka_unit_test(test_mig_device_handles),
         cmocka_unit_test(test_uninitialised_and_bad_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
