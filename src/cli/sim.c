@@ -3,7 +3,10 @@
  *   sim process add --gpu N --pid P --mem SIZE [--gi ID] [--ci ID] [--name NAME]
  *   sim process remove --pid P [--gpu N]
  *   sim reset-gpu GPU                  GPU reset: activates a pending MIG mode, drops instances
- *   sim gpu-lost GPU [--recover]       the GPU falls off the bus (NVML_ERROR_GPU_IS_LOST) */
+ *   sim gpu-lost GPU [--recover]       the GPU falls off the bus (NVML_ERROR_GPU_IS_LOST)
+ *   sim mig-create --gpu N --profile NAME|ID --start S   a GPU instance + its full compute instance
+ *   sim mig-destroy --gpu N --gi ID    its compute instances, then the GPU instance
+ * (mig-create/destroy use plain NVML calls; `gpuslice mig apply` is the declarative way.) */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -24,7 +27,12 @@ static void sim_usage(FILE *f) {
                "  reset-gpu GPU             GPU reset: a pending MIG mode takes effect and every MIG\n"
                "                            instance is dropped; refused while processes run\n"
                "  gpu-lost GPU [--recover]  the GPU falls off the bus: NVML calls on it return\n"
-               "                            GPU_IS_LOST until --recover or reset-gpu\n");
+               "                            GPU_IS_LOST until --recover or reset-gpu\n"
+               "  mig-create --gpu N --profile NAME|ID --start SLOT\n"
+               "                            create a MIG GPU instance at a placement and its full compute\n"
+               "                            instance; prints the MIG device UUID\n"
+               "  mig-destroy --gpu N --gi ID\n"
+               "                            destroy GPU instance ID and its compute instances\n");
 }
 
 static int parse_index(const char *what, const char *s, unsigned long long max, unsigned long long *out) {
@@ -154,6 +162,79 @@ static int sim_gpu_command(struct gpu_node *node, int argc, char **argv, bool lo
     return fn ? finish(fn((unsigned)gpu, err, sizeof(err)), err) : GS_EXIT_FAILURE;
 }
 
+/* mig-create / mig-destroy: MIG instances by hand, through the same NVML calls as on a real GPU. */
+static int sim_mig(struct gpu_node *node, int argc, char **argv, bool create) {
+    static const struct option opts[] = {
+        { "gpu", required_argument, NULL, 'g' }, { "profile", required_argument, NULL, 'p' },
+        { "start", required_argument, NULL, 's' }, { "gi", required_argument, NULL, 'i' }, { 0 },
+    };
+    unsigned long long gpu = ~0ULL, start = ~0ULL, gi = ~0ULL;
+    const char *profile = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'g': r = gs_parse_uint(optarg, 0, 63, &gpu); break;
+        case 'p': profile = optarg; break;
+        case 's': r = gs_parse_uint(optarg, 0, 7, &start); break;
+        case 'i': r = gs_parse_uint(optarg, 0, 14, &gi); break;
+        default: return GS_EXIT_USAGE;
+        }
+        if (r < 0) {
+            fprintf(stderr, "gpuslice sim %s: invalid number '%s'\n", argv[0], optarg);
+            return GS_EXIT_USAGE;
+        }
+    }
+    if (gpu == ~0ULL || (create ? (!profile || start == ~0ULL) : gi == ~0ULL)) {
+        fprintf(stderr, "gpuslice sim %s: needs %s\n", argv[0],
+                create ? "--gpu, --profile and --start" : "--gpu and --gi");
+        return GS_EXIT_USAGE;
+    }
+    struct gs_inventory *inv = calloc(1, sizeof(*inv));
+    if (!inv || gpu_inventory_read(node, inv) < 0 || gpu >= inv->n_gpus) {
+        fprintf(stderr, "gpuslice sim %s: GPU %llu not found\n", argv[0], gpu);
+        free(inv);
+        return GS_EXIT_FAILURE;
+    }
+    const struct gs_gpu *g = &inv->gpus[gpu];
+    int rc = GS_EXIT_FAILURE;
+    if (create) {
+        unsigned long long id;
+        const struct gs_gi_profile *p = gs_gpu_profile_by_name(g, profile);
+        if (!p && gs_parse_uint(profile, 0, 255, &id) == 0)
+            p = gs_gpu_profile_by_id(g, (unsigned)id);
+        if (!p) {
+            fprintf(stderr, "gpuslice sim mig-create: GPU %llu has no MIG profile '%s'%s\n", gpu, profile,
+                    g->mig_current ? "" : " (MIG mode is disabled)");
+            goto out;
+        }
+        unsigned gi_id, ci_id;
+        char uuid[GS_UUID_LEN];
+        if (gpu_gi_create(node, (unsigned)gpu, p->id, (unsigned)start, &gi_id) < 0 ||
+            gpu_ci_create_full(node, (unsigned)gpu, gi_id, &ci_id, uuid, sizeof(uuid)) < 0) {
+            fprintf(stderr, "gpuslice sim mig-create: %s\n", gpu_node_error(node));
+            goto out;
+        }
+        printf("%s\n", uuid);
+        rc = GS_EXIT_OK;
+    } else {
+        for (unsigned k = 0; k < g->n_mig; k++) {
+            if (g->mig[k].gi_id == gi && gpu_ci_destroy(node, (unsigned)gpu, (unsigned)gi, g->mig[k].ci_id) < 0) {
+                fprintf(stderr, "gpuslice sim mig-destroy: %s\n", gpu_node_error(node));
+                goto out;
+            }
+        }
+        if (gpu_gi_destroy(node, (unsigned)gpu, (unsigned)gi) < 0) {
+            fprintf(stderr, "gpuslice sim mig-destroy: %s\n", gpu_node_error(node));
+            goto out;
+        }
+        rc = GS_EXIT_OK;
+    }
+out:
+    free(inv);
+    return rc;
+}
+
 int cmd_sim(const struct cli *cli, int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         sim_usage(argc < 2 ? stderr : stdout);
@@ -161,7 +242,7 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
     }
     const char *sub = argv[1];
     bool known = !strcmp(sub, "xid") || !strcmp(sub, "process") || !strcmp(sub, "reset-gpu") ||
-                 !strcmp(sub, "gpu-lost");
+                 !strcmp(sub, "gpu-lost") || !strcmp(sub, "mig-create") || !strcmp(sub, "mig-destroy");
     if (!known) {
         fprintf(stderr, "gpuslice sim: unknown subcommand '%s'\n\n", sub);
         sim_usage(stderr);
@@ -180,6 +261,8 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
         rc = sim_xid(node, argc - 1, argv + 1);
     else if (!strcmp(sub, "process"))
         rc = sim_process(node, argc - 1, argv + 1);
+    else if (!strncmp(sub, "mig-", 4))
+        rc = sim_mig(node, argc - 1, argv + 1, !strcmp(sub, "mig-create"));
     else
         rc = sim_gpu_command(node, argc - 1, argv + 1, !strcmp(sub, "gpu-lost"));
     gpu_node_close(node);

@@ -58,6 +58,7 @@ struct gs_gpu {
     char uuid[GS_UUID_LEN];
     char name[GS_UUID_LEN];
     char bus_id[32];
+    int numa_node;                          /* -1 unknown; filled from sysfs by the agent */
     unsigned pci_device_id;
     unsigned arch;
     int cc_major, cc_minor;

@@ -116,7 +116,8 @@ struct gpu_event {
 };
 struct gpu_events;
 int gpu_events_open(struct gpu_node *node, struct gpu_events **out);
-/* 0 with *ev filled, -ETIMEDOUT, or another -errno. */
+/* 0 with *ev filled, -ETIMEDOUT, or another -errno (gpu_node_error is not updated: this may run
+ * on its own thread while the node is used elsewhere). */
 int gpu_events_wait(struct gpu_events *e, unsigned timeout_ms, struct gpu_event *ev);
 void gpu_events_close(struct gpu_events *e);
 

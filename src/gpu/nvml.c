@@ -357,6 +357,7 @@ static void read_gpu(struct gpu_node *n, unsigned idx, struct gs_gpu *g) {
     memset(g, 0, sizeof(*g));
     g->index = idx;
     g->minor = idx;
+    g->numa_node = -1;
     nvmlDevice_t d;
     nvmlReturn_t r = a->DeviceGetHandleByIndex(idx, &d);
     if (r == NVML_SUCCESS)
@@ -604,10 +605,9 @@ int gpu_events_wait(struct gpu_events *e, unsigned timeout_ms, struct gpu_event 
     struct gpu_node *n = e->node;
     nvmlEventData_t data;
     nvmlReturn_t r = n->api.EventSetWait(e->set, &data, timeout_ms);
-    if (r == NVML_ERROR_TIMEOUT)
-        return -ETIMEDOUT;
+    /* Runs on the agent's event thread: no shared error buffer is written here. */
     if (r != NVML_SUCCESS)
-        return fail(n, r, "nvmlEventSetWait");
+        return r == NVML_ERROR_TIMEOUT ? -ETIMEDOUT : gpu_errno(r);
     ev->gpu = UINT32_MAX;
     for (unsigned i = 0; i < n->n_devices; i++)
         if (n->devices[i] == data.device)

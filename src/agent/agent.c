@@ -1,0 +1,471 @@
+/* agent.c: the node agent's event loop (see agent.h).
+ *
+ * One thread runs everything that touches state: gRPC (dp_manager_poll) and an epoll set with a
+ * signalfd, an inotify fd (kubelet directory and the policy file's directory), a timerfd (the
+ * inventory poll) and a pipe fed by the NVML event thread, whose only job is to block in
+ * nvmlEventSetWait and forward Xid events. */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "kubelet/deviceplugin.h"
+#include "util/log.h"
+#include "util/util.h"
+
+struct agent {
+    const struct agent_options *o;
+    struct gpu_node *node;
+    struct gs_policy policy;
+    unsigned long long policy_hash;
+    struct gs_inventory *inv;
+    struct gs_health health;
+    unsigned long long last_xid_ns[GS_MAX_GPUS];
+    unsigned long long last_xid[GS_MAX_GPUS];
+    struct gs_plan plan;
+    bool plan_valid;
+    struct dp_manager *dp;
+    int epfd, sigfd, inofd, timerfd, pipe_rd, pipe_wr;
+    int kubelet_wd, config_wd;
+    char config_dir[PATH_MAX], config_base[NAME_MAX + 1];
+    struct gpu_events *events;
+    pthread_t event_thread;
+    atomic_bool stop;
+    bool event_thread_started;
+};
+
+/* ---- inventory ------------------------------------------------------------------------------ */
+
+static int read_numa(const char *sysfs_root, const char *bus_id) {
+    unsigned dom, bus, dev, fn;
+    if (sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
+        return -1;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/bus/pci/devices/%04x:%02x:%02x.%x/numa_node", sysfs_root, dom, bus, dev, fn);
+    _cleanup_free_ char *text = NULL;
+    if (gs_read_file(path, 64, &text, NULL) < 0)
+        return -1;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (end == text || v < 0 || v > 1024)
+        return -1;
+    return (int)v;
+}
+
+int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct gs_inventory *inv) {
+    int r = gpu_inventory_read(node, inv);
+    if (r < 0)
+        return r;
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        if (inv->gpus[i].bus_id[0])
+            inv->gpus[i].numa_node = read_numa(sysfs_root ? sysfs_root : "/sys", inv->gpus[i].bus_id);
+    return 0;
+}
+
+/* A GPU that stops answering keeps its identity from the last good read, marked lost, so its
+ * devices stay listed (as Unhealthy) instead of vanishing from the kubelet's view. */
+static void merge_lost(struct gs_inventory *fresh, const struct gs_inventory *prev) {
+    for (unsigned i = 0; i < fresh->n_gpus && prev && i < prev->n_gpus; i++) {
+        struct gs_gpu *g = &fresh->gpus[i];
+        if (g->uuid[0] || !prev->gpus[i].uuid[0])
+            continue;
+        bool lost = g->lost;
+        char error[sizeof(g->error)];
+        memcpy(error, g->error, sizeof(error));
+        *g = prev->gpus[i];
+        g->lost = lost || g->lost;
+        memcpy(g->error, error, sizeof(error));
+        if (!g->lost && !g->error[0])
+            snprintf(g->error, sizeof(g->error), "unreadable");
+    }
+}
+
+/* ---- plan ----------------------------------------------------------------------------------- */
+
+static void log_plan_changes(struct agent *a, const struct gs_plan *old, const struct gs_plan *new) {
+    for (unsigned i = 0; i < new->n_resources; i++) {
+        const struct gs_resource *r = &new->resources[i];
+        const struct gs_resource *o = old ? gs_plan_resource(old, r->name) : NULL;
+        unsigned healthy = 0;
+        for (unsigned k = 0; k < r->n_devices; k++)
+            healthy += r->devices[k].healthy;
+        if (!o || !gs_resource_equal(o, r))
+            log_info("Advertising %s: %u devices, %u healthy", r->name, r->n_devices, healthy);
+    }
+    for (unsigned i = 0; old && i < old->n_resources; i++)
+        if (!gs_plan_resource(new, old->resources[i].name))
+            log_info("Withdrawing %s", old->resources[i].name);
+    (void)a;
+}
+
+static int replan(struct agent *a, bool log_warnings) {
+    struct gs_plan next;
+    int r = gs_plan_build(a->inv, &a->policy, &a->health, &next);
+    if (r < 0) {
+        log_error("Failed to build the plan: %s", strerror(-r));
+        return r;
+    }
+    if (log_warnings)
+        for (unsigned i = 0; i < next.n_warnings; i++)
+            log_warn("%s", next.warnings[i]);
+    if (a->plan_valid && gs_plan_equal(&a->plan, &next)) {
+        gs_plan_free(&next);
+        return 0;
+    }
+    log_plan_changes(a, a->plan_valid ? &a->plan : NULL, &next);
+    r = dp_manager_sync(a->dp, &next);
+    if (r < 0) {
+        log_error("Failed to update the device plugins: %s", strerror(-r));
+        gs_plan_free(&next);
+        return r;
+    }
+    if (a->plan_valid)
+        gs_plan_free(&a->plan);
+    a->plan = next;
+    a->plan_valid = true;
+    return 0;
+}
+
+static void refresh_inventory(struct agent *a) {
+    struct gs_inventory *fresh = malloc(sizeof(*fresh));
+    if (!fresh)
+        return;
+    int r = agent_read_inventory(a->node, a->o->sysfs_root, fresh);
+    if (r < 0) {
+        log_error("Failed to read the GPUs: %s", gpu_node_error(a->node));
+        free(fresh);
+        return;
+    }
+    merge_lost(fresh, a->inv);
+    for (unsigned i = 0; i < fresh->n_gpus; i++) {
+        bool was = a->inv && i < a->inv->n_gpus && a->inv->gpus[i].lost;
+        if (fresh->gpus[i].lost && !was)
+            log_error("GPU %u (%s) is lost: NVML reports GPU_IS_LOST; its devices are Unhealthy", i,
+                      fresh->gpus[i].uuid);
+        else if (!fresh->gpus[i].lost && was)
+            log_info("GPU %u (%s) answers again", i, fresh->gpus[i].uuid);
+    }
+    free(a->inv);
+    a->inv = fresh;
+}
+
+/* Healthy again after the quiet period without a critical Xid (0 = never automatically). */
+static bool recover_quiet_gpus(struct agent *a) {
+    if (!a->policy.recovery_quiet_s)
+        return false;
+    bool changed = false;
+    unsigned long long now = gs_now_ns(), quiet = (unsigned long long)a->policy.recovery_quiet_s * 1000000000ULL;
+    for (unsigned i = 0; i < GS_MAX_GPUS; i++) {
+        if (a->health.unhealthy[i] && now - a->last_xid_ns[i] >= quiet) {
+            a->health.unhealthy[i] = false;
+            changed = true;
+            log_info("GPU %u recovered: no critical Xid for %u s (last Xid %llu); its devices are Healthy again", i,
+                     a->policy.recovery_quiet_s, a->last_xid[i]);
+        }
+    }
+    return changed;
+}
+
+/* ---- handlers called by the device plugins -------------------------------------------------- */
+
+static bool file_exists(const char *path, void *ctx) {
+    (void)ctx;
+    return access(path, F_OK) == 0;
+}
+
+static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
+                       struct gs_alloc_response *out, char *err, size_t errlen) {
+    struct agent *a = ctx;
+    struct gs_mig_minors mm = { 0 };
+    bool need_minors = false;
+    for (size_t i = 0; i < n && a->policy.pass_device_specs; i++) {
+        const struct gs_device *d = gs_resource_device(r, ids[i]);
+        need_minors |= d && d->kind == GS_DEV_MIG;
+    }
+    if (need_minors) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/driver/nvidia-caps/mig-minors", a->o->proc_root);
+        _cleanup_free_ char *text = NULL;
+        int rr = gs_read_file(path, 1 << 20, &text, NULL);
+        if (rr < 0) {
+            snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rr));
+            return rr;
+        }
+        rr = gs_mig_minors_parse(path, text, &mm, err, errlen);
+        if (rr < 0)
+            return rr;
+    }
+    int rc = gs_allocate(r, ids, n, &a->policy, &mm, file_exists, NULL, out, err, errlen);
+    gs_mig_minors_free(&mm);
+    return rc;
+}
+
+static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
+                           const char *const *must, size_t n_must, size_t size, const char **out) {
+    struct agent *a = ctx;
+    return gs_preferred(r, avail, n_avail, must, n_must, size, a->policy.alloc_policy, out);
+}
+
+/* ---- policy --------------------------------------------------------------------------------- */
+
+static unsigned long long hash_text(const char *s, size_t n) {
+    unsigned long long h = 0xCBF29CE484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001B3ULL;
+    }
+    return h;
+}
+
+/* Loads the policy file. Returns 1 if a new policy is in force, 0 if unchanged, -errno if the
+ * file is bad (the running policy stays). */
+static int load_policy(struct agent *a, bool initial) {
+    if (!a->o->config_path) {
+        gs_policy_init(&a->policy);
+        return 1;
+    }
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    int r = gs_read_file(a->o->config_path, 1 << 20, &text, &len);
+    if (r < 0) {
+        log_error("Cannot read policy %s: %s%s", a->o->config_path, strerror(-r),
+                  initial ? "" : "; keeping the running policy");
+        return r;
+    }
+    unsigned long long h = hash_text(text, len);
+    if (!initial && h == a->policy_hash)
+        return 0;
+    struct gs_policy next;
+    char err[512];
+    r = gs_policy_parse(a->o->config_path, text, len, &next, err, sizeof(err));
+    if (r < 0) {
+        log_error("Rejected policy: %s%s", err, initial ? "" : "; keeping the running policy");
+        return r;
+    }
+    for (unsigned i = 0; i < next.n_warnings; i++)
+        log_warn("Policy %s: %s", a->o->config_path, next.warnings[i]);
+    a->policy = next;
+    a->policy_hash = h;
+    if (!initial)
+        log_info("Applied the new policy from %s", a->o->config_path);
+    return 1;
+}
+
+/* ---- NVML event thread ---------------------------------------------------------------------- */
+
+static void *event_thread(void *arg) {
+    struct agent *a = arg;
+    while (!atomic_load(&a->stop)) {
+        struct gpu_event ev;
+        int r = gpu_events_wait(a->events, 500, &ev);
+        if (r == -ETIMEDOUT)
+            continue;
+        if (r < 0) {
+            /* Lost contact with the event source: the inventory poll will tell what is left. */
+            usleep(200000);
+            continue;
+        }
+        ssize_t w = write(a->pipe_wr, &ev, sizeof(ev));
+        (void)w;
+    }
+    return NULL;
+}
+
+static void handle_xid(struct agent *a, const struct gpu_event *ev) {
+    if (ev->gpu >= GS_MAX_GPUS) {
+        log_warn("Xid %llu on an unknown device: ignored", ev->xid);
+        return;
+    }
+    if (gs_policy_xid_ignored(&a->policy, ev->xid)) {
+        log_info("GPU %u: Xid %llu is an application error (ignored by policy): devices stay Healthy", ev->gpu,
+                 ev->xid);
+        return;
+    }
+    a->last_xid_ns[ev->gpu] = gs_now_ns();
+    a->last_xid[ev->gpu] = ev->xid;
+    if (!a->health.unhealthy[ev->gpu])
+        log_warn("GPU %u: critical Xid %llu: marking the GPU and every replica and MIG device on it Unhealthy",
+                 ev->gpu, ev->xid);
+    a->health.unhealthy[ev->gpu] = true;
+    replan(a, false);
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+static int epoll_add(int epfd, int fd) {
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static int setup_fds(struct agent *a) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    a->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    a->epfd = epoll_create1(EPOLL_CLOEXEC);
+    a->inofd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    a->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    int p[2];
+    if (a->sigfd < 0 || a->epfd < 0 || a->inofd < 0 || a->timerfd < 0 || pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -errno;
+    a->pipe_rd = p[0];
+    a->pipe_wr = p[1];
+    a->config_wd = -1;
+    a->kubelet_wd = inotify_add_watch(a->inofd, a->o->kubelet_dir, IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+    if (a->kubelet_wd < 0) {
+        int e = -errno;
+        log_error("Cannot watch %s: %s", a->o->kubelet_dir, strerror(-e));
+        return e;
+    }
+    if (a->o->config_path) {
+        char tmp[PATH_MAX];
+        gs_strlcpy(tmp, a->o->config_path, sizeof(tmp));
+        gs_strlcpy(a->config_dir, dirname(tmp), sizeof(a->config_dir));
+        gs_strlcpy(tmp, a->o->config_path, sizeof(tmp));
+        gs_strlcpy(a->config_base, basename(tmp), sizeof(a->config_base));
+        /* The directory, not the file: editors and ConfigMap updates replace the file. */
+        a->config_wd = inotify_add_watch(a->inofd, a->config_dir, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_MASK_ADD);
+        if (a->config_wd < 0)
+            log_warn("Cannot watch %s for policy changes (%s): SIGHUP still reloads", a->config_dir, strerror(errno));
+    }
+    unsigned ms = a->o->poll_ms ? a->o->poll_ms : 2000;
+    struct itimerspec its = { { ms / 1000, (long)(ms % 1000) * 1000000L }, { ms / 1000, (long)(ms % 1000) * 1000000L } };
+    timerfd_settime(a->timerfd, 0, &its, NULL);
+    int fds[] = { a->sigfd, a->inofd, a->timerfd, a->pipe_rd };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(fds); i++)
+        if (epoll_add(a->epfd, fds[i]) < 0)
+            return -errno;
+    return 0;
+}
+
+static void handle_inotify(struct agent *a, bool *reload) {
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(a->inofd, buf, sizeof(buf))) > 0) {
+        for (char *p = buf; p < buf + n;) {
+            struct inotify_event *ev = (struct inotify_event *)(void *)p;
+            p += sizeof(*ev) + ev->len;
+            if (!ev->len)
+                continue;
+            if (ev->wd == a->kubelet_wd) {
+                if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(ev->name, "kubelet.sock") == 0) {
+                    log_info("kubelet.sock was created: the kubelet restarted; registering again");
+                    dp_manager_restart_all(a->dp);
+                } else if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) {
+                    dp_manager_socket_deleted(a->dp, ev->name);
+                }
+            }
+            if (ev->wd == a->config_wd && (strcmp(ev->name, a->config_base) == 0 || strcmp(ev->name, "..data") == 0))
+                *reload = true;
+        }
+    }
+}
+
+int agent_run(struct gpu_node *node, const struct agent_options *o) {
+    struct agent *a = calloc(1, sizeof(*a));
+    if (!a)
+        return 1;
+    a->o = o;
+    a->node = node;
+    a->sigfd = a->epfd = a->inofd = a->timerfd = a->pipe_rd = a->pipe_wr = -1;
+    int exit_code = 1;
+    if (load_policy(a, true) < 0)
+        goto out;
+    a->inv = calloc(1, sizeof(*a->inv));
+    if (!a->inv || agent_read_inventory(node, o->sysfs_root, a->inv) < 0) {
+        log_error("Failed to read the GPUs: %s", gpu_node_error(node));
+        goto out;
+    }
+    log_info("gpuslice agent starting: %u GPU(s), driver %s, NVML %s, kubelet directory %s", a->inv->n_gpus,
+             a->inv->driver_version, gpu_node_lib(node), o->kubelet_dir);
+    if (setup_fds(a) < 0) {
+        log_error("Failed to set up the event loop: %s", strerror(errno));
+        goto out;
+    }
+    struct dp_handlers h = { a, on_allocate, on_preferred };
+    if (dp_manager_new(o->kubelet_dir, &h, &a->dp) < 0)
+        goto out;
+    if (replan(a, true) < 0)
+        goto out;
+    if (gpu_events_open(node, &a->events) == 0) {
+        if (pthread_create(&a->event_thread, NULL, event_thread, a) == 0)
+            a->event_thread_started = true;
+    } else {
+        log_warn("Xid events unavailable (%s): health comes from the inventory poll only", gpu_node_error(node));
+    }
+    exit_code = 0;
+    for (bool running = true; running;) {
+        dp_manager_poll(a->dp, 10);
+        struct epoll_event evs[8];
+        int n = epoll_wait(a->epfd, evs, 8, 0);
+        bool reload = false, poll_now = false;
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == a->sigfd) {
+                struct signalfd_siginfo si;
+                while (read(a->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                    if (si.ssi_signo == SIGHUP) {
+                        log_info("SIGHUP: reloading the policy");
+                        reload = true;
+                    } else {
+                        log_info("Signal %u: shutting down", si.ssi_signo);
+                        running = false;
+                    }
+                }
+            } else if (fd == a->inofd) {
+                handle_inotify(a, &reload);
+            } else if (fd == a->timerfd) {
+                uint64_t ticks;
+                ssize_t rr = read(a->timerfd, &ticks, sizeof(ticks));
+                (void)rr;
+                poll_now = true;
+            } else if (fd == a->pipe_rd) {
+                struct gpu_event ev;
+                while (read(a->pipe_rd, &ev, sizeof(ev)) == (ssize_t)sizeof(ev))
+                    handle_xid(a, &ev);
+            }
+        }
+        if (reload && load_policy(a, false) > 0)
+            replan(a, true);
+        if (poll_now) {
+            refresh_inventory(a);
+            recover_quiet_gpus(a);
+            replan(a, false);
+        }
+    }
+out:
+    atomic_store(&a->stop, true);
+    if (a->event_thread_started)
+        pthread_join(a->event_thread, NULL);
+    gpu_events_close(a->events);
+    dp_manager_free(a->dp);
+    if (a->plan_valid)
+        gs_plan_free(&a->plan);
+    int fds[] = { a->sigfd, a->epfd, a->inofd, a->timerfd, a->pipe_rd, a->pipe_wr };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(a->inv);
+    free(a);
+    if (exit_code == 0)
+        log_info("gpuslice agent stopped");
+    return exit_code;
+}

@@ -1,0 +1,25 @@
+/* agent.h: the node agent. Observes the GPUs (NVML), applies the sharing policy (plan), serves
+ * the kubelet (one device plugin per resource), and reacts to events: Xid errors, GPUs lost,
+ * MIG changes, policy reloads (SIGHUP or file change), kubelet restarts, SIGTERM. */
+#ifndef GS_AGENT_H
+#define GS_AGENT_H
+
+#include "config/policy.h"
+#include "core/plan.h"
+#include "gpu/gpu.h"
+
+struct agent_options {
+    const char *config_path;      /* sharing policy (NULL: defaults: whole GPUs, MIG none) */
+    const char *kubelet_dir;      /* /var/lib/kubelet/device-plugins */
+    const char *proc_root;        /* /proc: driver/nvidia-caps/mig-minors */
+    const char *sysfs_root;       /* /sys: bus/pci/devices/<bus>/numa_node */
+    unsigned poll_ms;             /* inventory re-read interval */
+};
+
+/* Runs until SIGTERM/SIGINT. Returns the process exit code. */
+int agent_run(struct gpu_node *node, const struct agent_options *o);
+
+/* Reads the inventory and fills NUMA nodes from sysfs: shared by `agent` and `apply`. */
+int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct gs_inventory *inv);
+
+#endif

@@ -1,0 +1,189 @@
+/* agent.c (cli): `gpuslice agent` (the node daemon) and `gpuslice apply` (the one-shot form:
+ * what the node would advertise under a policy, without serving the kubelet). */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "cli/cli.h"
+#include "core/plan.h"
+#include "util/log.h"
+#include "util/util.h"
+
+#define DEFAULT_KUBELET_DIR "/var/lib/kubelet/device-plugins"
+
+static const char *kind_name(enum gs_dev_kind k) {
+    return k == GS_DEV_REPLICA ? "replica" : k == GS_DEV_MIG ? "mig" : "whole";
+}
+
+int cmd_agent(const struct cli *cli, int argc, char **argv) {
+    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL };
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
+        { "proc-root", required_argument, NULL, OPT_PROC_ROOT },
+        { "sysfs-root", required_argument, NULL, OPT_SYSFS_ROOT },
+        { "poll-interval-ms", required_argument, NULL, OPT_POLL },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000 };
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        unsigned long long v;
+        switch (c) {
+        case 'c': o.config_path = optarg; break;
+        case OPT_KUBELET_DIR: o.kubelet_dir = optarg; break;
+        case OPT_PROC_ROOT: o.proc_root = optarg; break;
+        case OPT_SYSFS_ROOT: o.sysfs_root = optarg; break;
+        case OPT_POLL:
+            if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
+                fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            o.poll_ms = (unsigned)v;
+            break;
+        case 'h':
+            printf("Usage: gpuslice [GLOBAL OPTIONS] agent [--config POLICY.yaml] [OPTIONS]\n\n"
+                   "The node daemon: a kubelet device plugin (API v1beta1) per resource name, for whole GPUs,\n"
+                   "time-sliced replicas and MIG devices, with health from Xid events. Runs until SIGTERM;\n"
+                   "SIGHUP or a change of the policy file reloads the policy without a restart.\n\n"
+                   "  -c, --config FILE         sharing policy (NVIDIA device-plugin config or gpuslice's;\n"
+                   "                            docs/policy.md); default: every GPU whole\n"
+                   "  --kubelet-dir DIR         device-plugin directory (default %s)\n"
+                   "  --proc-root DIR           where driver/nvidia-caps/mig-minors is (default /proc)\n"
+                   "  --sysfs-root DIR          where bus/pci/devices/*/numa_node is (default /sys)\n"
+                   "  --poll-interval-ms N      how often the GPUs are re-read for MIG and health changes\n"
+                   "                            (default 2000)\n",
+                   DEFAULT_KUBELET_DIR);
+            return GS_EXIT_OK;
+        default: return GS_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpuslice agent: unexpected argument '%s'\n", argv[optind]);
+        return GS_EXIT_USAGE;
+    }
+    struct gpu_node *node;
+    int rc = cli_open_node(cli, &node);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    rc = agent_run(node, &o);
+    gpu_node_close(node);
+    return rc;
+}
+
+static void print_apply_table(const struct gs_inventory *inv, const struct gs_plan *plan) {
+    printf("%-4s %-24s %-13s %-8s %s\n", "GPU", "NAME", "MODE", "REPLICAS", "RESOURCE");
+    for (unsigned i = 0; i < plan->n_gpus; i++) {
+        const struct gs_gpu_plan *g = &plan->gpus[i];
+        printf("%-4u %-24.24s %-13s %-8u %s\n", i, inv->gpus[i].name, gs_mode_name(g->mode),
+               g->mode == GS_MODE_TIME_SLICING ? g->replicas : 0, g->resource ? g->resource : "-");
+    }
+    printf("\n%-30s %8s %8s\n", "RESOURCE", "DEVICES", "HEALTHY");
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        unsigned healthy = 0;
+        for (unsigned k = 0; k < r->n_devices; k++)
+            healthy += r->devices[k].healthy;
+        printf("%-30s %8u %8u\n", r->name, r->n_devices, healthy);
+        for (unsigned k = 0; k < r->n_devices; k++)
+            printf("  %-58s GPU %u %s\n", r->devices[k].id, r->devices[k].gpu, kind_name(r->devices[k].kind));
+    }
+    for (unsigned i = 0; i < plan->n_warnings; i++)
+        printf("warning: %s\n", plan->warnings[i]);
+}
+
+static void print_apply_json(const struct gs_plan *plan) {
+    json_t *resources = json_array();
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        json_t *devs = json_array();
+        for (unsigned k = 0; k < r->n_devices; k++) {
+            const struct gs_device *d = &r->devices[k];
+            json_array_append_new(devs, json_pack("{s:s,s:i,s:s,s:s}", "id", d->id, "gpu", (int)d->gpu, "kind",
+                                                  kind_name(d->kind), "health", d->healthy ? "Healthy" : "Unhealthy"));
+        }
+        json_array_append_new(resources, json_pack("{s:s,s:b,s:o}", "name", r->name, "replicated", r->replicated,
+                                                   "devices", devs));
+    }
+    json_t *gpus = json_array();
+    for (unsigned i = 0; i < plan->n_gpus; i++)
+        json_array_append_new(gpus, json_pack("{s:i,s:s,s:i,s:o}", "index", (int)i, "mode",
+                                              gs_mode_name(plan->gpus[i].mode), "replicas",
+                                              (int)plan->gpus[i].replicas, "resource",
+                                              plan->gpus[i].resource ? json_string(plan->gpus[i].resource) : json_null()));
+    json_t *warnings = json_array();
+    for (unsigned i = 0; i < plan->n_warnings; i++)
+        json_array_append_new(warnings, json_string(plan->warnings[i]));
+    json_t *root = json_pack("{s:s,s:o,s:o,s:o}", "schema", "gpuslice.apply/v1", "gpus", gpus, "resources", resources,
+                             "warnings", warnings);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", s);
+    free(s);
+    json_decref(root);
+}
+
+int cmd_apply(const struct cli *cli, int argc, char **argv) {
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *config = NULL;
+    bool as_json = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'j': as_json = true; break;
+        case 'h':
+            printf("Usage: gpuslice [GLOBAL OPTIONS] apply [--config POLICY.yaml] [--json]\n\n"
+                   "Reconciles once and prints every resource and device the node will advertise under the\n"
+                   "policy, without serving the kubelet. --json prints schema gpuslice.apply/v1 (docs/cli.md).\n");
+            return GS_EXIT_OK;
+        default: return GS_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpuslice apply: unexpected argument '%s'\n", argv[optind]);
+        return GS_EXIT_USAGE;
+    }
+    struct gs_policy policy;
+    gs_policy_init(&policy);
+    if (config) {
+        char err[512];
+        if (gs_policy_load(config, &policy, err, sizeof(err)) < 0) {
+            fprintf(stderr, "gpuslice: %s\n", err);
+            return GS_EXIT_FAILURE;
+        }
+        for (unsigned i = 0; i < policy.n_warnings; i++)
+            fprintf(stderr, "gpuslice: warning: %s: %s\n", config, policy.warnings[i]);
+    }
+    struct gpu_node *node;
+    int rc = cli_open_node(cli, &node);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    _cleanup_free_ struct gs_inventory *inv = calloc(1, sizeof(*inv));
+    if (!inv || agent_read_inventory(node, "/sys", inv) < 0) {
+        fprintf(stderr, "gpuslice: failed to read the node: %s\n", inv ? gpu_node_error(node) : "out of memory");
+        gpu_node_close(node);
+        return GS_EXIT_FAILURE;
+    }
+    struct gs_plan plan;
+    if (gs_plan_build(inv, &policy, NULL, &plan) < 0) {
+        fprintf(stderr, "gpuslice: out of memory\n");
+        gpu_node_close(node);
+        return GS_EXIT_FAILURE;
+    }
+    if (as_json)
+        print_apply_json(&plan);
+    else
+        print_apply_table(inv, &plan);
+    gs_plan_free(&plan);
+    gpu_node_close(node);
+    return GS_EXIT_OK;
+}

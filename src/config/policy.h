@@ -1,0 +1,119 @@
+/* policy.h: the sharing policy file. NVIDIA device-plugin config files (version: v1) are accepted
+ * unchanged; the optional top-level `gpuslice:` block adds what NVIDIA's plugin cannot do: a mode
+ * and replica count per GPU, and health settings. Pure parsing: gs_policy_load is the only
+ * function that reads a file.
+ *
+ *   version: v1
+ *   flags:
+ *     migStrategy: none | single | mixed
+ *     plugin:
+ *       passDeviceSpecs: false
+ *       deviceListStrategy: envvar            # or volume-mounts, or a list of them
+ *       deviceIDStrategy: uuid | index
+ *       sharedDevicesAllocationPolicy: distributed | packed
+ *   sharing:
+ *     timeSlicing:
+ *       renameByDefault: true                 # time-sliced resources get the ".shared" suffix
+ *       failRequestsGreaterThanOne: true
+ *       resources:
+ *         - name: nvidia.com/gpu
+ *           replicas: 4                       # >= 2
+ *           devices: all | <count> | ["0", "GPU-..."]   # honoured (NVIDIA's plugin ignores it)
+ *   gpuslice:
+ *     gpus:                                   # first match wins; overrides `sharing`
+ *       - index: "0-3"                        # or uuid: GPU-..., or model: "NVIDIA H100*" (glob)
+ *         mode: mig                           # whole | time-slicing | mig | disabled
+ *       - index: "4,5"
+ *         mode: time-slicing
+ *         replicas: 4
+ *     health:
+ *       ignoredXids: [13, 31, 43, 45, 68, 109] # application errors (the default list)
+ *       recoveryQuietPeriod: 300s             # Healthy again after this long without a critical Xid
+ */
+#ifndef GS_POLICY_H
+#define GS_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define GS_POLICY_MAX_RESOURCES 16
+#define GS_POLICY_MAX_RULES 64
+#define GS_POLICY_MAX_DEVICES 64
+#define GS_POLICY_MAX_XIDS 64
+#define GS_RESOURCE_NAME_MAX 64   /* "nvidia.com/" + up to 52 */
+#define GS_SELECTOR_MAX 128
+
+enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
+enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED };
+enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
+enum gs_list_strategy { GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1 };
+enum gs_gpu_mode { GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED };
+
+/* A device selector as in NVIDIA's `devices:` lists: a GPU index ("0"), a GPU UUID ("GPU-..."). */
+struct gs_device_ref {
+    char text[GS_SELECTOR_MAX];
+};
+
+struct gs_ts_resource {                   /* one sharing.timeSlicing.resources[] entry */
+    char name[GS_RESOURCE_NAME_MAX];      /* "nvidia.com/gpu" */
+    char rename[GS_RESOURCE_NAME_MAX];    /* optional explicit name ("" = default rule) */
+    unsigned replicas;                    /* >= 2 */
+    bool devices_all;                     /* devices: all (the default) */
+    unsigned devices_count;               /* devices: <count>: the first N GPUs (0 = not used) */
+    unsigned n_devices;                   /* devices: [list] */
+    struct gs_device_ref devices[GS_POLICY_MAX_DEVICES];
+};
+
+struct gs_gpu_rule {                      /* one gpuslice.gpus[] entry */
+    enum { GS_SEL_INDEX, GS_SEL_UUID, GS_SEL_MODEL } kind;
+    unsigned long long index_mask;        /* GS_SEL_INDEX: bit i = GPU i (indices 0..63) */
+    char pattern[GS_SELECTOR_MAX];        /* GS_SEL_UUID: exact; GS_SEL_MODEL: glob on the NVML name */
+    enum gs_gpu_mode mode;                /* never GS_MODE_DEFAULT */
+    unsigned replicas;                    /* time-slicing: >= 2 */
+    char resource[GS_RESOURCE_NAME_MAX];  /* optional resource name override ("" = default rule) */
+    unsigned line;                        /* where it was written, for log messages */
+};
+
+struct gs_policy {
+    enum gs_mig_strategy mig_strategy;
+    bool pass_device_specs;
+    unsigned list_strategy;               /* GS_LIST_* bits; default GS_LIST_ENVVAR */
+    enum gs_id_strategy id_strategy;
+    enum gs_alloc_policy alloc_policy;
+    bool fail_on_init_error;              /* flags.failOnInitError, default true */
+    char driver_root[256];                /* flags.nvidiaDriverRoot, default "/" */
+    char dev_root[256];                   /* flags.nvidiaDevRoot, default = driver_root */
+
+    bool ts_present;                      /* sharing.timeSlicing given */
+    bool ts_rename_by_default;
+    bool ts_fail_requests_gt_one;
+    unsigned n_ts_resources;
+    struct gs_ts_resource ts_resources[GS_POLICY_MAX_RESOURCES];
+
+    unsigned n_rules;
+    struct gs_gpu_rule rules[GS_POLICY_MAX_RULES];
+
+    unsigned n_ignored_xids;
+    unsigned long long ignored_xids[GS_POLICY_MAX_XIDS]; /* default 13, 31, 43, 45, 68, 109 */
+    unsigned recovery_quiet_s;            /* default 300 */
+
+    unsigned n_warnings;                  /* accepted-but-ignored settings, one line each */
+    char warnings[8][160];
+};
+
+/* Defaults: migStrategy none, envvar, uuid, distributed, failOnInitError true, driver root "/",
+ * no sharing, default ignored Xids, 300 s recovery. */
+void gs_policy_init(struct gs_policy *p);
+
+/* Parses YAML text; on error returns -EINVAL (or -ENOMEM) and writes one line to err:
+ *   "policy.yaml:7:17: sharing.timeSlicing.resources[0].replicas: must be >= 2 (got 1)"
+ * On success *out is fully replaced; on error it is left untouched. */
+int gs_policy_parse(const char *name, const char *text, size_t len, struct gs_policy *out, char *err, size_t errlen);
+
+/* Reads (at most 1 MiB) and parses a file. */
+int gs_policy_load(const char *path, struct gs_policy *out, char *err, size_t errlen);
+
+/* True if Xid `xid` is in the policy's ignore list. */
+bool gs_policy_xid_ignored(const struct gs_policy *p, unsigned long long xid);
+
+#endif

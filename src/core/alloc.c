@@ -1,0 +1,354 @@
+/* alloc.c: Allocate answers and preferred allocations (pure; see alloc.h). */
+#include "core/alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+/* ---- mig-minors ----------------------------------------------------------------------------- */
+
+int gs_mig_minors_parse(const char *name, const char *text, struct gs_mig_minors *out, char *err, size_t errlen) {
+    struct gs_mig_minors mm = { 0 };
+    size_t cap = 0;
+    unsigned lineno = 0;
+    const char *p = text;
+    while (*p) {
+        lineno++;
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[256];
+        if (len >= sizeof(line)) {
+            snprintf(err, errlen, "%s:%u: line too long", name, lineno);
+            goto bad;
+        }
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = eol ? eol + 1 : p + len;
+        if (!line[0])
+            continue;
+        char path[200];
+        unsigned minor;
+        char extra;
+        if (sscanf(line, "%199s %u %c", path, &minor, &extra) != 2) {
+            snprintf(err, errlen, "%s:%u: expected '<path> <minor>'", name, lineno);
+            goto bad;
+        }
+        struct gs_mig_minor e = { 0, 0, -1, minor };
+        int consumed = 0;
+        unsigned ci;
+        if (sscanf(path, "gpu%u/gi%u/ci%u/access%n", &e.gpu, &e.gi, &ci, &consumed) == 3 && !path[consumed])
+            e.ci = (int)ci;
+        else if (consumed = 0, sscanf(path, "gpu%u/gi%u/access%n", &e.gpu, &e.gi, &consumed) == 2 && !path[consumed])
+            e.ci = -1;
+        else
+            continue; /* config, monitor, and paths of future drivers */
+        if (mm.n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct gs_mig_minor *ne = realloc(mm.entries, cap * sizeof(*ne));
+            if (!ne) {
+                snprintf(err, errlen, "%s: out of memory", name);
+                free(mm.entries);
+                return -ENOMEM;
+            }
+            mm.entries = ne;
+        }
+        mm.entries[mm.n++] = e;
+    }
+    *out = mm;
+    return 0;
+bad:
+    free(mm.entries);
+    return -EINVAL;
+}
+
+void gs_mig_minors_free(struct gs_mig_minors *mm) {
+    free(mm->entries);
+    mm->entries = NULL;
+    mm->n = 0;
+}
+
+int gs_mig_minor_lookup(const struct gs_mig_minors *mm, unsigned gpu, unsigned gi, int ci) {
+    for (size_t i = 0; mm && i < mm->n; i++)
+        if (mm->entries[i].gpu == gpu && mm->entries[i].gi == gi && mm->entries[i].ci == ci)
+            return (int)mm->entries[i].minor;
+    return -1;
+}
+
+/* ---- Allocate ------------------------------------------------------------------------------- */
+
+/* Adds dev_root + path. Optional nodes (nvidia-uvm, ...) are skipped when absent; a missing GPU
+ * or MIG capability node is an error: the container would start without its device. */
+static int add_devspec(struct gs_alloc_response *out, const struct gs_policy *pol, const char *path, bool optional,
+                       gs_exists_fn exists, void *ctx, char *err, size_t errlen) {
+    for (unsigned i = 0; i < out->n_devspecs; i++)
+        if (strcmp(out->devspecs[i].container_path, path) == 0)
+            return 0;
+    if (out->n_devspecs == GS_ALLOC_MAX_DEVSPECS) {
+        snprintf(err, errlen, "too many device nodes in one allocation");
+        return -E2BIG;
+    }
+    struct gs_devspec *d = &out->devspecs[out->n_devspecs];
+    const char *root = pol->dev_root[0] ? pol->dev_root : "/";
+    size_t rl = strlen(root);
+    snprintf(d->host_path, sizeof(d->host_path), "%.*s%s", (int)(rl && root[rl - 1] == '/' ? rl - 1 : rl), root, path);
+    if (exists && !exists(d->host_path, ctx)) {
+        if (optional)
+            return 0;
+        snprintf(err, errlen, "device node %s does not exist", d->host_path);
+        return -ENODEV;
+    }
+    gs_strlcpy(d->container_path, path, sizeof(d->container_path));
+    gs_strlcpy(d->permissions, "rw", sizeof(d->permissions));
+    out->n_devspecs++;
+    return 0;
+}
+
+/* Appends `item` to a comma-separated list unless it is already there. */
+static int list_add_unique(char **list, size_t *len, const char *item) {
+    size_t il = strlen(item);
+    for (const char *p = *list; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l == il && strncmp(p, item, il) == 0)
+            return 0;
+        p = comma ? comma + 1 : p + l;
+    }
+    char *n = realloc(*list, *len + il + 2);
+    if (!n)
+        return -ENOMEM;
+    if (*len)
+        n[(*len)++] = ',';
+    memcpy(n + *len, item, il + 1);
+    *len += il;
+    *list = n;
+    return 0;
+}
+
+int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, const struct gs_policy *pol,
+                const struct gs_mig_minors *mm, gs_exists_fn exists, void *ctx, struct gs_alloc_response *out,
+                char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (n == 0) {
+        snprintf(err, errlen, "empty allocation request for %s", r->name);
+        return -EINVAL;
+    }
+    if (r->replicated && r->fail_gt_one && n > 1) {
+        snprintf(err, errlen, "maximum request size for shared resources is 1; found %zu", n);
+        return -E2BIG;
+    }
+    /* Validate everything before building anything: an unknown ID fails the whole request. */
+    for (size_t i = 0; i < n; i++) {
+        if (!gs_resource_device(r, ids[i])) {
+            snprintf(err, errlen, "unknown device ID '%.100s' for %s", ids[i], r->name);
+            return -ENOENT;
+        }
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(ids[k], ids[i]) == 0) {
+                snprintf(err, errlen, "device ID '%.100s' requested twice", ids[i]);
+                return -EINVAL;
+            }
+        }
+    }
+    size_t len = 0;
+    int rc = 0;
+    if (pol->list_strategy & GS_LIST_VOLUME_MOUNTS) {
+        out->mounts = calloc(n, sizeof(*out->mounts));
+        if (!out->mounts) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
+    if (pol->pass_device_specs) {
+        static const char *const ctl[] = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                           "/dev/nvidia-modeset" };
+        for (size_t i = 0; i < GS_ARRAY_SIZE(ctl); i++)
+            if ((rc = add_devspec(out, pol, ctl[i], true, exists, ctx, err, errlen)) < 0)
+                goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct gs_device *d = gs_resource_device(r, ids[i]);
+        char item[GS_DEVICE_ID_MAX];
+        if (pol->id_strategy == GS_ID_INDEX) {
+            if (d->kind == GS_DEV_MIG)
+                snprintf(item, sizeof(item), "%u:%u", d->gpu, d->gi_id);
+            else
+                snprintf(item, sizeof(item), "%u", d->gpu);
+        } else {
+            gs_strlcpy(item, d->uuid, sizeof(item)); /* replica suffix stripped: the physical UUID */
+        }
+        if ((rc = list_add_unique(&out->visible_devices, &len, item)) < 0)
+            goto fail;
+        if (out->mounts) {
+            bool seen = false;
+            for (unsigned k = 0; k < out->n_mounts; k++)
+                seen |= strcmp(strrchr(out->mounts[k].container_path, '/') + 1, item) == 0;
+            if (!seen) {
+                struct gs_mount *m = &out->mounts[out->n_mounts++];
+                snprintf(m->container_path, sizeof(m->container_path), "/var/run/nvidia-container-devices/%s", item);
+                gs_strlcpy(m->host_path, "/dev/null", sizeof(m->host_path));
+            }
+        }
+        if (pol->pass_device_specs) {
+            char path[64];
+            snprintf(path, sizeof(path), "/dev/nvidia%u", d->minor);
+            if ((rc = add_devspec(out, pol, path, false, exists, ctx, err, errlen)) < 0)
+                goto fail;
+            if (d->kind == GS_DEV_MIG) {
+                int gi_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, -1);
+                int ci_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, (int)d->ci_id);
+                if (gi_minor < 0 || ci_minor < 0) {
+                    snprintf(err, errlen, "MIG device %s (gpu%u/gi%u/ci%u): no capability minors in mig-minors",
+                             d->id, d->minor, d->gi_id, d->ci_id);
+                    rc = -ENODEV;
+                    goto fail;
+                }
+                snprintf(path, sizeof(path), "/dev/nvidia-caps/nvidia-cap%d", gi_minor);
+                if ((rc = add_devspec(out, pol, path, false, exists, ctx, err, errlen)) < 0)
+                    goto fail;
+                snprintf(path, sizeof(path), "/dev/nvidia-caps/nvidia-cap%d", ci_minor);
+                if ((rc = add_devspec(out, pol, path, false, exists, ctx, err, errlen)) < 0)
+                    goto fail;
+            }
+        }
+    }
+    return 0;
+fail:
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    gs_alloc_response_free(out);
+    return rc;
+}
+
+void gs_alloc_response_free(struct gs_alloc_response *resp) {
+    free(resp->visible_devices);
+    free(resp->mounts);
+    memset(resp, 0, sizeof(*resp));
+}
+
+/* ---- GetPreferredAllocation ------------------------------------------------------------------- */
+
+struct cand {
+    const char *id;            /* points into avail */
+    const struct gs_device *dev;
+    bool taken;
+};
+
+static bool chosen_already(const char **out, size_t n, const char *id) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(out[i], id) == 0)
+            return true;
+    return false;
+}
+
+size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_t n_avail, const char *const *must,
+                    size_t n_must, size_t size, enum gs_alloc_policy policy, const char **out) {
+    size_t n = 0;
+    for (size_t i = 0; i < n_must && n < size; i++)
+        if (gs_resource_device(r, must[i]) && !chosen_already(out, n, must[i]))
+            out[n++] = must[i];
+    if (n >= size || n_avail == 0)
+        return n;
+    struct cand *c = calloc(n_avail, sizeof(*c));
+    if (!c)
+        return n;
+    size_t nc = 0;
+    unsigned load[GS_MAX_GPUS] = { 0 };  /* devices of the GPU in use (not available) + chosen now */
+    unsigned total[GS_MAX_GPUS] = { 0 };
+    unsigned avail_on[GS_MAX_GPUS] = { 0 };
+    for (unsigned i = 0; i < r->n_devices; i++)
+        if (r->devices[i].gpu < GS_MAX_GPUS)
+            total[r->devices[i].gpu]++;
+    for (size_t i = 0; i < n_avail; i++) {
+        const struct gs_device *d = gs_resource_device(r, avail[i]);
+        if (!d || d->gpu >= GS_MAX_GPUS || chosen_already(out, n, avail[i]))
+            continue;
+        c[nc++] = (struct cand){ avail[i], d, false };
+        avail_on[d->gpu]++;
+    }
+    for (unsigned g = 0; g < GS_MAX_GPUS; g++)
+        load[g] = total[g] - (avail_on[g] < total[g] ? avail_on[g] : total[g]);
+    /* Must-include devices are being allocated now: they load their GPU. The kubelet lists them
+     * among the available ones too, so they were not counted as in use above. */
+    for (size_t i = 0; i < n; i++) {
+        const struct gs_device *d = gs_resource_device(r, out[i]);
+        if (d && d->gpu < GS_MAX_GPUS && chosen_already((const char **)avail, n_avail, out[i]))
+            load[d->gpu]++;
+    }
+    bool whole = r->n_devices && r->devices[0].kind == GS_DEV_WHOLE && !r->replicated;
+    /* Whole GPUs stay on one NUMA node: the must-include one's, else the node whose free GPUs fit
+     * the request most tightly (keeping larger groups whole for larger requests). */
+    int numa = -2;
+    if (whole && n > 0) {
+        const struct gs_device *d = gs_resource_device(r, out[0]);
+        numa = d ? d->numa_node : -2;
+    } else if (whole) {
+        unsigned best_count = 0;
+        for (size_t i = 0; i < nc; i++) {
+            int node = c[i].dev->numa_node;
+            unsigned count = 0;
+            for (size_t k = 0; k < nc; k++)
+                count += c[k].dev->numa_node == node;
+            bool fits = count >= size - n, best_fits = best_count >= size - n;
+            if (numa == -2 || (fits && (!best_fits || count < best_count)) || (!fits && !best_fits && count > best_count)) {
+                numa = node;
+                best_count = count;
+            }
+        }
+    }
+    /* packed: a GPU that can hold the whole rest of the request gets all of it, the most loaded
+     * such GPU first, so a multi-replica request lands on one GPU whenever one has room. */
+    if (policy == GS_ALLOC_PACKED && !whole) {
+        unsigned need = (unsigned)(size - n), free_on[GS_MAX_GPUS] = { 0 };
+        for (size_t i = 0; i < nc; i++)
+            free_on[c[i].dev->gpu]++;
+        int pick = -1;
+        for (unsigned g = 0; g < GS_MAX_GPUS; g++)
+            if (free_on[g] >= need && (pick < 0 || load[g] > load[pick]))
+                pick = (int)g;
+        for (size_t i = 0; pick >= 0 && i < nc && n < size; i++) {
+            if (c[i].dev->gpu == (unsigned)pick) {
+                c[i].taken = true;
+                out[n++] = c[i].id;
+            }
+        }
+    }
+    while (n < size) {
+        struct cand *best = NULL;
+        for (size_t i = 0; i < nc; i++) {
+            struct cand *x = &c[i];
+            if (x->taken)
+                continue;
+            if (!best) {
+                best = x;
+                continue;
+            }
+            if (whole) {
+                /* Same NUMA node as what is already chosen first, then GPU index order. */
+                bool xs = numa != -2 && x->dev->numa_node == numa, bs = numa != -2 && best->dev->numa_node == numa;
+                if (xs != bs) {
+                    if (xs)
+                        best = x;
+                    continue;
+                }
+                if (x->dev->gpu < best->dev->gpu)
+                    best = x;
+                continue;
+            }
+            unsigned lx = load[x->dev->gpu], lb = load[best->dev->gpu];
+            bool better = policy == GS_ALLOC_PACKED ? lx > lb : lx < lb;
+            if (better || (lx == lb && (x->dev->gpu < best->dev->gpu ||
+                                        (x->dev->gpu == best->dev->gpu && x->dev->replica < best->dev->replica))))
+                best = x;
+        }
+        if (!best)
+            break;
+        best->taken = true;
+        out[n++] = best->id;
+        load[best->dev->gpu]++;
+    }
+    free(c);
+    return n;
+}

@@ -1,0 +1,71 @@
+/* alloc.h: what Allocate answers and which devices GetPreferredAllocation suggests. Pure: the
+ * node's device files and MIG capability minors are passed in, so every answer is unit-tested. */
+#ifndef GS_ALLOC_H
+#define GS_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/policy.h"
+#include "core/plan.h"
+
+#define GS_ALLOC_MAX_DEVSPECS 160
+
+struct gs_devspec {
+    char container_path[128];
+    char host_path[384];
+    char permissions[4]; /* "rw" */
+};
+
+struct gs_mount {
+    char container_path[256];
+    char host_path[256];
+    bool read_only;
+};
+
+struct gs_alloc_response {
+    char *visible_devices;            /* NVIDIA_VISIBLE_DEVICES value (malloc'd) */
+    unsigned n_devspecs;
+    struct gs_devspec devspecs[GS_ALLOC_MAX_DEVSPECS];
+    unsigned n_mounts;
+    struct gs_mount *mounts;          /* volume-mounts strategy: one per device (malloc'd) */
+};
+
+/* /proc/driver/nvidia-caps/mig-minors: "gpu<minor>/gi<gi>/access <N>" and
+ * "gpu<minor>/gi<gi>/ci<ci>/access <N>" (plus "config 1", "monitor 2"). */
+struct gs_mig_minor {
+    unsigned gpu, gi;
+    int ci;                           /* -1: the GPU instance's own access capability */
+    unsigned minor;
+};
+struct gs_mig_minors {
+    size_t n;
+    struct gs_mig_minor *entries;
+};
+/* Parses the file's text; unknown paths are skipped, malformed lines are errors naming the line. */
+int gs_mig_minors_parse(const char *name, const char *text, struct gs_mig_minors *out, char *err, size_t errlen);
+void gs_mig_minors_free(struct gs_mig_minors *mm);
+/* -1 if absent. */
+int gs_mig_minor_lookup(const struct gs_mig_minors *mm, unsigned gpu, unsigned gi, int ci);
+
+/* Does dev_root + path exist? (I/O supplied by the caller.) */
+typedef bool (*gs_exists_fn)(const char *host_path, void *ctx);
+
+/* Builds the Allocate answer for one container. Errors (-errno, message in err):
+ *   -ENOENT  an ID this resource does not advertise ("unknown device ID 'X' for nvidia.com/gpu")
+ *   -E2BIG   more than one device of a replicated resource with failRequestsGreaterThanOne
+ *   -EINVAL  an empty request or a duplicate ID
+ *   -ENODEV  a MIG device whose capability minors are missing from mig-minors (passDeviceSpecs) */
+int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, const struct gs_policy *pol,
+                const struct gs_mig_minors *mm, gs_exists_fn exists, void *ctx, struct gs_alloc_response *out,
+                char *err, size_t errlen);
+void gs_alloc_response_free(struct gs_alloc_response *resp);
+
+/* GetPreferredAllocation: chooses `size` IDs from `avail` (always including `must`), writing
+ * pointers to the chosen strings of avail/must into out (room for size). Replicas and MIG devices
+ * are spread over GPUs (distributed: fewest allocated first) or packed (most allocated first);
+ * whole GPUs prefer one NUMA node. Returns the number chosen (< size if not enough). */
+size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_t n_avail, const char *const *must,
+                    size_t n_must, size_t size, enum gs_alloc_policy policy, const char **out);
+
+#endif

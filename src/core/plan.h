@@ -1,0 +1,76 @@
+/* plan.h: what the node advertises to Kubernetes. A pure function of the inventory (what NVML
+ * says), the sharing policy and the health state: which resource names exist and which devices
+ * each carries. No I/O, so every policy rule is unit-tested without a GPU or a kubelet. */
+#ifndef GS_PLAN_H
+#define GS_PLAN_H
+
+#include <stdbool.h>
+
+#include "config/policy.h"
+#include "core/inventory.h"
+
+enum gs_dev_kind { GS_DEV_WHOLE = 0, GS_DEV_REPLICA, GS_DEV_MIG };
+
+#define GS_DEVICE_ID_MAX (GS_UUID_LEN + 16)
+
+struct gs_device {
+    char id[GS_DEVICE_ID_MAX];  /* "GPU-...", "GPU-...::3", "MIG-..." */
+    enum gs_dev_kind kind;
+    unsigned gpu;               /* NVML index of the physical GPU */
+    unsigned replica;           /* GS_DEV_REPLICA: n in "::n" */
+    char uuid[GS_UUID_LEN];     /* the physical device: GPU UUID, or MIG UUID */
+    unsigned minor;             /* /dev/nvidia<minor> of the GPU */
+    unsigned gi_id, ci_id;      /* GS_DEV_MIG */
+    int numa_node;              /* -1 unknown */
+    bool healthy;
+};
+
+struct gs_resource {
+    char name[GS_RESOURCE_NAME_MAX];
+    bool replicated;            /* carries time-sliced replicas */
+    bool fail_gt_one;           /* refuse requests of more than one device */
+    unsigned n_devices, cap;
+    struct gs_device *devices;  /* sorted by GPU, then replica / MIG instance */
+};
+
+/* Per-GPU decision, for `apply` and labels. */
+struct gs_gpu_plan {
+    enum gs_gpu_mode mode;      /* resolved: never GS_MODE_DEFAULT */
+    unsigned replicas;          /* time-slicing */
+    const char *resource;       /* points into the plan's resources, NULL if nothing advertised */
+};
+
+#define GS_PLAN_MAX_RESOURCES 64
+#define GS_PLAN_MAX_WARNINGS 32
+
+struct gs_plan {
+    unsigned n_resources;
+    struct gs_resource resources[GS_PLAN_MAX_RESOURCES];
+    unsigned n_gpus;
+    struct gs_gpu_plan gpus[GS_MAX_GPUS];
+    unsigned n_warnings;
+    char warnings[GS_PLAN_MAX_WARNINGS][200];
+};
+
+/* Health input: GPUs marked unhealthy by the agent (Xid). Lost GPUs in the inventory are always
+ * unhealthy. NULL = all healthy. */
+struct gs_health {
+    bool unhealthy[GS_MAX_GPUS];
+};
+
+/* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule
+ * on a GPU without MIG mode, ...) become warnings, not errors. */
+int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *policy, const struct gs_health *health,
+                  struct gs_plan *out);
+void gs_plan_free(struct gs_plan *plan);
+
+const struct gs_resource *gs_plan_resource(const struct gs_plan *plan, const char *name);
+const struct gs_device *gs_resource_device(const struct gs_resource *r, const char *id);
+
+/* True if the two plans advertise the same resources with the same devices and health. */
+bool gs_plan_equal(const struct gs_plan *a, const struct gs_plan *b);
+bool gs_resource_equal(const struct gs_resource *a, const struct gs_resource *b);
+
+const char *gs_mode_name(enum gs_gpu_mode mode);
+
+#endif

@@ -1,0 +1,884 @@
+"""Integration tests of the node agent (`gpuslice agent`, a kubelet device plugin) driven through
+the kubelet emulator (kubelet_emulator.py) on simulated nodes.
+
+Every test has its own short temporary directory under /tmp (kubelet dir, simulator state,
+policy files), its own emulator and its own agent process; all waits are bounded.
+
+Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT.
+If the binary has no `agent` command yet the module is skipped, unless GS_REQUIRE_AGENT=1.
+
+Run: /usr/bin/python3 -m pytest -q tests/integration/test_agent.py"""
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+
+import grpc
+import pytest
+
+from kubelet_emulator import HEALTHY, UNHEALTHY, EmulatorError, KubeletEmulator
+
+ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
+H100_L4 = os.path.join(ROOT, "examples", "nodes", "h100x4-l4x2.yaml")
+T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
+POLL_MS = 200
+
+
+def _agent_available():
+    try:
+        p = subprocess.run([GPUSLICE, "agent", "--help"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()[:300]
+
+
+_ok, _why = _agent_available()
+if not _ok:
+    if os.environ.get("GS_REQUIRE_AGENT") == "1":
+        raise RuntimeError(f"{GPUSLICE} has no working `agent` command: {_why}")
+    pytest.skip(f"{GPUSLICE} has no `agent` command yet ({_why})", allow_module_level=True)
+
+
+# ------------------------------------------------------------------------------- policies
+
+WHOLE = "version: v1\n"
+
+# NVIDIA's documented time-slicing file, unchanged.
+def ts_policy(replicas, rename=False, fail_gt_one=False, extra_flags="", health=""):
+    text = "version: v1\n"
+    if extra_flags:
+        text += "flags:\n" + extra_flags
+    text += "sharing:\n  timeSlicing:\n"
+    if rename:
+        text += "    renameByDefault: true\n"
+    if fail_gt_one:
+        text += "    failRequestsGreaterThanOne: true\n"
+    text += f"    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+    if health:
+        text += "gpuslice:\n  health:\n" + health
+    return text
+
+
+TS2 = ts_policy(2)
+TS4 = ts_policy(4)
+
+# replicas: 1 on line 6, value at column 17 (as in the policy.h example).
+BAD_TS = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 1
+"""
+BAD_LINE, BAD_COLS = 6, (7, 17)
+
+MIXED = """version: v1
+flags:
+  migStrategy: mixed
+"""
+
+NODE_H100X2 = """gpus:
+  - model: H100-SXM5-80GB
+    count: 2
+    mig: enabled
+"""
+
+NODE_L4X4 = """gpus:
+  - model: L4
+    count: 4
+"""
+
+
+def sock_name(resource):
+    return "gpuslice-" + resource.replace("/", "_") + ".sock"
+
+
+def phys(device_id):
+    return device_id.split("::")[0]
+
+
+# ------------------------------------------------------------------------------- harness
+
+class Node:
+    """A simulated node: a node description plus a private state directory."""
+
+    def __init__(self, path, state):
+        self.path = path
+        self.state = state
+
+    def run(self, *args, check=0, timeout=30):
+        p = subprocess.run([GPUSLICE, "--sim", self.path, "--sim-state", self.state, *args],
+                           capture_output=True, text=True, timeout=timeout)
+        if check is not None:
+            assert p.returncode == check, f"gpuslice {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+        return p
+
+    def inspect(self):
+        return json.loads(self.run("inspect", "--json").stdout)
+
+    def uuids(self):
+        return [g["uuid"] for g in self.inspect()["gpus"]]
+
+    def mig_create(self, gpu, profile, start):
+        out = self.run("sim", "mig-create", "--gpu", str(gpu), "--profile", profile, "--start", str(start)).stdout.strip()
+        assert out.startswith("MIG-"), f"mig-create printed {out!r}"
+        return out
+
+    def mig_device(self, uuid):
+        for g in self.inspect()["gpus"]:
+            for d in (g.get("mig") or {}).get("devices", []):
+                if d["uuid"] == uuid:
+                    return dict(d, gpu=g["index"], minor=g.get("minor", g["index"]))
+        raise AssertionError(f"no MIG device {uuid} in inspect")
+
+    def mig_destroy(self, gpu, gi):
+        self.run("sim", "mig-destroy", "--gpu", str(gpu), "--gi", str(gi))
+
+
+class Agent:
+    def __init__(self, harness, node, policy, extra):
+        self.h = harness
+        self.node = node
+        self.policy = policy
+        self.log_path = os.path.join(harness.base, f"agent{len(harness.agents)}.log")
+        args = [GPUSLICE, "--sim", node.path, "--sim-state", node.state, "agent", "--config", policy,
+                "--kubelet-dir", harness.kdir, "--poll-interval-ms", str(POLL_MS), *extra]
+        self.args = args
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def signal(self, sig):
+        assert self.alive(), f"agent already exited ({self.proc.returncode})\n{self.log()}"
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"agent still running after {timeout} s\n{self.log()}") from None
+
+    def stop(self, timeout=10):
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def wait_resources(self, names, timeout=10):
+        """Waits until every resource in names is registered and has sent its first device list."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise AssertionError(f"agent exited with {self.proc.returncode} before registering "
+                                     f"{sorted(names)}\n{self.log()}")
+            try:
+                self.h.kubelet.wait_resources(names, timeout=0.2)
+                return
+            except EmulatorError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"agent did not register {sorted(names)} within {timeout} s; "
+                                         f"registered: {self.h.kubelet.resources()}\n{self.log()}") from None
+
+    def wait_log(self, pattern, timeout=5):
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while True:
+            for line in self.log().splitlines():
+                if rx.search(line):
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no log line matching {pattern!r} within {timeout} s\n{self.log()}")
+            time.sleep(0.05)
+
+
+class Harness:
+    def __init__(self):
+        self.base = tempfile.mkdtemp(prefix="gs-", dir="/tmp")
+        self.kdir = os.path.join(self.base, "k")
+        self.kubelet = KubeletEmulator(self.kdir).start()
+        self.agents = []
+        self._nodes = 0
+
+    def node(self, source=T4X2):
+        """A node from a file path, or from YAML text written to a file."""
+        self._nodes += 1
+        if "\n" in source:
+            path = os.path.join(self.base, f"node{self._nodes}.yaml")
+            with open(path, "w") as f:
+                f.write(source)
+            source = path
+        return Node(source, os.path.join(self.base, f"s{self._nodes}"))
+
+    def write(self, name, text):
+        path = os.path.join(self.base, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def agent(self, node, policy_text, resources=(), extra=(), policy_name="policy.yaml"):
+        policy = self.write(policy_name, policy_text)
+        a = Agent(self, node, policy, list(extra))
+        self.agents.append(a)
+        if resources:
+            a.wait_resources(resources)
+        return a
+
+    def latest(self, resource):
+        return self.kubelet.devices(resource)
+
+    def close(self):
+        for a in self.agents:
+            if a.alive():
+                a.proc.send_signal(signal.SIGTERM)
+                try:
+                    a.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    a.proc.kill()
+                    a.proc.wait(5)
+            print(f"---- agent {a.pid} (exit {a.proc.returncode}) log:\n{a.log()[-6000:]}")
+        self.kubelet.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    yield harness
+    harness.close()
+
+
+def ids(devices):
+    return sorted(d.id for d in devices)
+
+
+def settle(seconds=0.4):
+    time.sleep(seconds)
+
+
+# ------------------------------------------------------------------------------- registration
+
+def test_registration_whole_gpus(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    settle()
+    regs = h.kubelet.registrations
+    assert [r.resource_name for r in regs] == ["nvidia.com/gpu"], "exactly one registration per resource"
+    reg = regs[0]
+    assert reg.ok and reg.version == "v1beta1"
+    assert reg.endpoint == "gpuslice-nvidia.com_gpu.sock"
+    assert stat.S_ISSOCK(os.stat(os.path.join(h.kdir, reg.endpoint)).st_mode)
+    # GetDevicePluginOptions was answered synchronously inside the Register RPC.
+    assert reg.options is not None and reg.received_at <= reg.options_at <= reg.returned_at
+    opts = h.kubelet.options("nvidia.com/gpu")
+    assert opts.get_preferred_allocation_available and not opts.pre_start_required
+    assert reg.request_options.get_preferred_allocation_available and not reg.request_options.pre_start_required
+    devs = h.latest("nvidia.com/gpu")
+    assert ids(devs) == sorted(u)
+    assert all(d.health == HEALTHY for d in devs)
+    assert len(h.kubelet.messages("nvidia.com/gpu")) == 1, "the full list once, then only on change"
+
+
+def test_registration_mig_mixed_one_per_resource(h):
+    node = h.node(H100_L4)
+    u = node.uuids()
+    m1g = node.mig_create(0, "1g.10gb", 0)
+    m2g = node.mig_create(1, "2g.20gb", 0)
+    names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
+    h.agent(node, MIXED, resources=names)
+    settle()
+    regs = h.kubelet.registrations
+    assert sorted(r.resource_name for r in regs) == sorted(names)
+    for r in regs:
+        assert r.ok and r.version == "v1beta1"
+        assert r.endpoint == sock_name(r.resource_name)
+        assert "/" not in r.endpoint
+        assert os.path.exists(os.path.join(h.kdir, r.endpoint))
+        assert r.received_at <= r.options_at <= r.returned_at
+        assert r.options.get_preferred_allocation_available and not r.options.pre_start_required
+    assert "gpuslice-nvidia.com_mig-1g.10gb.sock" in os.listdir(h.kdir)
+    # MIG-mode GPUs are only advertised through their MIG devices; the L4s are whole GPUs.
+    assert ids(h.latest("nvidia.com/gpu")) == sorted(u[4:6])
+    assert ids(h.latest("nvidia.com/mig-1g.10gb")) == [m1g]
+    assert ids(h.latest("nvidia.com/mig-2g.20gb")) == [m2g]
+
+
+# ------------------------------------------------------------------------------- ListAndWatch
+
+def test_time_slicing_nvidia_file(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    devs = h.latest("nvidia.com/gpu")
+    assert ids(devs) == sorted(f"{g}::{n}" for g in u for n in range(4))
+    assert all(d.health == HEALTHY for d in devs)
+
+
+def test_time_slicing_rename_by_default(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2, rename=True), resources=["nvidia.com/gpu.shared"])
+    settle()
+    assert h.kubelet.resources() == ["nvidia.com/gpu.shared"]
+    reg = h.kubelet.registrations[0]
+    assert reg.endpoint == "gpuslice-nvidia.com_gpu.shared.sock"
+    assert ids(h.latest("nvidia.com/gpu.shared")) == sorted(f"{g}::{n}" for g in u for n in range(2))
+
+
+HETERO = """version: v1
+flags:
+  migStrategy: mixed
+gpuslice:
+  gpus:
+    - index: "0-1"
+      mode: mig
+    - index: "2-3"
+      mode: disabled
+    - index: "4"
+      mode: time-slicing
+      replicas: 3
+    - index: "5"
+      mode: whole
+"""
+
+
+def _all_devices(h):
+    out = {}
+    for res in h.kubelet.resources():
+        for d in h.latest(res):
+            assert d.id not in out, f"{d.id} advertised twice"
+            out[d.id] = (res, d.health)
+    return out
+
+
+def test_heterogeneous_per_gpu_policy(h):
+    node = h.node(H100_L4)
+    u = node.uuids()
+    m0 = node.mig_create(0, "1g.10gb", 0)
+    m1 = node.mig_create(1, "1g.10gb", 0)
+    m2 = node.mig_create(2, "1g.10gb", 0)          # GPU 2 is disabled: never advertised
+    h.agent(node, HETERO, resources=["nvidia.com/mig-1g.10gb"])
+    deadline = time.monotonic() + 5
+    while len(_all_devices(h)) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    settle()
+    got = _all_devices(h)
+    expected = {m0, m1, f"{u[4]}::0", f"{u[4]}::1", f"{u[4]}::2", u[5]}
+    assert set(got) == expected, f"advertised {sorted(got)}"
+    assert got[m0][0] == got[m1][0] == "nvidia.com/mig-1g.10gb"
+    for i in (f"{u[4]}::0", u[5]):
+        assert got[i][0].startswith("nvidia.com/gpu"), got[i]
+    assert all(health == HEALTHY for _, health in got.values())
+    assert m2 not in got and not any(phys(i) in (u[2], u[3]) for i in got)
+
+
+def test_heterogeneous_apply_json_matches_agent(h):
+    node = h.node(H100_L4)
+    node.mig_create(0, "1g.10gb", 0)
+    node.mig_create(1, "1g.10gb", 0)
+    policy = h.write("apply.yaml", HETERO)
+    p = node.run("apply", "--config", policy, "--json")
+    doc = json.loads(p.stdout)
+    assert doc["schema"] == "gpuslice.apply/v1"
+    assert isinstance(doc["warnings"], list)
+    kinds = {}
+    planned = {}
+    for res in doc["resources"]:
+        for d in res["devices"]:
+            planned[d["id"]] = res["name"]
+            kinds[d["id"]] = (d["kind"], d["gpu"], d["health"])
+    u = node.uuids()
+    assert kinds[u[5]] == ("whole", 5, "Healthy")
+    assert kinds[f"{u[4]}::2"] == ("replica", 4, "Healthy")
+    assert sorted(k for k, g, _ in kinds.values() if k == "mig") == ["mig", "mig"]
+    a = h.agent(node, HETERO, resources=sorted(set(planned.values())))
+    settle()
+    got = _all_devices(h)
+    assert {i: r for i, (r, _) in got.items()} == planned
+    assert a.alive()
+
+
+def test_mig_single(h):
+    node = h.node(NODE_H100X2)
+    ms = [node.mig_create(0, "1g.10gb", 0), node.mig_create(0, "1g.10gb", 1), node.mig_create(1, "1g.10gb", 0)]
+    h.agent(node, "version: v1\nflags:\n  migStrategy: single\n", resources=["nvidia.com/gpu"])
+    settle()
+    assert h.kubelet.resources() == ["nvidia.com/gpu"]
+    devs = h.latest("nvidia.com/gpu")
+    assert ids(devs) == sorted(ms)
+    assert all(d.health == HEALTHY for d in devs)
+
+
+def test_mig_mixed(h):
+    node = h.node(H100_L4)
+    u = node.uuids()
+    a = [node.mig_create(0, "1g.10gb", 0), node.mig_create(0, "1g.10gb", 1)]
+    b = node.mig_create(3, "3g.40gb", 4)
+    h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"])
+    settle()
+    assert sorted(h.kubelet.resources()) == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
+    assert ids(h.latest("nvidia.com/mig-1g.10gb")) == sorted(a)
+    assert ids(h.latest("nvidia.com/mig-3g.40gb")) == [b]
+    assert ids(h.latest("nvidia.com/gpu")) == sorted(u[4:6])
+
+
+# ------------------------------------------------------------------------------- Allocate
+
+def test_allocate_whole_env_in_request_order(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [u[1], u[0]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    assert list(r.devices) == [], "no device specs without passDeviceSpecs"
+    r = h.kubelet.allocate("nvidia.com/gpu", [u[0]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_allocate_replicas_deduplicated(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::2", f"{u[0]}::0", f"{u[1]}::3"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::3"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_allocate_index_strategy(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    flags = "  plugin:\n    deviceIDStrategy: index\n"
+    h.agent(node, ts_policy(2, extra_flags=flags), resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0", f"{u[0]}::1", f"{u[1]}::1"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "1,0"
+
+
+def test_allocate_index_strategy_whole(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n", resources=["nvidia.com/gpu"])
+    assert h.kubelet.allocate("nvidia.com/gpu", [u[1], u[0]]).envs["NVIDIA_VISIBLE_DEVICES"] == "1,0"
+
+
+def _devroot(h, files):
+    root = os.path.join(h.base, "devroot")
+    for f in files:
+        path = os.path.join(root, f.lstrip("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    return root
+
+
+def _specs(response):
+    out = {}
+    for d in response.devices:
+        assert d.container_path not in out, f"duplicate device spec {d.container_path}"
+        out[d.container_path] = d
+    return out
+
+
+def test_allocate_device_specs(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"])   # no uvm-tools, no nvidia1
+    flags = f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, ts_policy(2, extra_flags=flags), resources=["nvidia.com/gpu"])
+    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[0]}::1"]))
+    assert sorted(specs) == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]
+    for path, d in specs.items():
+        assert d.host_path == root + path
+        assert "r" in d.permissions and "w" in d.permissions
+
+
+def test_allocate_device_specs_only_existing_nodes(h):
+    # Spec: device specs only for the files that exist under the dev root, /dev/nvidia<minor> too.
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm-tools", "/dev/nvidia0"])   # no nvidia-uvm, no nvidia1
+    flags = f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, f"version: v1\nflags:\n{flags}", resources=["nvidia.com/gpu"])
+    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [u[0]]))
+    assert sorted(specs) == ["/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
+    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [u[1]]))
+    assert sorted(specs) == ["/dev/nvidia-uvm-tools", "/dev/nvidiactl"], "only files that exist under the dev root"
+
+
+def _mig_minors(ngpus=8, ngi=15, nci=8):
+    """A /proc/driver/nvidia-caps/mig-minors as the driver writes it."""
+    lines = ["config 1", "monitor 2"]
+    n = 3
+    for g in range(ngpus):
+        for gi in range(ngi):
+            lines.append(f"gpu{g}/gi{gi}/access {n}")
+            n += 1
+            for ci in range(nci):
+                lines.append(f"gpu{g}/gi{gi}/ci{ci}/access {n}")
+                n += 1
+    table = {}
+    for line in lines:
+        key, value = line.split()
+        table[key] = int(value)
+    return "\n".join(lines) + "\n", table
+
+
+def test_allocate_mig_device_specs(h):
+    node = h.node(H100_L4)
+    m = node.mig_create(1, "1g.10gb", 0)
+    dev = node.mig_device(m)
+    text, table = _mig_minors()
+    gi_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/access"]
+    ci_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/ci{dev['ci_id']}/access"]
+    proc = os.path.join(h.base, "proc")
+    os.makedirs(os.path.join(proc, "driver", "nvidia-caps"))
+    with open(os.path.join(proc, "driver", "nvidia-caps", "mig-minors"), "w") as f:
+        f.write(text)
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0",
+                        f"/dev/nvidia{dev['minor']}", f"/dev/nvidia-caps/nvidia-cap{gi_cap}",
+                        f"/dev/nvidia-caps/nvidia-cap{ci_cap}"])
+    policy = MIXED + f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, policy, resources=["nvidia.com/mig-1g.10gb"], extra=["--proc-root", proc])
+    r = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == m
+    specs = _specs(r)
+    assert sorted(specs) == sorted(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                    f"/dev/nvidia{dev['minor']}", f"/dev/nvidia-caps/nvidia-cap{gi_cap}",
+                                    f"/dev/nvidia-caps/nvidia-cap{ci_cap}"])
+    for path, d in specs.items():
+        assert d.host_path == root + path
+
+
+def test_allocate_rejects_unknown_ids(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    for bad in ["GPU-00000000-0000-0000-0000-000000000000", f"{u[0]}::4", u[0], "MIG-nothing"]:
+        with pytest.raises(grpc.RpcError) as err:
+            h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0", bad])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, err.value)
+        assert bad in err.value.details(), (bad, err.value.details())
+    # The agent still serves after rejected requests.
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
+
+
+def test_fail_requests_greater_than_one(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2, fail_gt_one=True), resources=["nvidia.com/gpu"])
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+    with pytest.raises(grpc.RpcError) as err:
+        h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[1]}::0"])
+    assert "maximum request size for shared resources is 1" in err.value.details()
+
+
+# ------------------------------------------------------------------------------- GetPreferredAllocation
+
+def _check_preferred(got, available, must, size):
+    assert len(got) == size, got
+    assert len(set(got)) == size, f"duplicates in {got}"
+    assert set(got) <= set(available), got
+    assert set(must) <= set(got), got
+
+
+def test_preferred_distributed(h):
+    node = h.node(NODE_L4X4)
+    u = node.uuids()
+    h.agent(node, ts_policy(4), resources=["nvidia.com/gpu"])
+    every = [f"{g}::{n}" for g in u for n in range(4)]
+    got = h.kubelet.preferred("nvidia.com/gpu", every, [], 2)
+    _check_preferred(got, every, [], 2)
+    assert len({phys(i) for i in got}) == 2, got
+    got = h.kubelet.preferred("nvidia.com/gpu", every, [], 4)
+    assert len({phys(i) for i in got}) == 4, got
+    # GPU 0 has 2 replicas allocated, GPU 1 has 1, GPUs 2 and 3 none.
+    available = [i for i in every if i not in (f"{u[0]}::0", f"{u[0]}::1", f"{u[1]}::0")]
+    got = h.kubelet.preferred("nvidia.com/gpu", available, [], 2)
+    _check_preferred(got, available, [], 2)
+    assert {phys(i) for i in got} == {u[2], u[3]}, got
+    got = h.kubelet.preferred("nvidia.com/gpu", available, [], 3)
+    assert {phys(i) for i in got} == {u[1], u[2], u[3]}, got
+    must = [f"{u[0]}::2"]
+    got = h.kubelet.preferred("nvidia.com/gpu", available, must, 2)
+    _check_preferred(got, available, must, 2)
+    assert {phys(i) for i in got} in ({u[0], u[2]}, {u[0], u[3]}), got
+
+
+def test_preferred_packed(h):
+    node = h.node(NODE_L4X4)
+    u = node.uuids()
+    flags = "  plugin:\n    sharedDevicesAllocationPolicy: packed\n"
+    h.agent(node, ts_policy(4, extra_flags=flags), resources=["nvidia.com/gpu"])
+    every = [f"{g}::{n}" for g in u for n in range(4)]
+    got = h.kubelet.preferred("nvidia.com/gpu", every, [], 3)
+    _check_preferred(got, every, [], 3)
+    assert len({phys(i) for i in got}) == 1, got
+    must = [f"{u[2]}::1"]
+    got = h.kubelet.preferred("nvidia.com/gpu", every, must, 3)
+    _check_preferred(got, every, must, 3)
+    assert {phys(i) for i in got} == {u[2]}, got
+    # Only GPU 1 still has 3 free replicas.
+    available = [f"{u[0]}::0", f"{u[0]}::1"] + [f"{u[1]}::{n}" for n in range(4)]
+    got = h.kubelet.preferred("nvidia.com/gpu", available, [], 3)
+    _check_preferred(got, available, [], 3)
+    assert {phys(i) for i in got} == {u[1]}, got
+
+
+# ------------------------------------------------------------------------------- kubelet restart
+
+def test_kubelet_restart_reregisters_within_1s(h):
+    node = h.node(H100_L4)
+    node.mig_create(0, "1g.10gb", 0)
+    node.mig_create(1, "2g.20gb", 0)
+    names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
+    agent = h.agent(node, MIXED, resources=names)
+    before = {n: ids(h.latest(n)) for n in names}
+    for round_ in range(2):
+        t = h.kubelet.restart()       # removes every socket, the agent's included
+        for n in names:
+            reg = h.kubelet.wait_registration(n, after=t, timeout=3)
+            assert reg.received_at - t < 1.0, f"round {round_}: {n} re-registered after {reg.received_at - t:.2f} s"
+            assert reg.endpoint == sock_name(n)
+            assert os.path.exists(os.path.join(h.kdir, reg.endpoint)), "fresh socket"
+            msg = h.kubelet.wait_for(n, lambda devs: True, after=t, timeout=3)
+            assert ids(msg.devices) == before[n]
+        settle()
+        again = [r.resource_name for r in h.kubelet.registrations if r.received_at > t]
+        assert sorted(again) == sorted(names), f"one registration per resource, got {again}"
+        u = node.uuids()
+        assert h.kubelet.allocate("nvidia.com/gpu", [u[4]]).envs["NVIDIA_VISIBLE_DEVICES"] == u[4]
+    assert agent.alive()
+
+
+# ------------------------------------------------------------------------------- config reload
+
+def _count(n):
+    return lambda devs: len(devs) == n
+
+
+def test_sighup_reload(h):
+    node = h.node(T4X2)
+    agent = h.agent(node, TS2, resources=["nvidia.com/gpu"])
+    pid = agent.pid
+    assert len(h.latest("nvidia.com/gpu")) == 4
+    # SIGHUP with an unchanged file: still alive, still serving the same devices.
+    agent.signal(signal.SIGHUP)
+    settle(1.0)
+    assert agent.alive() and agent.pid == pid
+    assert len(h.latest("nvidia.com/gpu")) == 4
+    h.write("policy.yaml", TS4)
+    t = time.monotonic()
+    agent.signal(signal.SIGHUP)
+    msg = h.kubelet.wait_for("nvidia.com/gpu", _count(8), after=t, timeout=5)
+    u = node.uuids()
+    assert ids(msg.devices) == sorted(f"{g}::{n}" for g in u for n in range(4))
+    assert agent.alive() and agent.pid == pid
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::3"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
+
+
+def test_file_change_reload(h):
+    node = h.node(T4X2)
+    agent = h.agent(node, TS2, resources=["nvidia.com/gpu"])
+    # Rewritten in place.
+    t = time.monotonic()
+    with open(agent.policy, "w") as f:
+        f.write(TS4)
+    h.kubelet.wait_for("nvidia.com/gpu", _count(8), after=t, timeout=5)
+    # Replaced atomically (as a ConfigMap update does).
+    t = time.monotonic()
+    tmp = agent.policy + ".new"
+    with open(tmp, "w") as f:
+        f.write(ts_policy(3))
+    os.replace(tmp, agent.policy)
+    h.kubelet.wait_for("nvidia.com/gpu", _count(6), after=t, timeout=5)
+    assert agent.alive()
+
+
+def test_bad_file_reload_keeps_old_policy(h):
+    node = h.node(T4X2)
+    agent = h.agent(node, TS2, resources=["nvidia.com/gpu"])
+    good = ids(h.latest("nvidia.com/gpu"))
+    t = time.monotonic()
+    with open(agent.policy, "w") as f:
+        f.write(BAD_TS)
+    agent.signal(signal.SIGHUP)
+    line = agent.wait_log(r"level=error .*policy\.yaml:\d+:\d+", timeout=5)
+    assert re.match(r'^\S+ level=error msg="', line), line
+    m = re.search(r"policy\.yaml:(\d+):(\d+)", line)
+    assert int(m.group(1)) == BAD_LINE and int(m.group(2)) in BAD_COLS, line
+    settle(1.0)
+    assert agent.alive()
+    assert ids(h.latest("nvidia.com/gpu")) == good, "the old policy stays in force"
+    assert all(ids(msg.devices) == good for msg in h.kubelet.messages("nvidia.com/gpu") if msg.time > t)
+    # A good file afterwards is applied.
+    t = time.monotonic()
+    with open(agent.policy, "w") as f:
+        f.write(TS4)
+    h.kubelet.wait_for("nvidia.com/gpu", _count(8), after=t, timeout=5)
+
+
+# ------------------------------------------------------------------------------- health
+
+def _gpu_health(devs, uuid):
+    return {d.health for d in devs if phys(d.id) == uuid}
+
+
+def test_xid_unhealthy_within_1s_then_recovers(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    health = "    recoveryQuietPeriod: 2s\n"
+    h.agent(node, ts_policy(2, health=health), resources=["nvidia.com/gpu"])
+    t_before = time.monotonic()
+    node.run("sim", "xid", "0", "79")
+    t_inject = time.monotonic()
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[0]) == {UNHEALTHY},
+                             after=t_before, timeout=5)
+    assert msg.time - t_inject < 1.0, f"Unhealthy after {msg.time - t_inject:.2f} s"
+    assert len(msg.devices) == 4
+    assert _gpu_health(msg.devices, u[1]) == {HEALTHY}
+    rec = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: {d.health for d in devs} == {HEALTHY},
+                             after=msg.time, timeout=10)
+    assert rec.time - t_before >= 1.8, f"recovered after {rec.time - t_before:.2f} s, quiet period is 2 s"
+    assert rec.time - t_inject < 5.0
+
+
+def test_xid_on_mig_gpu(h):
+    node = h.node(H100_L4)
+    u = node.uuids()
+    m0 = node.mig_create(0, "1g.10gb", 0)
+    m1 = node.mig_create(1, "1g.10gb", 0)
+    h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])
+    t = time.monotonic()
+    node.run("sim", "xid", "0", "48")
+    msg = h.kubelet.wait_for("nvidia.com/mig-1g.10gb",
+                             lambda devs: {d.id: d.health for d in devs}.get(m0) == UNHEALTHY, after=t, timeout=5)
+    assert msg.time - t < 1.5
+    assert msg.health()[m1] == HEALTHY
+    assert {d.health for d in h.latest("nvidia.com/gpu")} == {HEALTHY}
+    t = time.monotonic()
+    node.run("sim", "xid", "4", "79")
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[4]) == {UNHEALTHY},
+                             after=t, timeout=5)
+    assert _gpu_health(msg.devices, u[5]) == {HEALTHY}
+
+
+def test_ignored_xids(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    for xid in (13, 31, 43, 45, 68, 109):
+        node.run("sim", "xid", "0", str(xid))
+    settle(1.5)
+    assert all(d.health == HEALTHY for m in h.kubelet.messages("nvidia.com/gpu") for d in m.devices)
+    # The event path works: a critical Xid is seen.
+    t = time.monotonic()
+    node.run("sim", "xid", "0", "79")
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[0]) == {UNHEALTHY}, after=t, timeout=5)
+    assert msg.time - t < 1.5
+
+
+def test_custom_ignored_xids(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    policy = WHOLE + "gpuslice:\n  health:\n    ignoredXids: [79]\n"
+    h.agent(node, policy, resources=["nvidia.com/gpu"])
+    node.run("sim", "xid", "1", "79")
+    settle(1.5)
+    assert {d.health for d in h.latest("nvidia.com/gpu")} == {HEALTHY}
+    t = time.monotonic()
+    node.run("sim", "xid", "1", "48")
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[1]) == {UNHEALTHY}, after=t, timeout=5)
+    assert _gpu_health(msg.devices, u[0]) == {HEALTHY}
+
+
+def test_gpu_lost(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS2, resources=["nvidia.com/gpu"])
+    t = time.monotonic()
+    node.run("sim", "gpu-lost", "1")
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[1]) == {UNHEALTHY},
+                             after=t, timeout=5)
+    assert msg.time - t < 5 * POLL_MS / 1000 + 1.0
+    assert _gpu_health(msg.devices, u[0]) == {HEALTHY}
+    assert len(msg.devices) == 4, "a lost GPU's devices stay listed, as Unhealthy"
+
+
+# ------------------------------------------------------------------------------- MIG changes at run time
+
+def test_mig_changes_readvertised(h):
+    node = h.node(H100_L4)
+    m0 = node.mig_create(0, "1g.10gb", 0)
+    agent = h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])
+    pid = agent.pid
+    t = time.monotonic()
+    m1 = node.mig_create(0, "1g.10gb", 1)
+    h.kubelet.wait_for("nvidia.com/mig-1g.10gb", lambda devs: ids(devs) == sorted([m0, m1]), after=t, timeout=3)
+    # A profile not advertised before: a new resource is registered.
+    m2 = node.mig_create(1, "2g.20gb", 0)
+    agent.wait_resources(["nvidia.com/mig-2g.20gb"], timeout=3)
+    assert ids(h.latest("nvidia.com/mig-2g.20gb")) == [m2]
+    assert h.kubelet.registrations[-1].endpoint == "gpuslice-nvidia.com_mig-2g.20gb.sock"
+    # Destroy the first instance.
+    t = time.monotonic()
+    node.mig_destroy(0, node.mig_device(m0)["gi_id"])
+    h.kubelet.wait_for("nvidia.com/mig-1g.10gb", lambda devs: ids(devs) == [m1], after=t, timeout=3)
+    assert h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m1]).envs["NVIDIA_VISIBLE_DEVICES"] == m1
+    with pytest.raises(grpc.RpcError) as err:
+        h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m0])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert agent.alive() and agent.pid == pid
+
+
+# ------------------------------------------------------------------------------- process life cycle
+
+def test_sigterm_exits_0_and_removes_sockets(h):
+    node = h.node(T4X2)
+    agent = h.agent(node, ts_policy(2, rename=True), resources=["nvidia.com/gpu.shared"])
+    assert "gpuslice-nvidia.com_gpu.shared.sock" in os.listdir(h.kdir)
+    assert agent.stop(timeout=5) == 0, agent.log()
+    assert sorted(os.listdir(h.kdir)) == ["kubelet.sock"]
+    h.kubelet.wait_disconnected("nvidia.com/gpu.shared", timeout=3)
+
+
+def test_bad_policy_at_start(h):
+    node = h.node(T4X2)
+    agent = h.agent(node, BAD_TS)
+    rc = agent.wait_exit(10)
+    assert rc == 1, agent.log()
+    m = re.search(r"policy\.yaml:(\d+):(\d+)", agent.log())
+    assert m, agent.log()
+    assert int(m.group(1)) == BAD_LINE and int(m.group(2)) in BAD_COLS, agent.log()
+    assert h.kubelet.registrations == []
+    assert sorted(os.listdir(h.kdir)) == ["kubelet.sock"]
+
+
+def test_apply_json(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    policy = h.write("p.yaml", ts_policy(2, rename=True))
+    doc = json.loads(node.run("apply", "--config", policy, "--json").stdout)
+    assert doc["schema"] == "gpuslice.apply/v1"
+    assert [r["name"] for r in doc["resources"]] == ["nvidia.com/gpu.shared"]
+    devs = doc["resources"][0]["devices"]
+    assert sorted(d["id"] for d in devs) == sorted(f"{g}::{n}" for g in u for n in range(2))
+    for d in devs:
+        assert d["kind"] == "replica" and d["health"] == "Healthy"
+        assert u[d["gpu"]] == phys(d["id"])
+    bad = h.write("bad.yaml", BAD_TS)
+    p = node.run("apply", "--config", bad, "--json", check=1)
+    assert f"bad.yaml:{BAD_LINE}:" in p.stderr

@@ -1,0 +1,338 @@
+/* test_plan.c: what the node advertises, per policy, from hand-made inventories (no GPU, no
+ * library): whole GPUs, time-sliced replicas (NVIDIA's file semantics), per-GPU rules, MIG single
+ * and mixed, health, lost GPUs, and the Allocate / GetPreferredAllocation answers. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/plan.h"
+
+static struct gs_inventory *inv_new(unsigned n, const char *name) {
+    struct gs_inventory *inv = calloc(1, sizeof(*inv));
+    inv->n_gpus = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct gs_gpu *g = &inv->gpus[i];
+        g->index = g->minor = i;
+        g->numa_node = i < n / 2 ? 0 : 1;
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-%08u-0000-0000-0000-000000000000", i);
+        snprintf(g->name, sizeof(g->name), "%s", name);
+    }
+    return inv;
+}
+
+static void add_mig(struct gs_gpu *g, const char *profile, unsigned gi, unsigned slices) {
+    g->mig_capable = true;
+    g->mig_current = g->mig_pending = 1;
+    struct gs_mig_device *m = &g->mig[g->n_mig++];
+    memset(m, 0, sizeof(*m));
+    snprintf(m->uuid, sizeof(m->uuid), "MIG-%08u-%04u-0000-0000-000000000000", g->index, gi);
+    snprintf(m->profile, sizeof(m->profile), "%s", profile);
+    m->gi_id = gi;
+    m->gi_slices = m->ci_slices = slices;
+}
+
+static struct gs_policy *policy(const char *yaml) {
+    struct gs_policy *p = calloc(1, sizeof(*p));
+    char err[512];
+    if (gs_policy_parse("test.yaml", yaml, strlen(yaml), p, err, sizeof(err)) < 0)
+        fail_msg("policy: %s", err);
+    return p;
+}
+
+static void test_default_whole(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "Tesla T4");
+    struct gs_policy *pol = policy("version: v1\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_resources, 1);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_non_null(r);
+    assert_int_equal(r->n_devices, 2);
+    assert_string_equal(r->devices[1].id, inv->gpus[1].uuid);
+    assert_int_equal(r->devices[1].kind, GS_DEV_WHOLE);
+    assert_false(r->replicated);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* NVIDIA's time-slicing file: every GPU x replicas, renamed to .shared by default when asked. */
+static void test_nvidia_time_slicing(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(8, "NVIDIA H100 80GB HBM3");
+    struct gs_policy *pol = policy("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+                                   "    failRequestsGreaterThanOne: true\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 10\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_resources, 1);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
+    assert_non_null(r);
+    assert_int_equal(r->n_devices, 80);
+    assert_true(r->replicated && r->fail_gt_one);
+    char want[128];
+    snprintf(want, sizeof(want), "%s::9", inv->gpus[7].uuid);
+    assert_string_equal(r->devices[79].id, want);
+    assert_int_equal(r->devices[79].replica, 9);
+    gs_plan_free(&plan);
+    free(pol);
+    /* renameByDefault false: the replicas are nvidia.com/gpu itself; devices: list honoured. */
+    pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                 "      replicas: 2\n      devices: [\"0\", \"GPU-00000003-0000-0000-0000-000000000000\"]\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(r->n_devices, 2 + 2 + 6); /* GPUs 0 and 3 x2, six whole */
+    assert_int_equal(plan.gpus[0].mode, GS_MODE_TIME_SLICING);
+    assert_int_equal(plan.gpus[3].mode, GS_MODE_TIME_SLICING);
+    assert_int_equal(plan.gpus[1].mode, GS_MODE_WHOLE);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* Per-GPU rules: GPUs 0-3 MIG, 4-5 time-sliced x4, 6 whole, 7 disabled. */
+static void test_heterogeneous(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(8, "NVIDIA H100 80GB HBM3");
+    for (unsigned i = 0; i < 4; i++) {
+        add_mig(&inv->gpus[i], "3g.40gb", 1, 3);
+        add_mig(&inv->gpus[i], "1g.10gb", 9, 1);
+    }
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  gpus:\n"
+                                   "  - index: \"0-3\"\n    mode: mig\n"
+                                   "  - index: \"4,5\"\n    mode: time-slicing\n    replicas: 4\n"
+                                   "  - index: 6\n    mode: whole\n  - index: 7\n    mode: disabled\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/mig-3g.40gb")->n_devices, 4);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb")->n_devices, 4);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu.shared")->n_devices, 8);
+    const struct gs_resource *whole = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(whole->n_devices, 1);
+    assert_int_equal(whole->devices[0].gpu, 6);
+    assert_int_equal(plan.gpus[7].mode, GS_MODE_DISABLED);
+    assert_null(plan.gpus[7].resource);
+    assert_int_equal(plan.n_resources, 4);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+static void test_mig_strategies(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "NVIDIA A100-SXM4-40GB");
+    add_mig(&inv->gpus[0], "1g.5gb", 7, 1);
+    add_mig(&inv->gpus[0], "1g.5gb+me", 8, 1);
+    add_mig(&inv->gpus[1], "1g.5gb", 7, 1);
+    /* a CI smaller than its GI is never advertised */
+    add_mig(&inv->gpus[1], "1c.3g.20gb", 1, 3);
+    inv->gpus[1].mig[1].ci_slices = 1;
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: mixed\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/mig-1g.5gb")->n_devices, 2);
+    assert_non_null(gs_plan_resource(&plan, "nvidia.com/mig-1g.5gb.me")); /* '+' -> '.' */
+    assert_int_equal(plan.n_resources, 2);
+    gs_plan_free(&plan);
+    free(pol);
+    /* single: one profile on the node, advertised as nvidia.com/gpu; a second profile is a warning. */
+    pol = policy("version: v1\nflags:\n  migStrategy: single\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(r->n_devices, 2);
+    assert_int_equal(r->devices[0].kind, GS_DEV_MIG);
+    assert_int_equal(plan.n_resources, 1);
+    assert_true(plan.n_warnings >= 1);
+    assert_non_null(strstr(plan.warnings[0], "migStrategy single needs one MIG profile"));
+    gs_plan_free(&plan);
+    free(pol);
+    /* none: MIG GPUs are not advertised at all. */
+    pol = policy("version: v1\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_resources, 0);
+    assert_int_equal(plan.n_warnings, 2);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* An Xid on a GPU makes every device on it Unhealthy (all replicas), none elsewhere; a lost GPU
+ * likewise; gs_plan_equal sees the difference. */
+static void test_health(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "NVIDIA L4");
+    struct gs_policy *pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 3\n");
+    struct gs_plan a, b;
+    struct gs_health h = { 0 };
+    assert_int_equal(gs_plan_build(inv, pol, &h, &a), 0);
+    h.unhealthy[1] = true;
+    assert_int_equal(gs_plan_build(inv, pol, &h, &b), 0);
+    assert_false(gs_plan_equal(&a, &b));
+    const struct gs_resource *r = gs_plan_resource(&b, "nvidia.com/gpu");
+    for (unsigned i = 0; i < r->n_devices; i++)
+        assert_int_equal(r->devices[i].healthy, r->devices[i].gpu != 1);
+    gs_plan_free(&b);
+    h.unhealthy[1] = false;
+    inv->gpus[0].lost = true;
+    assert_int_equal(gs_plan_build(inv, pol, &h, &b), 0);
+    r = gs_plan_resource(&b, "nvidia.com/gpu");
+    assert_false(r->devices[0].healthy);
+    assert_true(r->devices[5].healthy);
+    gs_plan_free(&b);
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &b), 0);
+    inv->gpus[0].lost = false;
+    gs_plan_free(&a);
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &a), 0);
+    assert_false(gs_plan_equal(&a, &b));
+    gs_plan_free(&a);
+    gs_plan_free(&b);
+    free(pol);
+    free(inv);
+}
+
+static bool exists_in(const char *path, void *ctx) {
+    for (const char *const *p = ctx; *p; p++)
+        if (strcmp(*p, path) == 0)
+            return true;
+    return false;
+}
+
+static void test_allocate(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "NVIDIA L4");
+    add_mig(&inv->gpus[1], "1g.10gb", 7, 1); /* (mixed below only matters for the MIG case) */
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: mixed\n  nvidiaDevRoot: /host\n"
+                                   "  plugin:\n    passDeviceSpecs: true\nsharing:\n  timeSlicing:\n"
+                                   "    failRequestsGreaterThanOne: true\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 4\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    char id0[128], id1[128];
+    snprintf(id0, sizeof(id0), "%s::0", inv->gpus[0].uuid);
+    snprintf(id1, sizeof(id1), "%s::3", inv->gpus[0].uuid);
+    const char *files[] = { "/host/dev/nvidiactl", "/host/dev/nvidia0", "/host/dev/nvidia1",
+                            "/host/dev/nvidia-caps/nvidia-cap66", "/host/dev/nvidia-caps/nvidia-cap67", NULL };
+    struct gs_alloc_response resp;
+    char err[256];
+    const char *one[] = { id0 };
+    assert_int_equal(gs_allocate(r, one, 1, pol, NULL, exists_in, files, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.visible_devices, inv->gpus[0].uuid);
+    assert_int_equal(resp.n_devspecs, 2);
+    assert_string_equal(resp.devspecs[0].container_path, "/dev/nvidiactl");
+    assert_string_equal(resp.devspecs[1].host_path, "/host/dev/nvidia0");
+    gs_alloc_response_free(&resp);
+    const char *two[] = { id0, id1 };
+    assert_int_equal(gs_allocate(r, two, 2, pol, NULL, exists_in, files, &resp, err, sizeof(err)), -E2BIG);
+    assert_string_equal(err, "maximum request size for shared resources is 1; found 2");
+    const char *bad[] = { "GPU-nope::0" };
+    assert_int_equal(gs_allocate(r, bad, 1, pol, NULL, exists_in, files, &resp, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "unknown device ID 'GPU-nope::0'"));
+    /* Without failRequestsGreaterThanOne two replicas of one GPU collapse to one UUID. */
+    pol->ts_fail_requests_gt_one = false;
+    gs_plan_free(&plan);
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(gs_allocate(r, two, 2, pol, NULL, exists_in, files, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.visible_devices, inv->gpus[0].uuid);
+    gs_alloc_response_free(&resp);
+    assert_int_equal(gs_allocate(r, (const char *[]){ id0, id0 }, 2, pol, NULL, NULL, NULL, &resp, err, sizeof(err)),
+                     -EINVAL);
+    /* MIG: parent node plus the GI and CI capability nodes from mig-minors. */
+    struct gs_mig_minors mm;
+    const char *minors = "config 1\nmonitor 2\ngpu1/gi7/access 66\ngpu1/gi7/ci0/access 67\n";
+    assert_int_equal(gs_mig_minors_parse("mig-minors", minors, &mm, err, sizeof(err)), 0);
+    assert_int_equal(mm.n, 2);
+    const struct gs_resource *mr = gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb");
+    const char *mig[] = { mr->devices[0].id };
+    assert_int_equal(gs_allocate(mr, mig, 1, pol, &mm, exists_in, files, &resp, err, sizeof(err)), 0);
+    assert_int_equal(resp.n_devspecs, 4);
+    assert_string_equal(resp.devspecs[2].container_path, "/dev/nvidia-caps/nvidia-cap66");
+    assert_string_equal(resp.devspecs[3].host_path, "/host/dev/nvidia-caps/nvidia-cap67");
+    gs_alloc_response_free(&resp);
+    /* A missing device node fails the allocation instead of starting a container without it. */
+    const char *no_gpu_node[] = { "/host/dev/nvidiactl", NULL };
+    assert_int_equal(gs_allocate(r, one, 1, pol, NULL, exists_in, no_gpu_node, &resp, err, sizeof(err)), -ENODEV);
+    assert_string_equal(err, "device node /host/dev/nvidia0 does not exist");
+    gs_mig_minors_free(&mm);
+    assert_int_equal(gs_mig_minors_parse("mm", "gpu0/gi1/access x\n", &mm, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "mm:1: expected '<path> <minor>'");
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+static unsigned gpus_of(const struct gs_resource *r, const char **ids, size_t n) {
+    unsigned mask = 0;
+    for (size_t i = 0; i < n; i++)
+        mask |= 1u << gs_resource_device(r, ids[i])->gpu;
+    return mask;
+}
+
+static void test_preferred(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(4, "NVIDIA L4");
+    struct gs_policy *pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 4\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    const char *avail[16], *out[16];
+    for (unsigned i = 0; i < 16; i++)
+        avail[i] = r->devices[i].id;
+    /* distributed: 3 replicas on 3 GPUs; packed: all on one. */
+    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_DISTRIBUTED, out), 3);
+    assert_int_equal(__builtin_popcount(gpus_of(r, out, 3)), 3);
+    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_PACKED, out), 3);
+    assert_int_equal(__builtin_popcount(gpus_of(r, out, 3)), 1);
+    /* distributed prefers the least used GPUs: GPUs 0 and 1 have replicas in use. */
+    const char *partial[12];
+    unsigned k = 0;
+    for (unsigned i = 0; i < 16; i++)
+        if (!(r->devices[i].gpu == 0 && r->devices[i].replica < 2) && !(r->devices[i].gpu == 1 && r->devices[i].replica < 1))
+            partial[k++] = r->devices[i].id;
+    assert_int_equal(k, 13 - 0);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gpus_of(r, out, 2), (1u << 2) | (1u << 3));
+    /* packed prefers the most used GPU that can hold the request. */
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_PACKED, out), 2);
+    assert_int_equal(gpus_of(r, out, 2), 1u << 0);
+    /* must_include is always part of the answer. */
+    const char *must[] = { r->devices[13].id };
+    assert_int_equal(gs_preferred(r, avail, 16, must, 1, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_string_equal(out[0], r->devices[13].id);
+    assert_int_equal(__builtin_popcount(gpus_of(r, out, 2)), 2);
+    /* more than is available: as many as there are. */
+    assert_int_equal(gs_preferred(r, avail, 2, NULL, 0, 5, GS_ALLOC_DISTRIBUTED, out), 2);
+    gs_plan_free(&plan);
+    free(pol);
+    /* whole GPUs: stay on one NUMA node (GPUs 0,1 on node 0; 2,3 on node 1). */
+    pol = policy("version: v1\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    const char *wavail[] = { r->devices[1].id, r->devices[2].id, r->devices[3].id };
+    assert_int_equal(gs_preferred(r, wavail, 3, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gpus_of(r, out, 2), (1u << 2) | (1u << 3));
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
+        cmocka_unit_test(test_heterogeneous),   cmocka_unit_test(test_mig_strategies),
+        cmocka_unit_test(test_health),          cmocka_unit_test(test_allocate),
+        cmocka_unit_test(test_preferred),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
