@@ -1,9 +1,10 @@
 /* agent.c: the node agent's event loop (see agent.h).
  *
- * One thread runs everything that touches state: gRPC (dp_manager_poll) and an epoll set with a
- * signalfd, an inotify fd (kubelet directory and the policy file's directory), a timerfd (the
- * inventory poll) and a pipe fed by the NVML event thread, whose only job is to block in
- * nvmlEventSetWait and forward Xid events. */
+ * Three threads: the main one waits in epoll on a signalfd, an inotify fd (kubelet directory and
+ * the policy file's directory), a timerfd (the inventory poll) and a pipe fed by the NVML event
+ * thread, whose only job is to block in nvmlEventSetWait and forward Xid events; the device
+ * plugins' gRPC thread answers the kubelet. The policy is shared with the gRPC handlers under
+ * `lock`; the main thread never holds it while calling into the device plugins. */
 #include "agent/agent.h"
 
 #include <errno.h>
@@ -28,6 +29,7 @@
 #include "util/util.h"
 
 struct agent {
+    pthread_mutex_t lock;          /* policy, as read by the gRPC handlers */
     const struct agent_options *o;
     struct gpu_node *node;
     struct gs_policy policy;
@@ -192,7 +194,10 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     struct agent *a = ctx;
     struct gs_mig_minors mm = { 0 };
     bool need_minors = false;
-    for (size_t i = 0; i < n && a->policy.pass_device_specs; i++) {
+    pthread_mutex_lock(&a->lock);
+    bool pass_specs = a->policy.pass_device_specs;
+    pthread_mutex_unlock(&a->lock);
+    for (size_t i = 0; i < n && pass_specs; i++) {
         const struct gs_device *d = gs_resource_device(r, ids[i]);
         need_minors |= d && d->kind == GS_DEV_MIG;
     }
@@ -209,7 +214,9 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         if (rr < 0)
             return rr;
     }
+    pthread_mutex_lock(&a->lock);
     int rc = gs_allocate(r, ids, n, &a->policy, &mm, file_exists, NULL, out, err, errlen);
+    pthread_mutex_unlock(&a->lock);
     gs_mig_minors_free(&mm);
     return rc;
 }
@@ -217,7 +224,10 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
 static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
                            const char *const *must, size_t n_must, size_t size, const char **out) {
     struct agent *a = ctx;
-    return gs_preferred(r, avail, n_avail, must, n_must, size, a->policy.alloc_policy, out);
+    pthread_mutex_lock(&a->lock);
+    enum gs_alloc_policy policy = a->policy.alloc_policy;
+    pthread_mutex_unlock(&a->lock);
+    return gs_preferred(r, avail, n_avail, must, n_must, size, policy, out);
 }
 
 /* ---- policy --------------------------------------------------------------------------------- */
@@ -235,7 +245,9 @@ static unsigned long long hash_text(const char *s, size_t n) {
  * file is bad (the running policy stays). */
 static int load_policy(struct agent *a, bool initial) {
     if (!a->o->config_path) {
+        pthread_mutex_lock(&a->lock);
         gs_policy_init(&a->policy);
+        pthread_mutex_unlock(&a->lock);
         return 1;
     }
     _cleanup_free_ char *text = NULL;
@@ -258,7 +270,9 @@ static int load_policy(struct agent *a, bool initial) {
     }
     for (unsigned i = 0; i < next.n_warnings; i++)
         log_warn("Policy %s: %s", a->o->config_path, next.warnings[i]);
+    pthread_mutex_lock(&a->lock);
     a->policy = next;
+    pthread_mutex_unlock(&a->lock);
     a->policy_hash = h;
     if (!initial)
         log_info("Applied the new policy from %s", a->o->config_path);
@@ -383,6 +397,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     struct agent *a = calloc(1, sizeof(*a));
     if (!a)
         return 1;
+    pthread_mutex_init(&a->lock, NULL);
     a->o = o;
     a->node = node;
     a->sigfd = a->epfd = a->inofd = a->timerfd = a->pipe_rd = a->pipe_wr = -1;
@@ -403,7 +418,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     struct dp_handlers h = { a, on_allocate, on_preferred };
     if (dp_manager_new(o->kubelet_dir, &h, &a->dp) < 0)
         goto out;
-    if (replan(a, true) < 0)
+    if (replan(a, true) < 0 || dp_manager_start(a->dp) < 0)
         goto out;
     if (gpu_events_open(node, &a->events) == 0) {
         if (pthread_create(&a->event_thread, NULL, event_thread, a) == 0)
@@ -413,9 +428,13 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     }
     exit_code = 0;
     for (bool running = true; running;) {
-        dp_manager_poll(a->dp, 10);
         struct epoll_event evs[8];
-        int n = epoll_wait(a->epfd, evs, 8, 0);
+        int n = epoll_wait(a->epfd, evs, 8, -1);
+        if (n < 0 && errno != EINTR) {
+            log_error("epoll_wait: %s", strerror(errno));
+            exit_code = 1;
+            break;
+        }
         bool reload = false, poll_now = false;
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
@@ -464,6 +483,7 @@ out:
         if (fds[i] >= 0)
             close(fds[i]);
     free(a->inv);
+    pthread_mutex_destroy(&a->lock);
     free(a);
     if (exit_code == 0)
         log_info("gpuslice agent stopped");

@@ -288,6 +288,14 @@ static bool mig_uuid_valid(const char *s) {
     return strspn(a + 1, "0123456789") == (size_t)(b - a - 1) && strspn(b + 1, "0123456789") == strlen(b + 1);
 }
 
+/* NVML prints UUIDs in lower case and the agent compares them as strings: normalise the hex
+ * digits after the "GPU-"/"MIG-" prefix (the inner "GPU-" of the old MIG form has no A-F). */
+static void lower_uuid(char *s) {
+    for (s += 4; *s; s++)
+        if (*s >= 'A' && *s <= 'F')
+            *s = (char)(*s - 'A' + 'a');
+}
+
 /* A GPU index in 0..63 written without sign or leading zeros. */
 static bool gpu_index_valid(const char *s) {
     size_t n = strlen(s);
@@ -390,8 +398,8 @@ static int parse_list_strategy(struct gs_yaml *y, const yaml_node_t *node, const
     return 0;
 }
 
-/* Settings that belong to NVIDIA's CDI support, its container or its kubelet discovery, none of
- * which gpuslice reads from this file. */
+/* String settings gpuslice does not use: checked for type, and with `why` a warning for each one
+ * given (GFD's settings pass NULL: they configure NVIDIA's GFD from the same file, not us). */
 static int parse_ignored_strings(struct gs_yaml *y, const yaml_node_t *map, const char *path,
                                  const char *const *keys, const char *why, struct gs_policy *p) {
     for (size_t i = 0; keys[i]; i++) {
@@ -430,7 +438,7 @@ static int parse_plugin(struct gs_yaml *y, const yaml_node_t *map, struct gs_pol
     if ((r = parse_ignored_strings(y, map, path, cdi_keys, "CDI is not supported by this version yet", p)) < 0)
         return r;
     static const char *const socket_keys[] = { "kubeletSocket", NULL };
-    return parse_ignored_strings(y, map, path, socket_keys, "set with gpuslice's command line instead", p);
+    return parse_ignored_strings(y, map, path, socket_keys, "not read from the policy file", p);
 }
 
 static int parse_gfd(struct gs_yaml *y, const yaml_node_t *map) {
@@ -514,7 +522,7 @@ static int parse_flags(struct gs_yaml *y, const yaml_node_t *map, struct gs_poli
     return 0;
 }
 
-/* ---- resources, imex: valid NVIDIA settings that neither NVIDIA's plugin nor gpuslice applies ---- */
+/* ---- resources (NVIDIA ignores it too) and imex: checked, then ignored with a warning ---- */
 
 static int parse_resources(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "resources", resources_keys);
@@ -595,6 +603,8 @@ static int parse_device_ref(struct gs_yaml *y, const yaml_node_t *node, const ch
                              "MIG UUID (MIG-...)",
                              s, MAX_GPU_INDEX);
     gs_strlcpy(ref->text, s, sizeof(ref->text));
+    if (!is_digit(s[0]))
+        lower_uuid(ref->text);
     return 0;
 }
 
@@ -798,6 +808,8 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
         if (!*s || strlen(s) >= sizeof(rule->pattern))
             return gs_yaml_error(y, sel_node, kp, "must be 1 to %zu characters long", sizeof(rule->pattern) - 1);
         gs_strlcpy(rule->pattern, s, sizeof(rule->pattern));
+        if (uuid)
+            lower_uuid(rule->pattern);
     }
 
     const yaml_node_t *mode = gs_yaml_map_get(y, entry, "mode");

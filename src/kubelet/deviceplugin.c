@@ -14,6 +14,8 @@
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +86,10 @@ struct dp_plugin {
 };
 
 struct dp_manager {
+    pthread_mutex_t lock;            /* everything below; taken around each event and API call */
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
     char dir[PATH_MAX];
     char kubelet_sock[PATH_MAX + 16];
     struct dp_handlers h;
@@ -485,7 +491,17 @@ static void register_start(struct dp_plugin *p) {
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     char target[PATH_MAX + 32];
     snprintf(target, sizeof(target), "unix:%s", m->kubelet_sock);
-    c->channel = grpc_channel_create(target, creds, NULL);
+    /* A private subchannel with short reconnect backoff: gRPC shares subchannels between
+     * channels to one target, and one that failed while the kubelet was down would make the next
+     * Register wait out a backoff of a second or more. */
+    grpc_arg args[] = {
+        { GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, { .integer = 1 } },
+        { GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MIN_MS } },
+        { GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MIN_MS } },
+        { GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MAX_MS } },
+    };
+    grpc_channel_args chan_args = { GS_ARRAY_SIZE(args), args };
+    c->channel = grpc_channel_create(target, creds, &chan_args);
     grpc_channel_credentials_release(creds);
     grpc_slice method = grpc_slice_from_static_string(REGISTER_METHOD);
     gpr_timespec deadline =
@@ -655,13 +671,23 @@ int dp_manager_new(const char *kubelet_dir, const struct dp_handlers *h, struct 
     }
     snprintf(m->kubelet_sock, sizeof(m->kubelet_sock), "%s/kubelet.sock", kubelet_dir);
     m->h = *h;
+    pthread_mutex_init(&m->lock, NULL);
     grpc_init();
     m->cq = grpc_completion_queue_create_for_next(NULL);
     *out = m;
     return 0;
 }
 
+static int sync_locked(struct dp_manager *m, const struct gs_plan *plan);
+
 int dp_manager_sync(struct dp_manager *m, const struct gs_plan *plan) {
+    pthread_mutex_lock(&m->lock);
+    int r = sync_locked(m, plan);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
     for (unsigned i = 0; i < plan->n_resources; i++) {
         const struct gs_resource *r = &plan->resources[i];
         struct dp_plugin *p = plugin_find(m, r->name);
@@ -726,11 +752,14 @@ static void restart_plugin(struct dp_plugin *p) {
 }
 
 void dp_manager_restart_all(struct dp_manager *m) {
+    pthread_mutex_lock(&m->lock);
     for (struct dp_plugin *p = m->plugins; p; p = p->next)
         restart_plugin(p);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void dp_manager_socket_deleted(struct dp_manager *m, const char *basename) {
+    pthread_mutex_lock(&m->lock);
     for (struct dp_plugin *p = m->plugins; p; p = p->next) {
         if (strcmp(p->endpoint, basename) != 0 || p->state != P_RUNNING || p->restart_when_stopped)
             continue;
@@ -740,12 +769,15 @@ void dp_manager_socket_deleted(struct dp_manager *m, const char *basename) {
         log_warn("Socket %s was deleted (kubelet restart?): serving %s again", p->socket_path, p->resource);
         restart_plugin(p);
     }
+    pthread_mutex_unlock(&m->lock);
 }
 
-unsigned dp_manager_registered(const struct dp_manager *m) {
+unsigned dp_manager_registered(struct dp_manager *m) {
+    pthread_mutex_lock(&m->lock);
     unsigned n = 0;
     for (const struct dp_plugin *p = m->plugins; p; p = p->next)
         n += p->reg == R_DONE && p->state == P_RUNNING;
+    pthread_mutex_unlock(&m->lock);
     return n;
 }
 
@@ -812,24 +844,50 @@ static void handle_event(struct dp_manager *m, grpc_event ev) {
     plugin_maybe_finish(p);
 }
 
-void dp_manager_poll(struct dp_manager *m, int timeout_ms) {
+/* Waits up to timeout_ms for gRPC events (without the lock), then handles each under the lock,
+ * then starts the registration retries that are due. */
+static void poll_events(struct dp_manager *m, int timeout_ms) {
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(m->cq, deadline, NULL);
         if (ev.type != GRPC_OP_COMPLETE)
             break;
+        pthread_mutex_lock(&m->lock);
         handle_event(m, ev);
+        pthread_mutex_unlock(&m->lock);
         deadline = gpr_inf_past(GPR_CLOCK_MONOTONIC);
     }
+    pthread_mutex_lock(&m->lock);
     unsigned long long now = gs_now_ns();
     for (struct dp_plugin *p = m->plugins; p; p = p->next)
         if (p->state == P_RUNNING && p->reg == R_WAIT && now >= p->reg_at_ns)
             register_start(p);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void *event_loop(void *arg) {
+    struct dp_manager *m = arg;
+    while (!atomic_load(&m->stop))
+        poll_events(m, 50);
+    return NULL;
+}
+
+int dp_manager_start(struct dp_manager *m) {
+    int r = pthread_create(&m->thread, NULL, event_loop, m);
+    if (r != 0)
+        return -r;
+    m->thread_started = true;
+    return 0;
 }
 
 void dp_manager_free(struct dp_manager *m) {
     if (!m)
         return;
+    if (m->thread_started) {
+        atomic_store(&m->stop, true);
+        pthread_join(m->thread, NULL);
+    }
+    pthread_mutex_lock(&m->lock);
     for (struct dp_plugin *p = m->plugins; p; p = p->next) {
         p->remove_when_stopped = true;
         if (p->state == P_RUNNING)
@@ -842,12 +900,14 @@ void dp_manager_free(struct dp_manager *m) {
         if (p->state == P_STOPPED)
             plugin_maybe_finish(p);
     }
+    pthread_mutex_unlock(&m->lock);
     while (m->plugins && gs_now_ns() < end)
-        dp_manager_poll(m, 50);
+        poll_events(m, 50);
     grpc_completion_queue_shutdown(m->cq);
     while (grpc_completion_queue_next(m->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(m->cq);
     grpc_shutdown();
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }

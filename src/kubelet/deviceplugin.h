@@ -3,9 +3,10 @@
  * streams that carry the full device list at once and on every change, and Allocate /
  * GetPreferredAllocation / PreStartContainer answered through the agent's handlers.
  *
- * Single-threaded: every gRPC event (the plugin's own servers and its Register calls to the
- * kubelet) goes through one completion queue that dp_manager_poll() drains, so the kubelet's
- * GetDevicePluginOptions is answered while our Register call is still in flight. */
+ * Every gRPC event (the plugin's own servers and its Register calls to the kubelet) goes through
+ * one completion queue drained by one thread (dp_manager_start), so the kubelet's
+ * GetDevicePluginOptions is answered while our Register call is still in flight. The handlers
+ * run on that thread; the other functions may be called from any thread (one lock inside). */
 #ifndef GS_DEVICEPLUGIN_H
 #define GS_DEVICEPLUGIN_H
 
@@ -44,11 +45,11 @@ void dp_manager_restart_all(struct dp_manager *m);
  * is restarted with a fresh socket and registers again. */
 void dp_manager_socket_deleted(struct dp_manager *m, const char *basename);
 
-/* Processes gRPC events for up to timeout_ms, and due registration retries. */
-void dp_manager_poll(struct dp_manager *m, int timeout_ms);
+/* Starts the thread that serves gRPC events and registration retries. */
+int dp_manager_start(struct dp_manager *m);
 
 /* Number of resources currently registered with the kubelet. */
-unsigned dp_manager_registered(const struct dp_manager *m);
+unsigned dp_manager_registered(struct dp_manager *m);
 
 /* Closes every stream, shuts the servers down and removes their sockets. */
 void dp_manager_free(struct dp_manager *m);

@@ -236,10 +236,11 @@ class KubeletEmulator:
             if ep.thread is not None:
                 ep.thread.join(2)
 
-    def restart(self):
+    def restart(self, gap=0.0):
         """Simulates a kubelet restart: stop serving, drop all plugin connections, remove every
         unix socket in the directory (CleanupPluginDirectory keeps directories, the checkpoint
-        and other regular files), then listen on kubelet.sock again. Returns the restart time."""
+        and other regular files), wait `gap` seconds (a kubelet that is slow to come up), then
+        listen on kubelet.sock again. Returns the time the sockets were removed."""
         self._stop_serving()
         for entry in os.scandir(self.directory):
             try:
@@ -250,6 +251,8 @@ class KubeletEmulator:
         t = time.monotonic()
         with self._cond:
             self.restarts.append(t)
+        if gap > 0:
+            time.sleep(gap)
         self._listen()
         return t
 

@@ -647,17 +647,22 @@ def test_kubelet_restart_reregisters_within_1s(h):
     names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
     agent = h.agent(node, MIXED, resources=names)
     before = {n: ids(h.latest(n)) for n in names}
-    for round_ in range(2):
-        t = h.kubelet.restart()       # removes every socket, the agent's included
+    # gap: how long the new kubelet takes between removing the sockets and listening again. With
+    # a short gap, "within 1 s" counts from the restart (the socket removal); with a long one,
+    # from the moment kubelet.sock exists again.
+    for gap in (0.0, 0.5, 2.0):
+        t = h.kubelet.restart(gap=gap)  # removes every socket, the agent's included
+        origin = t if gap < 1.0 else t + gap
         for n in names:
-            reg = h.kubelet.wait_registration(n, after=t, timeout=3)
-            assert reg.received_at - t < 1.0, f"round {round_}: {n} re-registered after {reg.received_at - t:.2f} s"
+            reg = h.kubelet.wait_registration(n, after=t, timeout=5)
+            assert reg.received_at - origin < 1.0, \
+                f"gap {gap}: {n} re-registered {reg.received_at - t:.2f} s after the restart"
             assert reg.endpoint == sock_name(n)
             assert os.path.exists(os.path.join(h.kdir, reg.endpoint)), "fresh socket"
             msg = h.kubelet.wait_for(n, lambda devs: True, after=t, timeout=3)
             assert ids(msg.devices) == before[n]
         settle()
-        again = [r.resource_name for r in h.kubelet.registrations if r.received_at > t]
+        again = [r.resource_name for r in h.kubelet.registrations if r.received_at > t and r.ok]
         assert sorted(again) == sorted(names), f"one registration per resource, got {again}"
         u = node.uuids()
         assert h.kubelet.allocate("nvidia.com/gpu", [u[4]]).envs["NVIDIA_VISIBLE_DEVICES"] == u[4]

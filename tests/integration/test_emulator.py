@@ -310,3 +310,18 @@ def test_two_resources(kubelet, plugins):
     assert [d.id for d in kubelet.devices("example.com/a")] == ["a-0"]
     assert [d.id for d in kubelet.devices("example.com/b")] == ["b-0"]
     assert kubelet.devices("example.com/none") == []
+
+
+def test_restart_with_gap(kubelet, plugins, kdir):
+    plugins().register()
+    kubelet.wait_resources([RESOURCE])
+    seen = []
+    def probe():
+        time.sleep(0.1)
+        seen.append(os.path.exists(kubelet.socket_path))
+    th = threading.Thread(target=probe)
+    th.start()
+    t = kubelet.restart(gap=0.3)
+    th.join()
+    assert seen == [False], "kubelet.sock is absent during the gap"
+    assert os.path.exists(kubelet.socket_path) and time.monotonic() - t >= 0.3

@@ -237,9 +237,9 @@ static void test_time_slicing_full(void **state) {
              "      - name: nvidia.com/gpu\n"
              "        rename: example.com/shared-gpu\n"
              "        replicas: 2\n"
-             "        devices: [\"0\", 1, GPU-b1028956-cfa2-0990-bf4a-5da9abb51763,\n"
+             "        devices: [\"0\", 1, GPU-B1028956-cfa2-0990-bf4a-5da9abb51763,\n"
              "                  MIG-3b6a2a4c-2a2b-5e0e-a3ad-7a2f1d0c9b11,\n"
-             "                  MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0]\n"
+             "                  MIG-GPU-B1028956-cfa2-0990-bf4a-5da9abb51763/3/0]\n"
              "      - name: gpu\n"
              "        replicas: 1024\n"
              "        devices: 3\n"
@@ -309,7 +309,7 @@ static void test_gpuslice_rules(void **state) {
     assert_string_equal(r[1].resource, "");
     assert_int_equal(r[1].line, 9);
     assert_int_equal(r[2].kind, GS_SEL_UUID);
-    assert_string_equal(r[2].pattern, "GPU-B1028956-CFA2-0990-BF4A-5DA9ABB51763");
+    assert_string_equal(r[2].pattern, "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763"); /* as NVML prints it */
     assert_int_equal(r[2].mode, GS_MODE_DISABLED);
     assert_int_equal(r[2].line, 11);
     assert_int_equal(r[3].kind, GS_SEL_MODEL);
@@ -391,7 +391,8 @@ static void test_warnings(void **state) {
     assert_int_equal(p->n_warnings, 5);
     assert_string_equal(p->warnings[0],
                         "flags.plugin.cdiAnnotationPrefix: CDI is not supported by this version yet; ignored");
-    assert_string_equal(p->warnings[1], "flags.plugin.nvidiaCTKPath: CDI is not supported by this version yet; ignored");
+    assert_string_equal(p->warnings[1],
+                        "flags.plugin.nvidiaCTKPath: CDI is not supported by this version yet; ignored");
     assert_string_equal(p->warnings[2],
                         "flags.plugin.containerDriverRoot: CDI is not supported by this version yet; ignored");
     assert_string_equal(p->warnings[3], "resources: renaming is not supported; ignored");
@@ -462,7 +463,8 @@ static const struct bad_case bad_cases[] = {
       { "invalid value 'all'", "none, single, mixed" } },
     { "failOnInitError bad", "flags:\n  failOnInitError: maybe\n", "t.yaml:2:20: flags.failOnInitError: ",
       { "invalid value 'maybe'", "true or false" } },
-    { "driver root relative", "flags:\n  nvidiaDriverRoot: run/nvidia/driver\n", "t.yaml:2:21: flags.nvidiaDriverRoot: ",
+    { "driver root relative", "flags:\n  nvidiaDriverRoot: run/nvidia/driver\n",
+      "t.yaml:2:21: flags.nvidiaDriverRoot: ",
       { "'run/nvidia/driver' is not an absolute path" } },
     { "dev root relative", "flags:\n  nvidiaDevRoot: dev\n", "t.yaml:2:18: flags.nvidiaDevRoot: ",
       { "not an absolute path" } },
@@ -488,7 +490,8 @@ static const struct bad_case bad_cases[] = {
       "t.yaml:3:26: flags.plugin.cdiAnnotationPrefix: ", { "expected a scalar" } },
     { "gfd unknown key", "flags:\n  gfd:\n    oneShot: true\n", "t.yaml:3:5: flags.gfd.oneShot: ",
       { "unknown key 'oneShot'", "oneshot, noTimestamp" } },
-    { "flags a list", "flags:\n  - migStrategy: none\n", "t.yaml:2:3: flags: ", { "expected a mapping, got a sequence" } },
+    { "flags a list", "flags:\n  - migStrategy: none\n", "t.yaml:2:3: flags: ",
+      { "expected a mapping, got a sequence" } },
     /* resources, imex */
     { "resources entry without pattern", "resources:\n  gpus:\n    - name: gpu\n", "t.yaml:3:7: resources.gpus[0]: ",
       { "missing required key 'pattern'" } },
@@ -551,6 +554,12 @@ static const struct bad_case bad_cases[] = {
       "t.yaml:6:18: sharing.timeSlicing.resources[0].devices: ", { "0 is out of range 1..64" } },
     { "devices bad uuid", TS "      - name: nvidia.com/gpu\n        replicas: 2\n        devices: [\"0\", GPU-1234]\n",
       "t.yaml:6:24: sharing.timeSlicing.resources[0].devices[1]: ", { "invalid device 'GPU-1234'", "GPU UUID" } },
+    { "devices MIG legacy UUID without CI", TS "      - name: nvidia.com/gpu\n        replicas: 2\n"
+                                               "        devices: [MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/]\n",
+      "t.yaml:6:19: sharing.timeSlicing.resources[0].devices[0]: ", { "invalid device", "MIG UUID" } },
+    { "devices UUID with double dash", TS "      - name: nvidia.com/gpu\n        replicas: 2\n"
+                                          "        devices: [GPU-b1028956--cfa2-0990-bf4a-5da9abb51763]\n",
+      "t.yaml:6:19: sharing.timeSlicing.resources[0].devices[0]: ", { "invalid device" } },
     { "devices MIG index", TS "      - name: nvidia.com/gpu\n        replicas: 2\n        devices: [\"0:1\"]\n",
       "t.yaml:6:19: sharing.timeSlicing.resources[0].devices[0]: ", { "MIG indices", "'0:1'", "MIG-" } },
     { "devices index 64", TS "      - name: nvidia.com/gpu\n        replicas: 2\n        devices: [\"64\"]\n",
@@ -594,6 +603,8 @@ static const struct bad_case bad_cases[] = {
       { "invalid GPU index list" } },
     { "index list item 64", RULES "    - index: [1, 64]\n      mode: whole\n",
       "t.yaml:3:18: gpuslice.gpus[0].index[1]: ", { "64 is out of range 0..63" } },
+    { "index list duplicate", RULES "    - index: [1, 1]\n      mode: whole\n",
+      "t.yaml:3:18: gpuslice.gpus[0].index[1]: ", { "GPU index 1 is listed twice" } },
     { "index list empty", RULES "    - index: []\n      mode: whole\n", "t.yaml:3:14: gpuslice.gpus[0].index: ",
       { "at least one GPU index" } },
     { "uuid without GPU-", RULES "    - uuid: b1028956-cfa2-0990-bf4a-5da9abb51763\n      mode: whole\n",
@@ -603,7 +614,8 @@ static const struct bad_case bad_cases[] = {
     { "rule unknown key", RULES "    - index: 0\n      mode: whole\n      replica: 2\n",
       "t.yaml:5:7: gpuslice.gpus[0].replica: ", { "unknown key 'replica'", "index, uuid, model, mode, replicas" } },
     { "rule a scalar", RULES "    - 0\n", "t.yaml:3:7: gpuslice.gpus[0]: ", { "expected a mapping, got a scalar" } },
-    { "gpuslice unknown key", "gpuslice:\n  gpu: []\n", "t.yaml:2:3: gpuslice.gpu: ", { "allowed keys: gpus, health" } },
+    { "gpuslice unknown key", "gpuslice:\n  gpu: []\n", "t.yaml:2:3: gpuslice.gpu: ",
+      { "allowed keys: gpus, health" } },
     /* health */
     { "xid too large", "gpuslice:\n  health:\n    ignoredXids: [13, 65536]\n",
       "t.yaml:3:23: gpuslice.health.ignoredXids[1]: ", { "65536 is out of range 0..65535" } },

@@ -1,0 +1,142 @@
+"""Benchmarks of the node agent (issue: device plugin), driven through the kubelet emulator.
+
+usage: /usr/bin/python3 bench/agent_bench.py [--gpuslice build/gpuslice] [--calls 5000]
+
+On a simulated node of 8 x H100-SXM5-80GB with 64 time-sliced replicas each (512 devices):
+  - Allocate latency (median, p99) seen by a Python gRPC client: an upper bound of the agent's
+    own time, since it includes the Python client's overhead;
+  - Xid -> Unhealthy: from the simulated driver accepting the Xid (in-process ctypes call into the
+    simulated NVML library) to the ListAndWatch message marking the GPU's replicas Unhealthy;
+  - kubelet restart -> re-registered: from the restart (sockets removed, kubelet.sock re-created)
+    to the Register call of the last resource;
+  - the agent's resident memory (VmRSS, VmHWM) at the end.
+Prints a markdown table. Bounded: every wait has a timeout, the agent is stopped at the end."""
+import argparse
+import ctypes
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from kubelet_emulator import KubeletEmulator  # noqa: E402
+
+RESOURCE = "nvidia.com/gpu.shared"
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpuslice", default=os.path.join(ROOT, "build", "gpuslice"))
+    ap.add_argument("--sim-lib", default=os.path.join(ROOT, "build", "src", "gpu", "libgpuslice-nvml-sim.so"))
+    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--xid-trials", type=int, default=20)
+    ap.add_argument("--restarts", type=int, default=10)
+    args = ap.parse_args()
+
+    base = tempfile.mkdtemp(prefix="gs-b-", dir="/tmp")
+    node = os.path.join(base, "node.yaml")
+    with open(node, "w") as f:
+        f.write("gpus:\n  - model: H100-SXM5-80GB\n    count: 8\n")
+    policy = os.path.join(base, "policy.yaml")
+    with open(policy, "w") as f:
+        f.write("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+                "    - name: nvidia.com/gpu\n      replicas: 64\n"
+                "gpuslice:\n  health:\n    recoveryQuietPeriod: 1s\n")
+    state = os.path.join(base, "state")
+    kdir = os.path.join(base, "k")
+    kubelet = KubeletEmulator(kdir).start()
+    env = dict(os.environ, GPUSLICE_SIM_LIB=args.sim_lib)
+    agent = subprocess.Popen([args.gpuslice, "--sim", node, "--sim-state", state, "--log-level", "warn", "agent",
+                              "--config", policy, "--kubelet-dir", kdir], env=env,
+                             stderr=open(os.path.join(base, "agent.log"), "w"))
+    print(f"agent log: {base}/agent.log", file=sys.stderr)
+    try:
+        kubelet.wait_resources([RESOURCE], timeout=20)
+        ids = [d.id for d in kubelet.devices(RESOURCE)]
+        assert len(ids) == 512, len(ids)
+
+        # Allocate latency
+        rng = random.Random(42)
+        for _ in range(200):  # warm-up
+            kubelet.allocate(RESOURCE, [rng.choice(ids)])
+        lat = []
+        for _ in range(args.calls):
+            i = rng.choice(ids)
+            t = time.perf_counter()
+            kubelet.allocate(RESOURCE, [i])
+            lat.append((time.perf_counter() - t) * 1e6)
+
+        # Xid -> Unhealthy, through the simulated driver in this process.
+        os.environ["GPUSLICE_SIM_NODE"] = node
+        os.environ["GPUSLICE_SIM_STATE"] = state
+        sim = ctypes.CDLL(args.sim_lib)
+        assert sim.nvmlInit_v2() == 0
+        inject = sim.gpusliceSimInjectXid
+        inject.argtypes = [ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(256)
+        health = []
+        last = None
+        for trial in range(args.xid_trials):
+            gpu = trial % 8
+            prefix = kubelet.devices(RESOURCE)[gpu * 64].id.split("::")[0]
+
+            def sick(devs, prefix=prefix):
+                return all(not d.healthy for d in devs if d.id.startswith(prefix))
+
+            def well(devs):
+                return all(d.healthy for d in devs)
+
+            # Healthy again (the policy's 1 s quiet period) before the next Xid.
+            kubelet.wait_for(RESOURCE, well, timeout=10, after=last)
+            t = time.monotonic()
+            assert inject(gpu, 79, 0xFFFFFFFF, err, 256) == 0, err.value
+            msg = kubelet.wait_for(RESOURCE, sick, timeout=5, after=t)
+            health.append((msg.time - t) * 1e3)
+            last = msg.time
+        sim.nvmlShutdown()
+
+        # kubelet restart -> re-registered
+        rereg = []
+        for _ in range(args.restarts):
+            t = kubelet.restart()
+            reg = kubelet.wait_registration(RESOURCE, timeout=10, after=t)
+            rereg.append((reg.received_at - t) * 1e3)
+            kubelet.wait_resources([RESOURCE], timeout=10)
+
+        status = open(f"/proc/{agent.pid}/status").read()
+        rss = {k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines() if ":" in line)}
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        kubelet.stop()
+
+    print(f"| metric | value |\n|---|---|")
+    print(f"| devices advertised | {len(ids)} (8 GPUs x 64 replicas) |")
+    print(f"| Allocate latency, {len(lat)} calls, median | {statistics.median(lat):.0f} us |")
+    print(f"| Allocate latency p99 | {pct(lat, 99):.0f} us |")
+    print(f"| Allocate latency max | {max(lat):.0f} us |")
+    print(f"| Xid -> Unhealthy ListAndWatch, {len(health)} trials, median | {statistics.median(health):.1f} ms |")
+    print(f"| Xid -> Unhealthy, max | {max(health):.1f} ms |")
+    print(f"| kubelet restart -> re-registered, {len(rereg)} trials, median | {statistics.median(rereg):.1f} ms |")
+    print(f"| kubelet restart -> re-registered, max | {max(rereg):.1f} ms |")
+    print(f"| agent VmRSS at the end | {rss.get('VmRSS')} |")
+    print(f"| agent VmHWM (peak RSS) | {rss.get('VmHWM')} |")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
