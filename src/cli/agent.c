@@ -79,8 +79,20 @@ static void print_apply_table(const struct gs_inventory *inv, const struct gs_pl
     printf("%-4s %-24s %-13s %-8s %s\n", "GPU", "NAME", "MODE", "REPLICAS", "RESOURCE");
     for (unsigned i = 0; i < plan->n_gpus; i++) {
         const struct gs_gpu_plan *g = &plan->gpus[i];
-        printf("%-4u %-24.24s %-13s %-8u %s\n", i, inv->gpus[i].name, gs_mode_name(g->mode),
-               g->mode == GS_MODE_TIME_SLICING ? g->replicas : 0, g->resource ? g->resource : "-");
+        printf("%-4u %-24.24s %-13s %-8u ", i, inv->gpus[i].name, gs_mode_name(g->mode),
+               g->mode == GS_MODE_TIME_SLICING ? g->replicas : 0);
+        /* every resource with a device on this GPU (a MIG GPU can carry several profiles) */
+        unsigned shown = 0;
+        for (unsigned k = 0; k < plan->n_resources; k++) {
+            const struct gs_resource *r = &plan->resources[k];
+            for (unsigned d = 0; d < r->n_devices; d++) {
+                if (r->devices[d].gpu == i) {
+                    printf("%s%s", shown++ ? "," : "", r->name);
+                    break;
+                }
+            }
+        }
+        printf("%s\n", shown ? "" : "-");
     }
     printf("\n%-30s %8s %8s\n", "RESOURCE", "DEVICES", "HEALTHY");
     for (unsigned i = 0; i < plan->n_resources; i++) {
