@@ -382,7 +382,7 @@ static void handle_inotify(struct agent *a, bool *reload) {
             if (ev->wd == a->kubelet_wd) {
                 if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(ev->name, "kubelet.sock") == 0) {
                     log_info("kubelet.sock was created: the kubelet restarted; registering again");
-                    dp_manager_restart_all(a->dp);
+                    dp_manager_kubelet_restarted(a->dp);
                 } else if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) {
                     dp_manager_socket_deleted(a->dp, ev->name);
                 }

@@ -82,6 +82,8 @@ struct dp_plugin {
     enum reg_state reg;
     unsigned long long reg_at_ns;    /* R_WAIT: when to try */
     struct dp_call *reg_call;        /* R_IN_FLIGHT */
+    ino_t reg_ino;                   /* kubelet.sock's inode when Register was sent: which kubelet */
+    bool reregister;                 /* a new kubelet appeared while Register was in flight */
     unsigned backoff_ms;
 };
 
@@ -483,8 +485,15 @@ static void dispatch(struct dp_call *c) {
 
 /* ---- registration --------------------------------------------------------------------------- */
 
+static ino_t kubelet_ino(const struct dp_manager *m) {
+    struct stat st;
+    return stat(m->kubelet_sock, &st) == 0 ? st.st_ino : 0;
+}
+
 static void register_start(struct dp_plugin *p) {
     struct dp_manager *m = p->m;
+    p->reg_ino = kubelet_ino(m);
+    p->reregister = false;
     struct dp_call *c = call_new(p, CALL_REGISTER);
     if (!c)
         return;
@@ -550,6 +559,14 @@ static void register_done(struct dp_call *c, bool ok) {
         p->reg = R_DONE;
         p->backoff_ms = BACKOFF_MIN_MS;
         log_info("Registered %s with the kubelet (endpoint %s)", p->resource, p->endpoint);
+        /* Sent while no kubelet.sock existed, it can only have reached the new kubelet. */
+        ino_t now = kubelet_ino(p->m);
+        if (p->reregister && p->reg_ino && now != p->reg_ino) {
+            call_free(c);
+            register_start(p); /* that was the old kubelet: register with the new one */
+            return;
+        }
+        p->reg_ino = now;
     } else {
         char details[256];
         size_t dl = GRPC_SLICE_LENGTH(c->status_details);
@@ -751,10 +768,30 @@ static void restart_plugin(struct dp_plugin *p) {
     }
 }
 
-void dp_manager_restart_all(struct dp_manager *m) {
+/* A new kubelet.sock: the kubelet's cleanup deleted our sockets just before (inotify reports that
+ * first, and those plugins are already restarting). Every plugin must be registered with the new
+ * kubelet exactly once: Register calls are tagged with the inode of the kubelet.sock they went to. */
+void dp_manager_kubelet_restarted(struct dp_manager *m) {
     pthread_mutex_lock(&m->lock);
-    for (struct dp_plugin *p = m->plugins; p; p = p->next)
-        restart_plugin(p);
+    ino_t ino = kubelet_ino(m);
+    for (struct dp_plugin *p = m->plugins; ino && p; p = p->next) {
+        if (p->state != P_RUNNING || p->restart_when_stopped || p->remove_when_stopped)
+            continue; /* starting again: it registers then */
+        struct stat st;
+        if (stat(p->socket_path, &st) < 0) {
+            restart_plugin(p);
+            continue;
+        }
+        if (p->reg == R_WAIT) {
+            p->backoff_ms = BACKOFF_MIN_MS;
+            register_start(p);
+        } else if (p->reg_ino != ino) {
+            if (p->reg == R_IN_FLIGHT)
+                p->reregister = true;
+            else
+                register_start(p);
+        }
+    }
     pthread_mutex_unlock(&m->lock);
 }
 

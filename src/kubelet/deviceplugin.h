@@ -37,9 +37,9 @@ int dp_manager_new(const char *kubelet_dir, const struct dp_handlers *h, struct 
  * stops the servers of resources that are gone. */
 int dp_manager_sync(struct dp_manager *m, const struct gs_plan *plan);
 
-/* The kubelet restarted (kubelet.sock re-created): every plugin gets a fresh socket and registers
- * again at once. */
-void dp_manager_restart_all(struct dp_manager *m);
+/* The kubelet restarted (kubelet.sock re-created): every plugin registers with the new kubelet at
+ * once, exactly once (plugins whose socket was deleted get a fresh one first). */
+void dp_manager_kubelet_restarted(struct dp_manager *m);
 
 /* A file was deleted from the kubelet directory: if it was one of our live sockets, that plugin
  * is restarted with a fresh socket and registers again. */

@@ -506,8 +506,10 @@ def test_allocate_device_specs(h):
         assert "r" in d.permissions and "w" in d.permissions
 
 
-def test_allocate_device_specs_only_existing_nodes(h):
-    # Spec: device specs only for the files that exist under the dev root, /dev/nvidia<minor> too.
+def test_allocate_device_specs_missing_gpu_node_refused(h):
+    # Optional nodes (nvidia-uvm, ...) are listed only when they exist under the dev root; a
+    # missing /dev/nvidia<minor> fails the Allocate with the path named, rather than starting a
+    # container without its GPU.
     node = h.node(T4X2)
     u = node.uuids()
     root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm-tools", "/dev/nvidia0"])   # no nvidia-uvm, no nvidia1
@@ -515,8 +517,10 @@ def test_allocate_device_specs_only_existing_nodes(h):
     h.agent(node, f"version: v1\nflags:\n{flags}", resources=["nvidia.com/gpu"])
     specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [u[0]]))
     assert sorted(specs) == ["/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
-    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [u[1]]))
-    assert sorted(specs) == ["/dev/nvidia-uvm-tools", "/dev/nvidiactl"], "only files that exist under the dev root"
+    with pytest.raises(grpc.RpcError) as e:
+        h.kubelet.allocate("nvidia.com/gpu", [u[1]])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"device node {root}/dev/nvidia1 does not exist" in e.value.details()
 
 
 def _mig_minors(ngpus=8, ngi=15, nci=8):
