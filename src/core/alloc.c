@@ -10,6 +10,47 @@
 
 /* ---- mig-minors ----------------------------------------------------------------------------- */
 
+/* Reads a decimal number in 0..max at *p and advances past it. */
+static bool take_number(const char **p, unsigned max, unsigned *out) {
+    unsigned long v = 0;
+    const char *s = *p;
+    if (*s < '0' || *s > '9')
+        return false;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        v = v * 10 + (unsigned long)(*s - '0');
+        if (v > max)
+            return false;
+    }
+    *out = (unsigned)v;
+    *p = s;
+    return true;
+}
+
+/* "gpu<N>/gi<N>/access" or "gpu<N>/gi<N>/ci<N>/access" (GPU minor < 256, GI < 15, CI < 8 in the
+ * driver; the bounds here only keep the numbers sane). */
+static bool parse_cap_path(const char *s, struct gs_mig_minor *e) {
+    unsigned ci;
+    if (strncmp(s, "gpu", 3) != 0)
+        return false;
+    s += 3;
+    if (!take_number(&s, 4096, &e->gpu) || strncmp(s, "/gi", 3) != 0)
+        return false;
+    s += 3;
+    if (!take_number(&s, 4096, &e->gi))
+        return false;
+    if (strcmp(s, "/access") == 0) {
+        e->ci = -1;
+        return true;
+    }
+    if (strncmp(s, "/ci", 3) != 0)
+        return false;
+    s += 3;
+    if (!take_number(&s, 4096, &ci) || strcmp(s, "/access") != 0)
+        return false;
+    e->ci = (int)ci;
+    return true;
+}
+
 int gs_mig_minors_parse(const char *name, const char *text, struct gs_mig_minors *out, char *err, size_t errlen) {
     struct gs_mig_minors mm = { 0 };
     size_t cap = 0;
@@ -29,21 +70,18 @@ int gs_mig_minors_parse(const char *name, const char *text, struct gs_mig_minors
         p = eol ? eol + 1 : p + len;
         if (!line[0])
             continue;
-        char path[200];
-        unsigned minor;
-        char extra;
-        if (sscanf(line, "%199s %u %c", path, &minor, &extra) != 2) {
+        char path[200], num[32], extra[2];
+        if (sscanf(line, "%199s %31s %1s", path, num, extra) != 2) {
             snprintf(err, errlen, "%s:%u: expected '<path> <minor>'", name, lineno);
             goto bad;
         }
-        struct gs_mig_minor e = { 0, 0, -1, minor };
-        int consumed = 0;
-        unsigned ci;
-        if (sscanf(path, "gpu%u/gi%u/ci%u/access%n", &e.gpu, &e.gi, &ci, &consumed) == 3 && !path[consumed])
-            e.ci = (int)ci;
-        else if (consumed = 0, sscanf(path, "gpu%u/gi%u/access%n", &e.gpu, &e.gi, &consumed) == 2 && !path[consumed])
-            e.ci = -1;
-        else
+        unsigned long long minor;
+        if (gs_parse_uint(num, 0, 1u << 20, &minor) < 0) {
+            snprintf(err, errlen, "%s:%u: minor '%s' is not a number in 0..%u", name, lineno, num, 1u << 20);
+            goto bad;
+        }
+        struct gs_mig_minor e = { 0, 0, -1, (unsigned)minor };
+        if (!parse_cap_path(path, &e))
             continue; /* config, monitor, and paths of future drivers */
         if (mm.n == cap) {
             cap = cap ? cap * 2 : 64;

@@ -292,6 +292,8 @@ def test_registration_whole_gpus(h):
     assert ids(devs) == sorted(u)
     assert all(d.health == HEALTHY for d in devs)
     assert len(h.kubelet.messages("nvidia.com/gpu")) == 1, "the full list once, then only on change"
+    # PreStartContainer answers (the kubelet only calls it when pre_start_required, but it works).
+    assert h.kubelet.prestart("nvidia.com/gpu", [u[0]]) is not None
 
 
 def test_registration_mig_mixed_one_per_resource(h):

@@ -265,7 +265,14 @@ static void test_allocate(void **state) {
     assert_string_equal(err, "device node /host/dev/nvidia0 does not exist");
     gs_mig_minors_free(&mm);
     assert_int_equal(gs_mig_minors_parse("mm", "gpu0/gi1/access x\n", &mm, err, sizeof(err)), -EINVAL);
-    assert_string_equal(err, "mm:1: expected '<path> <minor>'");
+    assert_string_equal(err, "mm:1: minor 'x' is not a number in 0..1048576");
+    assert_int_equal(gs_mig_minors_parse("mm", "config 1\ngpu0/gi1/access 3 4\n", &mm, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "mm:2: expected '<path> <minor>'");
+    /* numbers too large to be real are refused, not wrapped */
+    assert_int_equal(gs_mig_minors_parse("mm", "gpu0/gi1/access 99999999999\n", &mm, err, sizeof(err)), -EINVAL);
+    assert_int_equal(gs_mig_minors_parse("mm", "gpu99999999999/gi1/access 5\nmonitor 2\n", &mm, err, sizeof(err)), 0);
+    assert_int_equal(mm.n, 0);
+    gs_mig_minors_free(&mm);
     gs_plan_free(&plan);
     free(pol);
     free(inv);
