@@ -1,0 +1,271 @@
+/* mig.c (cli): `gpuslice mig show|plan|apply|export`: MIG layouts in mig-parted's file format,
+ * placed explicitly, changing only what differs, never destroying an instance in use unless
+ * --force. `plan` and `show` and `export` only read. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "mig/migapply.h"
+#include "util/util.h"
+
+static void mig_usage(FILE *f) {
+    fprintf(f, "Usage: gpuslice [GLOBAL OPTIONS] mig COMMAND\n\n"
+               "  show [--json]                      MIG mode, instances (profile, placement, UUID) per GPU\n"
+               "  plan [-f FILE] -c NAME             the steps `apply` would take; changes nothing\n"
+               "  apply [-f FILE] -c NAME [--force]  partition the GPUs as config NAME says\n"
+               "  export                             the current state as a layout file `apply` accepts\n\n"
+               "FILE is a layout file in mig-parted's v1 format (docs/mig.md). Without -f, or when FILE has no\n"
+               "config NAME, the built-in layouts apply to every MIG-capable GPU: all-disabled, all-enabled,\n"
+               "all-balanced, all-<profile> (as many of that profile as fit), e.g. all-1g.10gb.\n"
+               "apply keeps instances that already match (same profile and placement: same UUID), destroys\n"
+               "only what does not fit, and refuses to destroy an instance a process uses unless --force.\n");
+}
+
+static int read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv) {
+    int rc = cli_open_node(cli, node);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    *inv = malloc(sizeof(**inv));
+    if (!*inv || gpu_inventory_read(*node, *inv) < 0) {
+        fprintf(stderr, "gpuslice mig: failed to read the GPUs: %s\n", *inv ? gpu_node_error(*node) : "out of memory");
+        free(*inv);
+        gpu_node_close(*node);
+        return GS_EXIT_FAILURE;
+    }
+    return GS_EXIT_OK;
+}
+
+static int cmd_show(const struct cli *cli, bool as_json) {
+    struct gpu_node *node;
+    struct gs_inventory *inv;
+    int rc = read_node(cli, &node, &inv);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    json_t *gpus = json_array();
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_gpu *g = &inv->gpus[i];
+        json_t *insts = json_array();
+        if (!as_json)
+            printf("GPU %u  %s  MIG %s%s\n", i, g->name,
+                   !g->mig_capable ? "not supported" : g->mig_current ? "enabled" : "disabled",
+                   g->mig_capable && g->mig_current != g->mig_pending
+                       ? (g->mig_pending ? " (pending enable: needs a GPU reset)" : " (pending disable: needs a GPU reset)")
+                       : "");
+        for (unsigned k = 0; k < g->n_gis; k++) {
+            const struct gs_gpu_instance *gi = &g->gis[k];
+            const struct gs_gi_profile *p = gs_gpu_profile_by_id(g, gi->profile_id);
+            const char *uuid = "";
+            for (unsigned m = 0; m < g->n_mig; m++)
+                if (g->mig[m].gi_id == gi->id)
+                    uuid = g->mig[m].uuid;
+            if (as_json)
+                json_array_append_new(insts, json_pack("{s:i,s:s,s:i,s:i,s:i,s:s}", "gi_id", (int)gi->id, "profile",
+                                                       p ? p->name : "", "start", (int)gi->start, "size",
+                                                       (int)gi->size, "compute_instances", (int)gi->n_ci, "uuid", uuid));
+            else
+                printf("  GI %-2u %-12s placement %u:%u  %s\n", gi->id, p ? p->name : "?", gi->start, gi->size,
+                       gi->n_ci ? uuid : "(no compute instance)");
+        }
+        if (as_json)
+            json_array_append_new(gpus, json_pack("{s:i,s:s,s:b,s:s,s:s,s:o}", "index", (int)i, "name", g->name,
+                                                  "mig_capable", g->mig_capable, "current",
+                                                  g->mig_current ? "enabled" : "disabled", "pending",
+                                                  g->mig_pending ? "enabled" : "disabled", "instances", insts));
+        else
+            json_decref(insts);
+    }
+    if (as_json) {
+        json_t *root = json_pack("{s:s,s:o}", "schema", "gpuslice.mig/v1", "gpus", gpus);
+        char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", s);
+        free(s);
+        json_decref(root);
+    } else {
+        json_decref(gpus);
+    }
+    free(inv);
+    gpu_node_close(node);
+    return GS_EXIT_OK;
+}
+
+static int cmd_export(const struct cli *cli) {
+    struct gpu_node *node;
+    struct gs_inventory *inv;
+    int rc = read_node(cli, &node, &inv);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    printf("version: v1\nmig-configs:\n  current:\n");
+    unsigned items = 0;
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_gpu *g = &inv->gpus[i];
+        if (!g->mig_capable)
+            continue;
+        items++;
+        printf("    - devices: [%u]\n      mig-enabled: %s\n", i, g->mig_current ? "true" : "false");
+        if (!g->mig_current)
+            continue;
+        printf("      mig-devices: {");
+        unsigned shown = 0;
+        for (unsigned p = 0; p < g->n_profiles; p++) {
+            unsigned count = 0;
+            for (unsigned k = 0; k < g->n_gis; k++)
+                count += g->gis[k].profile_id == g->profiles[p].id;
+            if (count)
+                printf("%s\"%s\": %u", shown++ ? ", " : "", g->profiles[p].name, count);
+        }
+        printf("}\n");
+    }
+    if (!items)
+        printf("    - devices: all\n      mig-enabled: false\n");
+    free(inv);
+    gpu_node_close(node);
+    return GS_EXIT_OK;
+}
+
+static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan *plans, const bool *selected) {
+    unsigned total = 0;
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_mig_plan *p = &plans[i];
+        if (!selected[i])
+            continue;
+        printf("GPU %u (%s): ", i, inv->gpus[i].name);
+        if (p->reset_pending) {
+            printf("MIG mode change pending: needs a GPU reset before anything else\n");
+            continue;
+        }
+        if (!p->n_steps) {
+            printf("already as the layout says%s\n", p->kept ? "" : "");
+            continue;
+        }
+        printf("%u step(s), %u instance(s) kept\n", p->n_steps, p->kept);
+        for (unsigned k = 0; k < p->n_steps; k++) {
+            const struct gs_mig_step *s = &p->steps[k];
+            switch (s->kind) {
+            case GS_STEP_DESTROY_CI: printf("  destroy compute instance %u of GI %u (%s)\n", s->ci_id, s->gi_id, s->profile); break;
+            case GS_STEP_DESTROY_GI: printf("  destroy GPU instance %u (%s at %u:%u)\n", s->gi_id, s->profile, s->start, s->size); break;
+            case GS_STEP_SET_MODE: printf("  set MIG mode %s\n", s->enable ? "enabled" : "disabled"); break;
+            case GS_STEP_CREATE_GI: printf("  create GPU instance %s at %u:%u\n", s->profile, s->start, s->size); break;
+            case GS_STEP_CREATE_CI:
+                if (s->new_gi >= 0)
+                    printf("  create its compute instance (%s)\n", s->profile);
+                else
+                    printf("  create the compute instance of GI %u (%s)\n", s->gi_id, s->profile);
+                break;
+            }
+        }
+        if (p->needs_mode_change && p->steps[p->n_steps - 1].kind == GS_STEP_SET_MODE)
+            printf("  then: plan the instances (MIG profiles can be read once MIG mode is on)\n");
+        if (p->n_busy) {
+            printf("  in use by process(es):");
+            for (unsigned k = 0; k < p->n_busy; k++)
+                printf(" %u", p->busy_pids[k]);
+            printf(" (apply refuses unless --force)\n");
+        }
+        total += p->n_steps;
+    }
+    printf("%u step(s) in total\n", total);
+}
+
+static int load_layouts(const char *file, struct gs_layout_file **out) {
+    *out = NULL;
+    if (!file)
+        return GS_EXIT_OK;
+    *out = malloc(sizeof(**out));
+    char err[512];
+    if (!*out || gs_miglayout_load(file, *out, err, sizeof(err)) < 0) {
+        fprintf(stderr, "gpuslice mig: %s\n", *out ? err : "out of memory");
+        free(*out);
+        *out = NULL;
+        return GS_EXIT_FAILURE;
+    }
+    return GS_EXIT_OK;
+}
+
+static int cmd_plan_apply(const struct cli *cli, const char *file, const char *config, bool apply, bool force) {
+    struct gs_layout_file *layouts;
+    int rc = load_layouts(file, &layouts);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    struct gpu_node *node;
+    struct gs_inventory *inv;
+    if ((rc = read_node(cli, &node, &inv)) != GS_EXIT_OK) {
+        free(layouts);
+        return rc;
+    }
+    char err[1024];
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool selected[GS_MAX_GPUS];
+    int r = plans ? gs_mig_plan_node(inv, layouts, config, plans, selected, err, sizeof(err)) : -ENOMEM;
+    if (r < 0) {
+        fprintf(stderr, "gpuslice mig: %s\n", plans ? err : "out of memory");
+        rc = GS_EXIT_FAILURE;
+    } else if (!apply) {
+        print_plan(inv, plans, selected);
+    } else {
+        struct gs_mig_apply_result res;
+        r = gs_mig_apply_node(node, layouts, config, force, &res, err, sizeof(err));
+        if (r < 0) {
+            fprintf(stderr, "gpuslice mig apply: %s\n", err);
+            fprintf(stderr, "gpuslice mig apply: %u step(s) were done before that; running the apply again "
+                            "continues from the current state\n", res.steps_done);
+            rc = GS_EXIT_FAILURE;
+        } else {
+            printf("applied %s: %u step(s) (%u created, %u destroyed, %u mode change(s)), %u instance(s) kept\n",
+                   config, res.steps_done, res.creates, res.destroys, res.mode_changes, res.kept);
+        }
+    }
+    free(plans);
+    free(inv);
+    free(layouts);
+    gpu_node_close(node);
+    return rc;
+}
+
+int cmd_mig(const struct cli *cli, int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        mig_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? GS_EXIT_USAGE : GS_EXIT_OK;
+    }
+    const char *sub = argv[1];
+    static const struct option opts[] = {
+        { "file", required_argument, NULL, 'f' }, { "config", required_argument, NULL, 'c' },
+        { "force", no_argument, NULL, 'F' },      { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },       { 0 },
+    };
+    const char *file = NULL, *config = NULL;
+    bool force = false, as_json = false;
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc - 1, argv + 1, "f:c:jh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f': file = optarg; break;
+        case 'c': config = optarg; break;
+        case 'F': force = true; break;
+        case 'j': as_json = true; break;
+        case 'h': mig_usage(stdout); return GS_EXIT_OK;
+        default: return GS_EXIT_USAGE;
+        }
+    }
+    if (optind < argc - 1) {
+        fprintf(stderr, "gpuslice mig %s: unexpected argument '%s'\n", sub, argv[optind + 1]);
+        return GS_EXIT_USAGE;
+    }
+    if (!strcmp(sub, "show"))
+        return cmd_show(cli, as_json);
+    if (!strcmp(sub, "export"))
+        return cmd_export(cli);
+    if (!strcmp(sub, "plan") || !strcmp(sub, "apply")) {
+        if (!config) {
+            fprintf(stderr, "gpuslice mig %s: -c NAME is required\n", sub);
+            return GS_EXIT_USAGE;
+        }
+        return cmd_plan_apply(cli, file, config, !strcmp(sub, "apply"), force);
+    }
+    fprintf(stderr, "gpuslice mig: unknown command '%s'\n\n", sub);
+    mig_usage(stderr);
+    return GS_EXIT_USAGE;
+}

@@ -1,0 +1,249 @@
+/* migapply.c: MIG layout application (see migapply.h). */
+#include "mig/migapply.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/util.h"
+
+int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
+                   struct gs_mig_layout layouts[GS_MAX_GPUS], bool selected[GS_MAX_GPUS], char *err, size_t errlen) {
+    const struct gs_layout_config *c = file ? gs_miglayout_find(file, config) : NULL;
+    if (!c && !gs_mig_builtin_name(config)) {
+        snprintf(err, errlen, "%s%sno MIG config '%s' (built-in: all-disabled, all-enabled, all-balanced, "
+                 "all-<profile>)", file ? file->name : "", file ? ": " : "", config);
+        return -ENOENT;
+    }
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_gpu *g = &inv->gpus[i];
+        memset(&layouts[i], 0, sizeof(layouts[i]));
+        selected[i] = false;
+        if (!c) {
+            if (!g->mig_capable)
+                continue; /* built-ins apply to MIG-capable GPUs */
+            selected[i] = true;
+            int r = gs_mig_builtin(g, config, &layouts[i], err, errlen);
+            if (r == -EINVAL && !g->mig_current && strcmp(config, "all-enabled") && strcmp(config, "all-disabled")) {
+                /* Profiles are readable only in MIG mode: enable first, plan on the next round. */
+                layouts[i].mig_enabled = true;
+                continue;
+            }
+            if (r < 0)
+                return r;
+            continue;
+        }
+        const struct gs_layout_item *it = gs_layout_item_for(c, g->index, g->pci_device_id);
+        if (!it)
+            continue;
+        selected[i] = true;
+        layouts[i].mig_enabled = it->mig_enabled;
+        if (!it->mig_enabled)
+            continue;
+        if (!g->mig_current)
+            continue; /* profiles resolved once MIG mode is on */
+        const char *names[GS_LAYOUT_MAX_PROFILES];
+        unsigned counts[GS_LAYOUT_MAX_PROFILES];
+        for (unsigned k = 0; k < it->n_counts; k++) {
+            names[k] = it->counts[k].profile;
+            counts[k] = it->counts[k].count;
+        }
+        char why[512];
+        int r = gs_mig_layout_from_names(g, true, names, counts, it->n_counts, &layouts[i], why, sizeof(why));
+        if (r < 0) {
+            snprintf(err, errlen, "%s:%u: mig-configs.%s: %s", file->name, it->line, config, why);
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* Test hook for crash-safety tests (SQLite style): exit abruptly after N state-changing steps. */
+static unsigned long fault_budget(void) {
+    const char *s = getenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS");
+    unsigned long long v;
+    return s && gs_parse_uint(s, 1, 1000000, &v) == 0 ? (unsigned long)v : 0;
+}
+
+static unsigned long steps_taken;
+
+static void maybe_crash(void) {
+    unsigned long budget = fault_budget();
+    if (budget && ++steps_taken >= budget)
+        _exit(99);
+}
+
+static int run_step(struct gpu_node *node, const struct gs_mig_plan *plan, unsigned i, unsigned *new_gi_ids,
+                    struct gs_mig_apply_result *res, char *err, size_t errlen) {
+    const struct gs_mig_step *s = &plan->steps[i];
+    int r = 0;
+    char uuid[GS_UUID_LEN] = "";
+    unsigned ci_id = 0;
+    switch (s->kind) {
+    case GS_STEP_DESTROY_CI:
+        r = gpu_ci_destroy(node, s->gpu, s->gi_id, s->ci_id);
+        if (r == 0)
+            log_info("GPU %u: destroyed compute instance %u of GI %u (%s)", s->gpu, s->ci_id, s->gi_id, s->profile);
+        res->destroys++;
+        break;
+    case GS_STEP_DESTROY_GI:
+        r = gpu_gi_destroy(node, s->gpu, s->gi_id);
+        if (r == 0)
+            log_info("GPU %u: destroyed GPU instance %u (%s at %u:%u)", s->gpu, s->gi_id, s->profile, s->start, s->size);
+        res->destroys++;
+        break;
+    case GS_STEP_SET_MODE: {
+        nvmlReturn_t act = NVML_SUCCESS;
+        r = gpu_mig_set_mode(node, s->gpu, s->enable, &act);
+        if (r == 0)
+            log_info("GPU %u: MIG mode set to %s%s", s->gpu, s->enable ? "enabled" : "disabled",
+                     act == NVML_ERROR_RESET_REQUIRED ? " (pending until a GPU reset)" : "");
+        break;
+    }
+    case GS_STEP_CREATE_GI:
+        r = gpu_gi_create(node, s->gpu, s->profile_id, s->start, &new_gi_ids[i]);
+        if (r == 0)
+            log_info("GPU %u: created GPU instance %u: %s at %u:%u", s->gpu, new_gi_ids[i], s->profile, s->start,
+                     s->size);
+        res->creates++;
+        break;
+    case GS_STEP_CREATE_CI: {
+        unsigned gi = s->new_gi >= 0 ? new_gi_ids[s->new_gi] : s->gi_id;
+        r = gpu_ci_create_full(node, s->gpu, gi, &ci_id, uuid, sizeof(uuid));
+        if (r == 0)
+            log_info("GPU %u: created compute instance %u in GI %u (%s): %s", s->gpu, ci_id, gi, s->profile, uuid);
+        res->creates++;
+        break;
+    }
+    }
+    if (r < 0) {
+        snprintf(err, errlen, "GPU %u: %s %s failed: %s", s->gpu, gs_mig_step_name(s->kind), s->profile,
+                 gpu_node_error(node));
+        return r;
+    }
+    res->steps_done++;
+    maybe_crash();
+    return 0;
+}
+
+int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
+                     struct gs_mig_plan plans[GS_MAX_GPUS], bool selected[GS_MAX_GPUS], char *err, size_t errlen) {
+    struct gs_mig_layout *layouts = calloc(GS_MAX_GPUS, sizeof(*layouts));
+    if (!layouts)
+        return -ENOMEM;
+    int r = gs_mig_resolve(inv, file, config, layouts, selected, err, errlen);
+    for (unsigned i = 0; r == 0 && i < inv->n_gpus; i++) {
+        memset(&plans[i], 0, sizeof(plans[i]));
+        plans[i].gpu = i;
+        if (selected[i])
+            r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen);
+    }
+    free(layouts);
+    return r;
+}
+
+/* One pass: validate every selected GPU's plan, then execute them. */
+static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, const struct gs_mig_layout *layouts,
+                      const bool *selected, bool force, struct gs_mig_plan *plans, bool first,
+                      struct gs_mig_apply_result *res, bool *mode_changed, char *err, size_t errlen) {
+    int r;
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        memset(&plans[i], 0, sizeof(plans[i]));
+        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0)
+            return r;
+    }
+    /* Validate the whole pass before changing anything. */
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_mig_plan *p = &plans[i];
+        if (!selected[i])
+            continue;
+        if (p->reset_pending) {
+            snprintf(err, errlen, "GPU %u (%s): MIG mode is pending %s and takes effect only after a GPU reset "
+                     "(nvidia-smi -r -i %u, or a reboot; on the simulated node: gpuslice sim reset-gpu %u); "
+                     "then run the apply again", i, inv->gpus[i].name, inv->gpus[i].mig_pending ? "enable" : "disable",
+                     i, i);
+            return -EAGAIN;
+        }
+        if (p->n_busy && !force) {
+            size_t n = (size_t)snprintf(err, errlen, "GPU %u (%s): the layout destroys MIG instances in use by "
+                                        "process(es)", i, inv->gpus[i].name);
+            for (unsigned k = 0; k < p->n_busy && n < errlen; k++)
+                n += (size_t)snprintf(err + n, errlen - n, "%s %u", k ? "," : "", p->busy_pids[k]);
+            if (n < errlen)
+                snprintf(err + n, errlen - n, "; stop them or use --force");
+            return -EBUSY;
+        }
+    }
+    res->passes++;
+    *mode_changed = false;
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        const struct gs_mig_plan *p = &plans[i];
+        if (!selected[i])
+            continue;
+        if (first)
+            res->kept += p->kept;
+        unsigned new_gi_ids[GS_MIG_MAX_STEPS] = { 0 };
+        for (unsigned k = 0; k < p->n_steps; k++) {
+            if ((r = run_step(node, p, k, new_gi_ids, res, err, errlen)) < 0)
+                return r;
+            if (p->steps[k].kind == GS_STEP_SET_MODE) {
+                res->mode_changes++;
+                *mode_changed = true;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Passes until nothing is left to do: a MIG mode change makes another pass, whose layouts
+ * (re)resolved by `resolve` can then name profiles. */
+static int apply_passes(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
+                        const struct gs_mig_layout *fixed, const bool *fixed_selected, bool force,
+                        struct gs_mig_apply_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof(*res));
+    struct gs_inventory *inv = malloc(sizeof(*inv));
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    struct gs_mig_layout *layouts = calloc(GS_MAX_GPUS, sizeof(*layouts));
+    bool selected[GS_MAX_GPUS] = { false };
+    int r = -ENOMEM;
+    if (!inv || !plans || !layouts) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int pass = 0; pass < 3; pass++) {
+        if ((r = gpu_inventory_read(node, inv)) < 0) {
+            snprintf(err, errlen, "cannot read the GPUs: %s", gpu_node_error(node));
+            goto out;
+        }
+        if (fixed) {
+            memcpy(layouts, fixed, sizeof(*layouts) * inv->n_gpus);
+            memcpy(selected, fixed_selected, sizeof(bool) * inv->n_gpus);
+        } else if ((r = gs_mig_resolve(inv, file, config, layouts, selected, err, errlen)) < 0) {
+            goto out;
+        }
+        bool mode_changed;
+        r = apply_pass(node, inv, layouts, selected, force, plans, pass == 0, res, &mode_changed, err, errlen);
+        if (r < 0 || !mode_changed)
+            goto out;
+    }
+    r = 0;
+out:
+    free(inv);
+    free(plans);
+    free(layouts);
+    return r;
+}
+
+int gs_mig_apply_node(struct gpu_node *node, const struct gs_layout_file *file, const char *config, bool force,
+                      struct gs_mig_apply_result *res, char *err, size_t errlen) {
+    return apply_passes(node, file, config, NULL, NULL, force, res, err, errlen);
+}
+
+int gs_mig_apply_layouts(struct gpu_node *node, const struct gs_mig_layout layouts[GS_MAX_GPUS],
+                         const bool selected[GS_MAX_GPUS], bool force, struct gs_mig_apply_result *res, char *err,
+                         size_t errlen) {
+    return apply_passes(node, NULL, NULL, layouts, selected, force, res, err, errlen);
+}
