@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
+#include <time.h>
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@
 
 #include "core/alloc.h"
 #include "kubelet/deviceplugin.h"
+#include "mig/migapply.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -180,6 +183,91 @@ static bool recover_quiet_gpus(struct agent *a) {
         }
     }
     return changed;
+}
+
+/* ---- MIG layout ----------------------------------------------------------------------------- */
+
+/* The status the node-labels side publishes: {"state": "pending|applied|failed", ...}. */
+static void write_mig_status(struct agent *a, const char *state, const char *reason) {
+    if (!a->o->mig_status_path)
+        return;
+    char dir[PATH_MAX];
+    gs_strlcpy(dir, a->o->mig_status_path, sizeof(dir));
+    gs_mkdir_p(dirname(dir), 0755);
+    json_t *j = json_pack("{s:s,s:s,s:s,s:I}", "state", state, "config", a->policy.mig_config, "reason",
+                          reason ? reason : "", "updated", (json_int_t)time(NULL));
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!text)
+        return;
+    int r = gs_write_file_atomic(a->o->mig_status_path, text, strlen(text), false);
+    if (r < 0)
+        log_warn("Cannot write the MIG status to %s: %s", a->o->mig_status_path, strerror(-r));
+    free(text);
+}
+
+static int replan(struct agent *a, bool log_warnings);
+static void refresh_inventory(struct agent *a);
+
+/* Applies the policy's MIG layout: the devices of every instance the layout destroys are first
+ * withdrawn from ListAndWatch, then the layout is applied, then the new devices are advertised. */
+static void reconcile_mig(struct agent *a) {
+    if (!a->policy.mig_config[0])
+        return;
+    struct gs_layout_file *file = NULL;
+    char err[1024];
+    if (a->policy.mig_layout_file[0]) {
+        file = malloc(sizeof(*file));
+        if (!file || gs_miglayout_load(a->policy.mig_layout_file, file, err, sizeof(err)) < 0) {
+            log_error("MIG layout not applied: %s", file ? err : "out of memory");
+            write_mig_status(a, "failed", file ? err : "out of memory");
+            free(file);
+            return;
+        }
+    }
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool selected[GS_MAX_GPUS];
+    unsigned steps = 0;
+    int r = plans ? gs_mig_plan_node(a->inv, file, a->policy.mig_config, plans, selected, err, sizeof(err)) : -ENOMEM;
+    if (r < 0) {
+        log_error("MIG layout %s not applied: %s", a->policy.mig_config, plans ? err : "out of memory");
+        write_mig_status(a, "failed", plans ? err : "out of memory");
+        goto out;
+    }
+    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+    for (unsigned i = 0; i < a->inv->n_gpus; i++) {
+        steps += plans[i].n_steps + plans[i].reset_pending;
+        for (unsigned k = 0; k < plans[i].n_steps; k++) {
+            const struct gs_mig_step *st = &plans[i].steps[k];
+            if (st->kind == GS_STEP_DESTROY_GI || st->kind == GS_STEP_DESTROY_CI)
+                a->health.withdrawn_gi[i] |= 1u << st->gi_id;
+        }
+    }
+    if (!steps) {
+        write_mig_status(a, "applied", NULL);
+        goto out;
+    }
+    write_mig_status(a, "pending", NULL);
+    log_info("Applying MIG layout %s%s%s", a->policy.mig_config, file ? " from " : "", file ? file->name : "");
+    if (a->plan_valid)
+        replan(a, false); /* withdraw the devices of instances about to be destroyed */
+    struct gs_mig_apply_result res;
+    r = gs_mig_apply_node(a->node, file, a->policy.mig_config, a->policy.mig_force, &res, err, sizeof(err));
+    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+    if (r < 0) {
+        log_error("MIG layout %s failed after %u step(s): %s", a->policy.mig_config, res.steps_done, err);
+        write_mig_status(a, "failed", err);
+    } else {
+        log_info("MIG layout %s applied: %u created, %u destroyed, %u kept", a->policy.mig_config, res.creates,
+                 res.destroys, res.kept);
+        write_mig_status(a, "applied", NULL);
+    }
+    refresh_inventory(a);
+    if (a->plan_valid)
+        replan(a, true);
+out:
+    free(plans);
+    free(file);
 }
 
 /* ---- handlers called by the device plugins -------------------------------------------------- */
@@ -418,6 +506,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     struct dp_handlers h = { a, on_allocate, on_preferred };
     if (dp_manager_new(o->kubelet_dir, &h, &a->dp) < 0)
         goto out;
+    reconcile_mig(a); /* before serving: nothing to withdraw yet */
     if (replan(a, true) < 0 || dp_manager_start(a->dp) < 0)
         goto out;
     if (gpu_events_open(node, &a->events) == 0) {
@@ -462,8 +551,10 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
                     handle_xid(a, &ev);
             }
         }
-        if (reload && load_policy(a, false) > 0)
+        if (reload && load_policy(a, false) > 0) {
+            reconcile_mig(a);
             replan(a, true);
+        }
         if (poll_now) {
             refresh_inventory(a);
             recover_quiet_gpus(a);

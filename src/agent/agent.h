@@ -14,6 +14,7 @@ struct agent_options {
     const char *proc_root;        /* /proc: driver/nvidia-caps/mig-minors */
     const char *sysfs_root;       /* /sys: bus/pci/devices/<bus>/numa_node */
     unsigned poll_ms;             /* inventory re-read interval */
+    const char *mig_status_path;  /* where the MIG layout status is written (JSON) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -19,17 +19,18 @@ static const char *kind_name(enum gs_dev_kind k) {
 }
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
-    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL };
+    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
         { "proc-root", required_argument, NULL, OPT_PROC_ROOT },
         { "sysfs-root", required_argument, NULL, OPT_SYSFS_ROOT },
         { "poll-interval-ms", required_argument, NULL, OPT_POLL },
+        { "mig-status-file", required_argument, NULL, OPT_MIG_STATUS },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000 };
+    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json" };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -38,6 +39,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_KUBELET_DIR: o.kubelet_dir = optarg; break;
         case OPT_PROC_ROOT: o.proc_root = optarg; break;
         case OPT_SYSFS_ROOT: o.sysfs_root = optarg; break;
+        case OPT_MIG_STATUS: o.mig_status_path = optarg; break;
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
                 fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
@@ -56,7 +58,10 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --proc-root DIR           where driver/nvidia-caps/mig-minors is (default /proc)\n"
                    "  --sysfs-root DIR          where bus/pci/devices/*/numa_node is (default /sys)\n"
                    "  --poll-interval-ms N      how often the GPUs are re-read for MIG and health changes\n"
-                   "                            (default 2000)\n",
+                   "                            (default 2000)\n"
+                   "  --mig-status-file FILE    where the MIG layout status (pending, applied, failed) is\n"
+                   "                            written when the policy names one (default\n"
+                   "                            /run/gpuslice/mig-status.json)\n",
                    DEFAULT_KUBELET_DIR);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

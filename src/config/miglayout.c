@@ -203,10 +203,10 @@ static int parse_filter(struct gs_yaml *y, const yaml_node_t *node, const char *
     return 0;
 }
 
-/* A string or a list of strings. Like mig-parted, an empty value or an empty list means no
- * filter. */
+/* A string or a list of strings. Like mig-parted, an empty value, "" or an empty list means no
+ * filter (but "" inside a list is an entry that could never match, so it is refused). */
 static int parse_filters(struct gs_yaml *y, const yaml_node_t *node, const char *path, struct gs_layout_item *it) {
-    if (gs_yaml_is_null(node))
+    if (gs_yaml_is_null(node) || (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0))
         return 0;
     if (node->type == YAML_SCALAR_NODE)
         return parse_filter(y, node, path, it);

@@ -46,7 +46,8 @@ static const char *const sharing_keys[] = { "timeSlicing", "mps", NULL };
 static const char *const ts_keys[] = { "renameByDefault", "failRequestsGreaterThanOne", "resources", NULL };
 static const char *const ts_resource_keys[] = { "name", "rename", "devices", "replicas", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
-static const char *const gpuslice_keys[] = { "gpus", "health", NULL };
+static const char *const gpuslice_keys[] = { "gpus", "health", "mig", NULL };
+static const char *const mig_keys[] = { "config", "layoutFile", "force", NULL };
 static const char *const rule_keys[] = { "index", "uuid", "model", "mode", "replicas", "resourceName", NULL };
 static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod", NULL };
 
@@ -887,6 +888,42 @@ static int parse_health(struct gs_yaml *y, const yaml_node_t *map, struct gs_pol
     return 0;
 }
 
+/* gpuslice.mig: the MIG layout the agent applies (a config of layoutFile, or a built-in). */
+static int parse_mig(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
+    const char *path = "gpuslice.mig";
+    int r = gs_yaml_check_keys(y, map, path, mig_keys);
+    if (r < 0)
+        return r;
+    const char *config;
+    if ((r = opt_string(y, map, path, "config", &config)) < 0)
+        return r;
+    if (!config)
+        return gs_yaml_error(y, map, path, "config is required: the name of a MIG config (all-balanced, ...)");
+    const yaml_node_t *node = gs_yaml_map_get(y, map, "config");
+    if (!*config || strlen(config) >= sizeof(p->mig_config))
+        return gs_yaml_error(y, node, "gpuslice.mig.config", "must be 1..%zu characters", sizeof(p->mig_config) - 1);
+    for (const char *c = config; *c; c++)
+        if (!is_alnum(*c) && *c != '-' && *c != '_' && *c != '.' && *c != '+')
+            return gs_yaml_error(y, node, "gpuslice.mig.config", "'%.64s' is not a config name ([A-Za-z0-9._+-])",
+                                 config);
+    gs_strlcpy(p->mig_config, config, sizeof(p->mig_config));
+    const char *file;
+    if ((r = opt_string(y, map, path, "layoutFile", &file)) < 0)
+        return r;
+    if (file) {
+        node = gs_yaml_map_get(y, map, "layoutFile");
+        if (file[0] != '/')
+            return gs_yaml_error(y, node, "gpuslice.mig.layoutFile", "'%.64s' is not an absolute path", file);
+        if (strlen(file) >= sizeof(p->mig_layout_file))
+            return gs_yaml_error(y, node, "gpuslice.mig.layoutFile", "path is longer than %zu characters",
+                                 sizeof(p->mig_layout_file) - 1);
+        gs_strlcpy(p->mig_layout_file, file, sizeof(p->mig_layout_file));
+    }
+    if ((node = gs_yaml_map_get(y, map, "force")) && (r = gs_yaml_bool(y, node, "gpuslice.mig.force", &p->mig_force)) < 0)
+        return r;
+    return 0;
+}
+
 static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "gpuslice", gpuslice_keys);
     if (r < 0)
@@ -909,6 +946,9 @@ static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_p
     }
     const yaml_node_t *health = get_section(y, map, "health");
     if (health && (r = parse_health(y, health, p)) < 0)
+        return r;
+    const yaml_node_t *mig = get_section(y, map, "mig");
+    if (mig && (r = parse_mig(y, mig, p)) < 0)
         return r;
     return 0;
 }

@@ -26,6 +26,10 @@
  *       - index: "4,5"
  *         mode: time-slicing
  *         replicas: 4
+ *     mig:                                    # the agent partitions MIG GPUs (docs/mig.md)
+ *       config: all-balanced                  # a config of layoutFile, or a built-in layout
+ *       layoutFile: /etc/gpuslice/mig.yaml    # optional, mig-parted v1 format
+ *       force: false                          # destroy instances that processes use
  *     health:
  *       ignoredXids: [13, 31, 43, 45, 68, 109] # application errors (the default list)
  *       recoveryQuietPeriod: 300s             # Healthy again after this long without a critical Xid
@@ -92,6 +96,10 @@ struct gs_policy {
 
     unsigned n_rules;
     struct gs_gpu_rule rules[GS_POLICY_MAX_RULES];
+
+    char mig_config[64];                  /* gpuslice.mig.config: "" = the agent leaves MIG alone */
+    char mig_layout_file[256];            /* gpuslice.mig.layoutFile: "" = built-in layouts only */
+    bool mig_force;                       /* gpuslice.mig.force: destroy instances in use */
 
     unsigned n_ignored_xids;
     unsigned long long ignored_xids[GS_POLICY_MAX_XIDS]; /* default 13, 31, 43, 45, 68, 109 */

@@ -144,10 +144,12 @@ static void mig_resource_name(const char *profile, char *buf, size_t len) {
 }
 
 static int add_mig_devices(struct gs_plan *plan, const struct gs_gpu *g, const struct gs_policy *pol, bool healthy,
-                           const char *single_profile, struct gs_gpu_plan *gp) {
+                           const char *single_profile, unsigned withdrawn, struct gs_gpu_plan *gp) {
     unsigned added = 0;
     for (unsigned k = 0; k < g->n_mig; k++) {
         const struct gs_mig_device *m = &g->mig[k];
+        if (m->gi_id < 32 && (withdrawn >> m->gi_id) & 1)
+            continue; /* about to be destroyed */
         if (m->ci_slices && m->gi_slices && m->ci_slices != m->gi_slices)
             continue; /* only MIG devices whose compute instance spans the GPU instance (as NVIDIA) */
         char name[GS_RESOURCE_NAME_MAX];
@@ -172,7 +174,7 @@ static int add_mig_devices(struct gs_plan *plan, const struct gs_gpu *g, const s
         gp->resource = r->name;
         added++;
     }
-    if (!added)
+    if (!added && !withdrawn)
         warn(plan, "GPU %u: MIG mode is enabled but it has no MIG devices to advertise", g->index);
     return 0;
 }
@@ -226,7 +228,8 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
                 continue;
             }
             /* (The policy parser refuses a mig rule while migStrategy is none.) */
-            if (add_mig_devices(out, g, pol, healthy, single, gp) < 0)
+            if (add_mig_devices(out, g, pol, healthy, single, health && i < GS_MAX_GPUS ? health->withdrawn_gi[i] : 0,
+                                gp) < 0)
                 goto oom;
             continue;
         }

@@ -56,6 +56,8 @@ struct gs_plan {
  * unhealthy. NULL = all healthy. */
 struct gs_health {
     bool unhealthy[GS_MAX_GPUS];
+    unsigned withdrawn_gi[GS_MAX_GPUS]; /* bit g: MIG devices of GPU instance g are not advertised
+                                           (withdrawn before a MIG apply destroys them) */
 };
 
 /* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule

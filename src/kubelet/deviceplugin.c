@@ -74,6 +74,7 @@ struct dp_plugin {
     grpc_server *server;
     enum plugin_state state;
     bool restart_when_stopped, remove_when_stopped;
+    bool draining;                   /* removed: stop once the empty list reached every stream */
     unsigned refs;
     struct tag shutdown_tag;
     struct gs_resource devices;      /* owned copy of the advertised list */
@@ -671,9 +672,21 @@ static int copy_resource(struct gs_resource *dst, const struct gs_resource *src)
 
 static struct dp_plugin *plugin_find(struct dp_manager *m, const char *resource) {
     for (struct dp_plugin *p = m->plugins; p; p = p->next)
-        if (strcmp(p->resource, resource) == 0 && !p->remove_when_stopped)
+        if (strcmp(p->resource, resource) == 0)
             return p;
     return NULL;
+}
+
+/* A removed resource first sends an empty device list, so the kubelet withdraws its devices at
+ * once, and stops serving when every stream has it. */
+static void check_drain(struct dp_plugin *p) {
+    if (!p->draining || p->state != P_RUNNING)
+        return;
+    for (struct dp_call *c = p->streams; c; c = c->next_stream)
+        if (!c->closed && (c->send_in_flight || c->sent_version != p->version))
+            return;
+    p->draining = false;
+    plugin_stop(p);
 }
 
 /* ---- manager -------------------------------------------------------------------------------- */
@@ -708,6 +721,11 @@ static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
     for (unsigned i = 0; i < plan->n_resources; i++) {
         const struct gs_resource *r = &plan->resources[i];
         struct dp_plugin *p = plugin_find(m, r->name);
+        if (p && p->remove_when_stopped) { /* back before it was gone: keep serving it */
+            p->remove_when_stopped = p->draining = false;
+            if (p->state == P_STOPPING)
+                p->restart_when_stopped = true;
+        }
         if (p) {
             if (gs_resource_equal(&p->devices, r))
                 continue;
@@ -743,8 +761,20 @@ static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
         if (p->remove_when_stopped || gs_plan_resource(plan, p->resource))
             continue;
         p->remove_when_stopped = true;
-        if (p->state == P_RUNNING)
+        if (p->state != P_RUNNING)
+            continue;
+        struct gs_resource empty = { 0 };
+        gs_strlcpy(empty.name, p->resource, sizeof(empty.name));
+        if (p->streams && copy_resource(&p->devices, &empty) == 0) {
+            p->version++;
+            p->draining = true;
+            log_info("Withdrawing every device of %s", p->resource);
+            for (struct dp_call *c = p->streams; c; c = c->next_stream)
+                stream_send(c);
+            check_drain(p);
+        } else {
             plugin_stop(p);
+        }
     }
     /* Plugins that never served are freed here; stopping ones when their tags are back. */
     for (struct dp_plugin *p = m->plugins, *next; p; p = next) {
@@ -864,6 +894,7 @@ static void handle_event(struct dp_manager *m, grpc_event ev) {
             stream_send(c);
         else if (c->close_done)
             call_free(c); /* both the last send and the close have come back */
+        check_drain(p);
         break;
     case OP_CLOSE:
         c->closed = c->close_done = true;
@@ -871,6 +902,7 @@ static void handle_event(struct dp_manager *m, grpc_event ev) {
         log_info("ListAndWatch %s: stream closed", p->resource);
         if (!c->send_in_flight)
             call_free(c);
+        check_drain(p);
         break;
     case OP_REGISTER:
         register_done(c, ok);

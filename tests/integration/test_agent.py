@@ -893,3 +893,77 @@ def test_apply_json(h):
     bad = h.write("bad.yaml", BAD_TS)
     p = node.run("apply", "--config", bad, "--json", check=1)
     assert f"bad.yaml:{BAD_LINE}:" in p.stderr
+
+
+# ------------------------------------------------------------------------------- MIG layouts in the agent
+
+H100X2 = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n    mig: enabled\n"
+
+
+def _mig_policy(config, force=False):
+    return (f"version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: {config}\n"
+            f"    force: {'true' if force else 'false'}\n")
+
+
+def _status(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_agent_applies_mig_layout_and_readvertises(h):
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    names = ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]
+    agent = h.agent(node, _mig_policy("all-balanced"), resources=names, extra=["--mig-status-file", status])
+    assert len(h.latest("nvidia.com/mig-1g.10gb")) == 4      # 2 per GPU
+    assert len(h.latest("nvidia.com/mig-3g.40gb")) == 2
+    st = _status(status)
+    assert st["state"] == "applied" and st["config"] == "all-balanced"
+    kept_1g = set(ids(h.latest("nvidia.com/mig-1g.10gb")))
+    gone_3g = set(ids(h.latest("nvidia.com/mig-3g.40gb")))
+    # New layout: 7 x 1g per GPU. The 3g and 2g devices are withdrawn from ListAndWatch before their
+    # instances are destroyed, the two 1g instances per GPU stay (same UUIDs), five new ones appear.
+    t = time.monotonic()
+    h.write("policy.yaml", _mig_policy("all-1g.10gb"))
+    agent.signal(signal.SIGHUP)
+    msg = h.kubelet.wait_for("nvidia.com/mig-1g.10gb", lambda d: len(d) == 14, timeout=10, after=t)
+    assert kept_1g <= set(ids(msg.devices))
+    withdrawn = h.kubelet.wait_for("nvidia.com/mig-3g.40gb", lambda d: len(d) == 0, timeout=5, after=t)
+    assert withdrawn.time <= msg.time, "3g devices withdrawn before the new 1g devices appear"
+    inst = node.inspect()
+    assert all(d["uuid"] not in gone_3g for g in inst["gpus"] for d in g["mig"]["devices"])
+    assert _status(status)["state"] == "applied"
+    # 5 new GPU instances per GPU, each with its compute instance; 2g and 3g (GI + CI) destroyed
+    agent.wait_log("MIG layout all-1g.10gb applied: 20 created, 8 destroyed, 4 kept")
+
+
+def test_agent_mig_layout_blocked_by_process(h):
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    h.agent(node, _mig_policy("all-balanced"), resources=["nvidia.com/mig-3g.40gb"], extra=["--mig-status-file", status])
+    gi = [d for d in node.inspect()["gpus"][0]["mig"]["devices"] if d["profile"] == "3g.40gb"][0]["gi_id"]
+    node.run("sim", "process", "add", "--gpu", "0", "--gi", str(gi), "--pid", "4242", "--mem", "1GiB")
+    before = node.inspect()
+    agent = h.agents[0]
+    h.write("policy.yaml", _mig_policy("all-1g.10gb"))
+    agent.signal(signal.SIGHUP)
+    agent.wait_log("MIG layout all-1g.10gb failed")
+    st = _status(status)
+    assert st["state"] == "failed" and "4242" in st["reason"] and "--force" in st["reason"]
+    after = node.inspect()
+    assert [g["mig"]["devices"] for g in before["gpus"]] == [g["mig"]["devices"] for g in after["gpus"]]
+    # Nothing was destroyed, so the devices come back in the listing (withdrawal is undone).
+    h.kubelet.wait_for("nvidia.com/mig-3g.40gb", lambda d: len(d) == 2, timeout=5)
+
+
+def test_agent_bad_mig_layout_file(h):
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    bad = h.write("mig.yaml", "version: v1\nmig-configs:\n  mine:\n    - devices: all\n      mig-enabled: true\n"
+                             "      mig-devices: {\"1g.5gb\": 2}\n")
+    policy = _mig_policy("mine") + f"    layoutFile: {bad}\n"
+    agent = h.agent(node, policy, extra=["--mig-status-file", status])
+    line = agent.wait_log("MIG layout mine not applied")
+    assert "has no MIG profile 1g.5gb" in line and "mig.yaml:4" in line
+    assert _status(status)["state"] == "failed"
+    assert all(not g["mig"]["gpu_instances"] for g in node.inspect()["gpus"])

@@ -1,0 +1,964 @@
+/* test_mig_apply.c: the MIG partition manager (mig/migapply.h) against the simulated node, through
+ * the real dlopen backend: every built-in layout on every MIG-capable model (with the Ampere GPU
+ * reset), a seeded property test over random layouts (UUIDs of instances that stay, minimal
+ * destroys, refusals that change nothing), processes blocking destroys, crashes injected between
+ * any two steps, and layout-file errors. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "catalog/catalog.h"
+#include "mig/migapply.h"
+#include "util/log.h"
+#include "util/util.h"
+#include "sim_fixture.h"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+struct snap_gi {
+    unsigned gi_id, profile_id, start, size, n_ci;
+    char uuid[GS_UUID_LEN];
+};
+
+/* What one GPU looks like: MIG mode and its GPU instances with their MIG UUIDs. */
+struct snap {
+    unsigned cur, pend;
+    unsigned n;
+    struct snap_gi gi[GS_MAX_GIS];
+};
+
+static struct gs_inventory *read_inv(struct sim_fixture *f) {
+    struct gs_inventory *inv = calloc(1, sizeof(*inv));
+    assert_non_null(inv);
+    assert_int_equal(gpu_inventory_read(f->node, inv), 0);
+    assert_true(inv->n_gpus >= 1);
+    return inv;
+}
+
+static void snap_of(const struct gs_gpu *g, struct snap *s) {
+    memset(s, 0, sizeof(*s));
+    s->cur = g->mig_current;
+    s->pend = g->mig_pending;
+    s->n = g->n_gis;
+    for (unsigned e = 0; e < g->n_gis; e++) {
+        struct snap_gi *x = &s->gi[e];
+        x->gi_id = g->gis[e].id;
+        x->profile_id = g->gis[e].profile_id;
+        x->start = g->gis[e].start;
+        x->size = g->gis[e].size;
+        x->n_ci = g->gis[e].n_ci;
+        for (unsigned k = 0; k < g->n_mig; k++)
+            if (g->mig[k].gi_id == x->gi_id)
+                gs_strlcpy(x->uuid, g->mig[k].uuid, sizeof(x->uuid));
+    }
+}
+
+static void take_snap(struct sim_fixture *f, struct snap *s) {
+    struct gs_inventory *inv = read_inv(f);
+    snap_of(&inv->gpus[0], s);
+    free(inv);
+}
+
+static const struct snap_gi *snap_find(const struct snap *s, unsigned profile_id, unsigned start) {
+    for (unsigned e = 0; e < s->n; e++)
+        if (s->gi[e].profile_id == profile_id && s->gi[e].start == start)
+            return &s->gi[e];
+    return NULL;
+}
+
+static bool snap_has_uuid(const struct snap *s, const char *uuid) {
+    for (unsigned e = 0; e < s->n; e++)
+        if (!strcmp(s->gi[e].uuid, uuid))
+            return true;
+    return false;
+}
+
+/* Identical: same mode, same instances (ID, profile, placement, CIs, UUID), in any order. */
+static void assert_snap_equal(const struct snap *a, const struct snap *b, const char *what) {
+    if (a->cur != b->cur || a->pend != b->pend || a->n != b->n)
+        fail_msg("%s: mode %u/%u -> %u/%u, %u -> %u instances", what, a->cur, a->pend, b->cur, b->pend, a->n, b->n);
+    for (unsigned e = 0; e < a->n; e++) {
+        const struct snap_gi *x = &a->gi[e], *y = snap_find(b, x->profile_id, x->start);
+        if (!y || y->gi_id != x->gi_id || y->size != x->size || y->n_ci != x->n_ci || strcmp(x->uuid, y->uuid))
+            fail_msg("%s: GI %u (profile %u at %u, %s) changed", what, x->gi_id, x->profile_id, x->start, x->uuid);
+    }
+}
+
+/* Every instance of `before` whose profile and placement are in `after` kept its MIG UUID; every
+ * other instance's UUID is gone; every new instance has a new UUID. Returns how many stayed. */
+static unsigned assert_uuids_kept(const struct snap *before, const struct snap *after, const char *what) {
+    unsigned stayed = 0;
+    for (unsigned e = 0; e < before->n; e++) {
+        const struct snap_gi *x = &before->gi[e], *y = snap_find(after, x->profile_id, x->start);
+        if (y) {
+            if (strcmp(x->uuid, y->uuid))
+                fail_msg("%s: instance profile %u at %u stayed but its UUID changed: %s -> %s", what, x->profile_id,
+                         x->start, x->uuid, y->uuid);
+            stayed++;
+        } else if (snap_has_uuid(after, x->uuid)) {
+            fail_msg("%s: UUID %s moved", what, x->uuid);
+        }
+    }
+    for (unsigned e = 0; e < after->n; e++) {
+        const struct snap_gi *y = &after->gi[e];
+        assert_true(y->uuid[0] != '\0');
+        if (!snap_find(before, y->profile_id, y->start) && snap_has_uuid(before, y->uuid))
+            fail_msg("%s: new instance at %u reuses UUID %s", what, y->start, y->uuid);
+    }
+    return stayed;
+}
+
+static gs_sim_reset_gpu_fn reset_fn(struct sim_fixture *f) {
+    gs_sim_reset_gpu_fn r = (gs_sim_reset_gpu_fn)gpu_node_symbol(f->node, "gpusliceSimResetGpu");
+    assert_non_null(r);
+    return r;
+}
+
+static void open_model(struct sim_fixture *f, const char *model, int mig) {
+    char yaml[256];
+    one_gpu_yaml(yaml, sizeof(yaml), model, mig);
+    assert_int_equal(sim_fixture_open(f, yaml), 0);
+}
+
+static int apply_builtin(struct sim_fixture *f, const char *name, bool force, struct gs_mig_apply_result *res,
+                         char *err, size_t errlen) {
+    err[0] = '\0';
+    return gs_mig_apply_node(f->node, NULL, name, force, res, err, errlen);
+}
+
+static void apply_ok(struct sim_fixture *f, const char *name) {
+    struct gs_mig_apply_result res;
+    char err[1024];
+    int r = apply_builtin(f, name, false, &res, err, sizeof(err));
+    if (r != 0)
+        fail_msg("apply %s: %d: %s", name, r, err);
+}
+
+static int apply_one(struct sim_fixture *f, const struct gs_mig_layout *l, bool force, struct gs_mig_apply_result *res,
+                     char *err, size_t errlen) {
+    struct gs_mig_layout *ls = calloc(GS_MAX_GPUS, sizeof(*ls));
+    assert_non_null(ls);
+    bool sel[GS_MAX_GPUS] = { false };
+    ls[0] = *l;
+    sel[0] = true;
+    err[0] = '\0';
+    int r = gs_mig_apply_layouts(f->node, ls, sel, force, res, err, errlen);
+    free(ls);
+    return r;
+}
+
+/* The layout a built-in name resolves to on GPU 0 as it is now. */
+static void builtin_now(struct sim_fixture *f, const char *name, struct gs_mig_layout *l) {
+    struct gs_inventory *inv = read_inv(f);
+    char why[512];
+    int r = gs_mig_builtin(&inv->gpus[0], name, l, why, sizeof(why));
+    if (r != 0)
+        fail_msg("builtin %s: %d: %s", name, r, why);
+    free(inv);
+}
+
+static bool matches_now(struct sim_fixture *f, const struct gs_mig_layout *l) {
+    struct gs_inventory *inv = read_inv(f);
+    bool m = gs_mig_matches(&inv->gpus[0], l);
+    free(inv);
+    return m;
+}
+
+static unsigned count_profile(const struct gs_gpu *g, const char *name) {
+    const struct gs_gi_profile *p = gs_gpu_profile_by_name(g, name);
+    assert_non_null(p);
+    unsigned c = 0;
+    for (unsigned e = 0; e < g->n_gis; e++)
+        c += g->gis[e].profile_id == p->id;
+    return c;
+}
+
+/* The plain (NVML index 0..4) catalogue profile with `slices` compute slices. */
+static const struct gs_profile_spec *plain_spec(const struct gs_model *m, unsigned slices) {
+    for (size_t i = 0; i < m->n_profiles; i++)
+        if (m->profiles[i].slices == slices && m->profiles[i].nvml_profile <= 4)
+            return &m->profiles[i];
+    return NULL;
+}
+
+/* How many instances of p fit an empty GPU, from the catalogue alone: disjoint placements (equal
+ * sizes: take the starts in ascending order greedily), the cap and the compute slices. */
+static unsigned expected_fill(const struct gs_model *m, const struct gs_profile_spec *p) {
+    unsigned starts[GS_MAX_STARTS];
+    memcpy(starts, p->starts, sizeof(starts));
+    for (unsigned i = 0; i < p->n_starts; i++)
+        for (unsigned k = i + 1; k < p->n_starts; k++)
+            if (starts[k] < starts[i]) {
+                unsigned t = starts[i];
+                starts[i] = starts[k];
+                starts[k] = t;
+            }
+    unsigned n = 0, end = 0;
+    for (unsigned i = 0; i < p->n_starts; i++)
+        if (starts[i] >= end) {
+            n++;
+            end = starts[i] + p->mem_slices;
+        }
+    unsigned max_compute = 0;
+    for (size_t i = 0; i < m->n_profiles; i++)
+        if (m->profiles[i].slices > max_compute)
+            max_compute = m->profiles[i].slices;
+    if (n > p->max_instances)
+        n = p->max_instances;
+    if (n > max_compute / p->slices)
+        n = max_compute / p->slices;
+    return n;
+}
+
+/* ---- a. every built-in layout on every MIG-capable model ---------------------------------------- */
+
+/* Applies a built-in layout. When the MIG mode changes on Ampere, the apply stops with -EAGAIN
+ * asking for a GPU reset (and keeps asking, changing nothing, until there is one); after
+ * gpusliceSimResetGpu the same apply completes. */
+static void apply_builtin_flow(struct sim_fixture *f, const struct gs_model *m, const char *name) {
+    struct snap before;
+    take_snap(f, &before);
+    bool want_enabled = strcmp(name, "all-disabled") != 0;
+    bool mode_change = (before.cur != 0) != want_enabled;
+    struct gs_mig_apply_result res;
+    char err[1024];
+    int r = apply_builtin(f, name, false, &res, err, sizeof(err));
+    if (mode_change && m->arch < GS_ARCH_HOPPER) {
+        if (r != -EAGAIN)
+            fail_msg("%s: %s from MIG %s: expected -EAGAIN, got %d: %s", m->key, name,
+                     before.cur ? "enabled" : "disabled", r, err);
+        assert_non_null(strstr(err, "GPU reset"));
+        assert_non_null(strstr(err, "sim reset-gpu 0"));
+        assert_int_equal(res.mode_changes, 1);
+        struct snap pending;
+        take_snap(f, &pending);
+        assert_int_equal(pending.cur, before.cur);
+        assert_int_equal(pending.pend, want_enabled ? 1 : 0);
+        if (!want_enabled)
+            assert_int_equal(pending.n, 0); /* instances went before the mode change */
+        /* Again without a reset: the same answer, nothing changes. */
+        r = apply_builtin(f, name, false, &res, err, sizeof(err));
+        assert_int_equal(r, -EAGAIN);
+        assert_non_null(strstr(err, "GPU reset"));
+        assert_int_equal(res.steps_done, 0);
+        struct snap again;
+        take_snap(f, &again);
+        assert_snap_equal(&pending, &again, "apply while a reset is pending");
+        /* The planner says so too. */
+        struct gs_inventory *inv = read_inv(f);
+        struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+        bool sel[GS_MAX_GPUS];
+        assert_int_equal(gs_mig_plan_node(inv, NULL, name, plans, sel, err, sizeof(err)), 0);
+        assert_true(sel[0]);
+        assert_true(plans[0].reset_pending);
+        free(plans);
+        free(inv);
+        char rerr[256];
+        assert_int_equal(reset_fn(f)(0, rerr, sizeof(rerr)), 0);
+        r = apply_builtin(f, name, false, &res, err, sizeof(err));
+        assert_int_equal(res.mode_changes, 0);
+    } else if (mode_change) {
+        assert_int_equal(res.mode_changes, 1);
+        if (want_enabled && r == 0)
+            assert_int_equal(res.passes, 2);
+    }
+    if (r != 0)
+        fail_msg("%s: apply %s: %d: %s", m->key, name, r, err);
+    struct gs_mig_layout l;
+    builtin_now(f, name, &l);
+    struct gs_inventory *inv = read_inv(f);
+    const struct gs_gpu *g = &inv->gpus[0];
+    if (!gs_mig_matches(g, &l))
+        fail_msg("%s: after apply %s the GPU does not match (MIG %u/%u, %u GIs, %u wanted)", m->key, name,
+                 g->mig_current, g->mig_pending, g->n_gis, l.n);
+    assert_int_equal(g->mig_current, want_enabled);
+    assert_int_equal(g->mig_pending, want_enabled);
+    assert_int_equal(g->n_gis, l.n);
+    assert_int_equal(g->n_mig, l.n);
+    for (unsigned e = 0; e < g->n_gis; e++)
+        assert_int_equal(g->gis[e].n_ci, 1);
+    if (!strcmp(name, "all-balanced")) {
+        const struct gs_profile_spec *p1 = plain_spec(m, 1), *p2 = plain_spec(m, 2), *p3 = plain_spec(m, 3);
+        assert_non_null(p1);
+        assert_non_null(p2);
+        assert_int_equal(count_profile(g, p1->name), 2);
+        assert_int_equal(count_profile(g, p2->name), 1);
+        if (m->mig_mem_slices == 4) { /* A30: 2 x 1g + 1 x 2g */
+            assert_null(p3);
+            assert_int_equal(g->n_gis, 3);
+        } else {
+            assert_non_null(p3);
+            assert_int_equal(count_profile(g, p3->name), 1);
+            assert_int_equal(g->n_gis, 4);
+        }
+    } else if (!strncmp(name, "all-", 4) && want_enabled && strcmp(name, "all-enabled")) {
+        const struct gs_profile_spec *p = gs_model_profile_by_name(m, name + 4);
+        assert_non_null(p);
+        unsigned want = expected_fill(m, p);
+        if (count_profile(g, p->name) != want || g->n_gis != want)
+            fail_msg("%s: %s made %u instances, %u expected", m->key, name, g->n_gis, want);
+    } else {
+        assert_int_equal(g->n_gis, 0);
+    }
+    /* Idempotent: applying again changes nothing and keeps every UUID; the plan is empty. */
+    struct snap done, again;
+    snap_of(g, &done);
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool sel[GS_MAX_GPUS];
+    assert_int_equal(gs_mig_plan_node(inv, NULL, name, plans, sel, err, sizeof(err)), 0);
+    assert_true(sel[0]);
+    assert_int_equal(plans[0].n_steps, 0);
+    assert_false(plans[0].reset_pending);
+    free(plans);
+    free(inv);
+    r = apply_builtin(f, name, false, &res, err, sizeof(err));
+    assert_int_equal(r, 0);
+    assert_int_equal(res.steps_done, 0);
+    assert_int_equal(res.kept, l.n);
+    take_snap(f, &again);
+    assert_snap_equal(&done, &again, "second apply");
+}
+
+static void test_builtins_every_model(void **state) {
+    (void)state;
+    unsigned models = 0, applied = 0;
+    for (size_t mi = 0; mi < gs_catalog_count(); mi++) {
+        const struct gs_model *m = gs_catalog_get(mi);
+        if (!m->mig_mem_slices)
+            continue;
+        models++;
+        struct sim_fixture f;
+        open_model(&f, m->key, 0);
+        /* From MIG disabled straight to a layout with instances (mode change + instances). */
+        apply_builtin_flow(&f, m, "all-balanced");
+        char name[64];
+        for (size_t p = 0; p < m->n_profiles; p++) {
+            snprintf(name, sizeof(name), "all-%s", m->profiles[p].name);
+            apply_builtin_flow(&f, m, name);
+            applied++;
+        }
+        apply_builtin_flow(&f, m, "all-balanced");
+        apply_builtin_flow(&f, m, "all-enabled");   /* destroys everything, stays in MIG mode */
+        apply_builtin_flow(&f, m, "all-balanced");
+        apply_builtin_flow(&f, m, "all-disabled");  /* with instances present: cleared, then the mode */
+        apply_builtin_flow(&f, m, "all-disabled");
+        apply_builtin_flow(&f, m, "all-enabled");   /* from disabled: mode only */
+        apply_builtin_flow(&f, m, "all-disabled");
+        applied += 7;
+        /* An unknown built-in name and a profile this model lacks. */
+        struct gs_mig_apply_result res;
+        char err[1024];
+        assert_int_equal(apply_builtin(&f, "balanced", false, &res, err, sizeof(err)), -ENOENT);
+        assert_non_null(strstr(err, "no MIG config 'balanced'"));
+        apply_builtin_flow(&f, m, "all-enabled");
+        struct snap before, after;
+        take_snap(&f, &before);
+        assert_int_equal(apply_builtin(&f, "all-9g.999gb", false, &res, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "has no MIG profile 9g.999gb"));
+        take_snap(&f, &after);
+        assert_snap_equal(&before, &after, "unknown profile");
+        sim_fixture_close(&f);
+    }
+    assert_int_equal(models, 7);
+    assert_true(applied > 50);
+}
+
+/* The Ampere reset flow spelled out once, on an A100 with instances: disable -> -EAGAIN (instances
+ * already gone, mode pending) -> reset -> disabled; enable + layout -> -EAGAIN -> reset -> layout. */
+static void test_ampere_reset_flow(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    open_model(&f, "A100-SXM4-40GB", 1);
+    apply_ok(&f, "all-balanced");
+    struct gs_mig_apply_result res;
+    char err[1024];
+    assert_int_equal(apply_builtin(&f, "all-disabled", false, &res, err, sizeof(err)), -EAGAIN);
+    assert_non_null(strstr(err, "GPU 0 (NVIDIA A100-SXM4-40GB): MIG mode is pending disable"));
+    assert_non_null(strstr(err, "GPU reset"));
+    assert_int_equal(res.destroys, 8);
+    assert_int_equal(res.mode_changes, 1);
+    struct snap s;
+    take_snap(&f, &s);
+    assert_int_equal(s.cur, 1);
+    assert_int_equal(s.pend, 0);
+    assert_int_equal(s.n, 0);
+    char rerr[256];
+    assert_int_equal(reset_fn(&f)(0, rerr, sizeof(rerr)), 0);
+    assert_int_equal(apply_builtin(&f, "all-disabled", false, &res, err, sizeof(err)), 0);
+    assert_int_equal(res.steps_done, 0);
+    assert_int_equal(apply_builtin(&f, "all-3g.20gb", false, &res, err, sizeof(err)), -EAGAIN);
+    assert_non_null(strstr(err, "MIG mode is pending enable"));
+    assert_int_equal(res.steps_done, 1);
+    take_snap(&f, &s);
+    assert_int_equal(s.cur, 0);
+    assert_int_equal(s.pend, 1);
+    assert_int_equal(reset_fn(&f)(0, rerr, sizeof(rerr)), 0);
+    assert_int_equal(apply_builtin(&f, "all-3g.20gb", false, &res, err, sizeof(err)), 0);
+    assert_int_equal(res.creates, 4);
+    struct gs_mig_layout l;
+    builtin_now(&f, "all-3g.20gb", &l);
+    assert_int_equal(l.n, 2);
+    assert_true(matches_now(&f, &l));
+    /* Cancelling a pending disable: disable (pending), then ask for a layout again: the mode is
+     * set back to enabled without a reset and the instances are created. */
+    assert_int_equal(apply_builtin(&f, "all-disabled", false, &res, err, sizeof(err)), -EAGAIN);
+    assert_int_equal(apply_builtin(&f, "all-balanced", false, &res, err, sizeof(err)), 0);
+    builtin_now(&f, "all-balanced", &l);
+    assert_true(matches_now(&f, &l));
+    take_snap(&f, &s);
+    assert_int_equal(s.cur, 1);
+    assert_int_equal(s.pend, 1);
+    sim_fixture_close(&f);
+}
+
+/* ---- b. property test: random layouts ------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void random_layout(uint64_t *rng, const struct gs_gpu *g, struct gs_mig_layout *l) {
+    memset(l, 0, sizeof(*l));
+    l->mig_enabled = true;
+    unsigned r = (unsigned)(rng_next(rng) % 16);
+    l->n = r == 0 ? 0 : r < 12 ? 1 + (unsigned)(rng_next(rng) % 5) : 1 + (unsigned)(rng_next(rng) % GS_MIG_MAX_INSTANCES);
+    for (unsigned i = 0; i < l->n; i++)
+        l->profile_ids[i] = g->profiles[rng_next(rng) % g->n_profiles].id;
+}
+
+/* Independent check of the placement problem (no shared code with the solver): can the profiles
+ * `ids` be placed in slots not in `used`? Identical profiles take ascending starts. */
+static bool place_rest(const struct gs_gpu *g, const unsigned *ids, unsigned n, unsigned i, unsigned used,
+                       unsigned prev_start) {
+    if (i == n)
+        return true;
+    const struct gs_gi_profile *p = gs_gpu_profile_by_id(g, ids[i]);
+    bool same = i > 0 && ids[i - 1] == ids[i];
+    for (unsigned k = 0; k < p->n_starts; k++) {
+        unsigned st = p->starts[k];
+        if (same && st <= prev_start)
+            continue;
+        unsigned m = ((1u << p->placement_size) - 1) << st;
+        if (used & m)
+            continue;
+        if (place_rest(g, ids, n, i + 1, used | m, st))
+            return true;
+    }
+    return false;
+}
+
+/* The most instances of `before` any placement of `want` can keep (brute force over subsets). */
+static unsigned max_keepable(const struct gs_gpu *g, const struct snap *before, const struct gs_mig_layout *want) {
+    unsigned best = 0;
+    for (unsigned mask = 0; mask < (1u << before->n); mask++) {
+        unsigned kept = (unsigned)__builtin_popcount(mask);
+        if (kept <= best)
+            continue;
+        unsigned rest[GS_MIG_MAX_INSTANCES], n_rest = want->n;
+        memcpy(rest, want->profile_ids, sizeof(rest));
+        unsigned used = 0;
+        bool ok = true;
+        for (unsigned e = 0; e < before->n && ok; e++) {
+            if (!(mask & (1u << e)))
+                continue;
+            ok = false;
+            for (unsigned i = 0; i < n_rest; i++)
+                if (rest[i] == before->gi[e].profile_id) {
+                    rest[i] = rest[--n_rest];
+                    ok = true;
+                    break;
+                }
+            used |= ((1u << before->gi[e].size) - 1) << before->gi[e].start;
+        }
+        if (!ok)
+            continue;
+        /* sort the rest so identical profiles are adjacent */
+        for (unsigned i = 0; i < n_rest; i++)
+            for (unsigned k = i + 1; k < n_rest; k++)
+                if (rest[k] < rest[i]) {
+                    unsigned t = rest[i];
+                    rest[i] = rest[k];
+                    rest[k] = t;
+                }
+        if (place_rest(g, rest, n_rest, 0, used, 0))
+            best = kept;
+    }
+    return best;
+}
+
+static void property_model(const char *model, unsigned seeds, unsigned steps) {
+    unsigned applied = 0, refused = 0, kept_total = 0;
+    for (unsigned seed = 1; seed <= seeds; seed++) {
+        uint64_t rng = seed * 1000003ull;
+        struct sim_fixture f;
+        open_model(&f, model, 1);
+        struct gs_inventory *inv = read_inv(&f);
+        struct gs_gpu *empty = malloc(sizeof(*empty));
+        assert_non_null(empty);
+        *empty = inv->gpus[0];
+        empty->n_gis = 0;
+        empty->n_mig = 0;
+        free(inv);
+        assert_true(empty->n_profiles >= 7);
+        for (unsigned step = 0; step < steps; step++) {
+            struct gs_mig_layout l;
+            struct gs_mig_solution sol;
+            char why[512];
+            bool tested_refusal = false;
+            for (unsigned draw = 0;; draw++) {
+                assert_true(draw < 10000);
+                random_layout(&rng, empty, &l);
+                int r = gs_mig_solve(empty, &l, &sol, why, sizeof(why));
+                if (r == 0)
+                    break;
+                assert_int_equal(r, -ENOSPC);
+                if (tested_refusal || step % 3 != 0)
+                    continue;
+                /* Does not fit: refused before any change, with the reason. */
+                tested_refusal = true;
+                struct snap before, after;
+                take_snap(&f, &before);
+                struct gs_mig_apply_result res;
+                char err[1024];
+                int ar = apply_one(&f, &l, false, &res, err, sizeof(err));
+                if (ar != -ENOSPC)
+                    fail_msg("%s seed %u step %u: unfit layout: %d (%s), solver said %s", model, seed, step, ar, err,
+                             why);
+                assert_string_equal(err, why);
+                assert_int_equal(res.steps_done, 0);
+                take_snap(&f, &after);
+                assert_snap_equal(&before, &after, "refused layout");
+                refused++;
+            }
+            struct snap before, after;
+            take_snap(&f, &before);
+            inv = read_inv(&f);
+            unsigned best = max_keepable(&inv->gpus[0], &before, &l);
+            free(inv);
+            struct gs_mig_apply_result res;
+            char err[1024];
+            int r = apply_one(&f, &l, false, &res, err, sizeof(err));
+            if (r != 0)
+                fail_msg("%s seed %u step %u: apply: %d: %s", model, seed, step, r, err);
+            applied++;
+            if (!matches_now(&f, &l))
+                fail_msg("%s seed %u step %u: result does not match the layout", model, seed, step);
+            take_snap(&f, &after);
+            char what[128];
+            snprintf(what, sizeof(what), "%s seed %u step %u", model, seed, step);
+            unsigned stayed = assert_uuids_kept(&before, &after, what);
+            if (stayed != best)
+                fail_msg("%s: kept %u instances, %u could have stayed", what, stayed, best);
+            assert_int_equal(res.kept, stayed);
+            /* One CI and one GI destroyed per instance that goes, created per instance that comes. */
+            assert_int_equal(res.destroys, 2 * (before.n - stayed));
+            assert_int_equal(res.creates, 2 * (after.n - stayed));
+            assert_int_equal(res.steps_done, res.destroys + res.creates);
+            assert_int_equal(res.mode_changes, 0);
+            assert_int_equal(res.passes, 1);
+            kept_total += stayed;
+        }
+        free(empty);
+        sim_fixture_close(&f);
+    }
+    if (getenv("MIG_TEST_STATS")) fprintf(stderr, "%s: applied %u refused %u kept %u\n", model, applied, refused, kept_total);
+    assert_true(applied == seeds * steps);
+    assert_true(refused > 0);
+    assert_true(kept_total > 0);
+}
+
+static void test_property_h100(void **state) {
+    (void)state;
+    property_model("H100-SXM5-80GB", 20, 15);
+}
+
+static void test_property_a100(void **state) {
+    (void)state;
+    property_model("A100-SXM4-40GB", 20, 15);
+}
+
+/* ---- c. processes block destroys ------------------------------------------------------------------ */
+
+static void test_process_blocks_destroy(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    open_model(&f, "H100-SXM5-80GB", 1);
+    apply_ok(&f, "all-balanced");
+    struct snap s0;
+    take_snap(&f, &s0);
+    assert_int_equal(s0.n, 4);
+    gs_sim_process_add_fn add = (gs_sim_process_add_fn)gpu_node_symbol(f.node, "gpusliceSimProcessAdd");
+    gs_sim_process_remove_fn rm = (gs_sim_process_remove_fn)gpu_node_symbol(f.node, "gpusliceSimProcessRemove");
+    char serr[256];
+    /* A process on a 1g instance that all-1g.10gb keeps: it does not block anything. */
+    const struct snap_gi *small = NULL, *big = NULL;
+    for (unsigned e = 0; e < s0.n; e++) {
+        if (s0.gi[e].profile_id == 19 && (!small || s0.gi[e].start > small->start))
+            small = &s0.gi[e];
+        if (s0.gi[e].profile_id == 9)
+            big = &s0.gi[e];
+    }
+    assert_non_null(small);
+    assert_non_null(big);
+    struct snap_gi keep = *small, busy = *big;
+    assert_int_equal(add(0, (int)keep.gi_id, -1, 5151, 1 << 20, "infer", serr, sizeof(serr)), 0);
+    struct gs_mig_apply_result res;
+    char err[1024];
+    assert_int_equal(apply_builtin(&f, "all-1g.10gb", false, &res, err, sizeof(err)), 0);
+    struct snap s1;
+    take_snap(&f, &s1);
+    const struct snap_gi *k1 = snap_find(&s1, keep.profile_id, keep.start);
+    assert_non_null(k1);
+    assert_string_equal(k1->uuid, keep.uuid);
+    assert_int_equal(apply_builtin(&f, "all-balanced", false, &res, err, sizeof(err)), 0);
+    take_snap(&f, &s0);
+    k1 = snap_find(&s0, keep.profile_id, keep.start);
+    assert_non_null(k1);
+    assert_string_equal(k1->uuid, keep.uuid);
+    big = NULL;
+    for (unsigned e = 0; e < s0.n; e++)
+        if (s0.gi[e].profile_id == 9)
+            big = &s0.gi[e];
+    assert_non_null(big);
+    busy = *big;
+    /* A process on the 3g instance: all-1g.10gb would destroy it. */
+    assert_int_equal(add(0, (int)busy.gi_id, -1, 4242, 1 << 20, "trainer", serr, sizeof(serr)), 0);
+    struct gs_inventory *inv = read_inv(&f);
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool sel[GS_MAX_GPUS];
+    assert_int_equal(gs_mig_plan_node(inv, NULL, "all-1g.10gb", plans, sel, err, sizeof(err)), 0);
+    assert_int_equal(plans[0].n_busy, 1);
+    assert_int_equal(plans[0].busy_pids[0], 4242);
+    free(plans);
+    free(inv);
+    assert_int_equal(apply_builtin(&f, "all-1g.10gb", false, &res, err, sizeof(err)), -EBUSY);
+    assert_non_null(strstr(err, "4242"));
+    assert_non_null(strstr(err, "in use"));
+    assert_non_null(strstr(err, "--force"));
+    assert_null(strstr(err, "5151"));
+    assert_int_equal(res.steps_done, 0);
+    struct snap s2;
+    take_snap(&f, &s2);
+    assert_snap_equal(&s0, &s2, "refused: instance in use");
+    /* Also for all-disabled and all-enabled. */
+    assert_int_equal(apply_builtin(&f, "all-disabled", false, &res, err, sizeof(err)), -EBUSY);
+    assert_int_equal(apply_builtin(&f, "all-enabled", false, &res, err, sizeof(err)), -EBUSY);
+    take_snap(&f, &s2);
+    assert_snap_equal(&s0, &s2, "refused: instance in use (disable)");
+    /* --force: the driver still refuses to destroy an instance in use; the error names the step. */
+    int r = apply_builtin(&f, "all-1g.10gb", true, &res, err, sizeof(err));
+    assert_int_equal(r, -EBUSY);
+    assert_non_null(strstr(err, "GPU 0: destroy-ci 3g.40gb failed: "));
+    assert_non_null(strstr(err, "In use"));
+    take_snap(&f, &s2);
+    const struct snap_gi *b2 = snap_find(&s2, busy.profile_id, busy.start);
+    assert_non_null(b2);
+    assert_string_equal(b2->uuid, busy.uuid);
+    k1 = snap_find(&s2, keep.profile_id, keep.start);
+    assert_non_null(k1);
+    assert_string_equal(k1->uuid, keep.uuid);
+    /* The process ends: the apply converges, the instance with the other process stays. */
+    assert_int_equal(rm(4242, -1, serr, sizeof(serr)), 0);
+    assert_int_equal(apply_builtin(&f, "all-1g.10gb", false, &res, err, sizeof(err)), 0);
+    struct gs_mig_layout l;
+    builtin_now(&f, "all-1g.10gb", &l);
+    assert_true(matches_now(&f, &l));
+    take_snap(&f, &s2);
+    k1 = snap_find(&s2, keep.profile_id, keep.start);
+    assert_non_null(k1);
+    assert_string_equal(k1->uuid, keep.uuid);
+    assert_int_equal(rm(5151, -1, serr, sizeof(serr)), 0);
+    sim_fixture_close(&f);
+}
+
+/* ---- d. crash between any two steps ---------------------------------------------------------------- */
+
+struct transition {
+    const char *name;
+    const char *model;
+    int mig;                 /* node file */
+    const char *start;       /* built-in config for the start state (NULL: the node as described) */
+    const char *target;      /* config name: built-in, or in `file` */
+    const char *file;        /* layout file text or NULL */
+    unsigned expect_steps;
+};
+
+static const char crash_layouts[] =
+    "version: v1\n"
+    "mig-configs:\n"
+    "  big-two:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices: {\"3g.20gb\": 1, \"4g.20gb\": 1}\n"
+    "  three-and-four-small:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices:\n"
+    "        \"3g.40gb\": 1\n"
+    "        \"1g.10gb\": 4\n";
+
+static int run_transition(struct sim_fixture *f, const struct transition *t, const struct gs_layout_file *lf,
+                          struct gs_mig_apply_result *res, char *err, size_t errlen) {
+    err[0] = '\0';
+    return gs_mig_apply_node(f->node, lf, t->target, false, res, err, errlen);
+}
+
+static void setup_start(struct sim_fixture *f, const struct transition *t, struct snap *s) {
+    open_model(f, t->model, t->mig);
+    if (t->start)
+        apply_ok(f, t->start);
+    take_snap(f, s);
+}
+
+static void check_converged(struct sim_fixture *f, const struct transition *t, const struct gs_layout_file *lf,
+                            const struct snap *start, const char *what) {
+    struct gs_inventory *inv = read_inv(f);
+    struct gs_mig_layout *ls = calloc(GS_MAX_GPUS, sizeof(*ls));
+    bool sel[GS_MAX_GPUS];
+    char err[1024];
+    assert_int_equal(gs_mig_resolve(inv, lf, t->target, ls, sel, err, sizeof(err)), 0);
+    assert_true(sel[0]);
+    if (!gs_mig_matches(&inv->gpus[0], &ls[0]))
+        fail_msg("%s: did not converge to %s", what, t->target);
+    struct snap now;
+    snap_of(&inv->gpus[0], &now);
+    assert_uuids_kept(start, &now, what);
+    free(ls);
+    free(inv);
+}
+
+static void crash_transition(const struct transition *t) {
+    struct gs_layout_file *lf = NULL;
+    char err[1024];
+    if (t->file) {
+        lf = calloc(1, sizeof(*lf));
+        assert_non_null(lf);
+        int r = gs_miglayout_parse("crash.yaml", t->file, strlen(t->file), lf, err, sizeof(err));
+        if (r != 0)
+            fail_msg("parse: %s", err);
+    }
+    /* Without a fault: how many steps the transition takes. */
+    struct sim_fixture f;
+    struct snap start;
+    setup_start(&f, t, &start);
+    struct gs_mig_apply_result res;
+    int r = run_transition(&f, t, lf, &res, err, sizeof(err));
+    if (r != 0)
+        fail_msg("%s: %d: %s", t->name, r, err);
+    unsigned k = res.steps_done;
+    assert_int_equal(k, t->expect_steps);
+    check_converged(&f, t, lf, &start, t->name);
+    sim_fixture_close(&f);
+    for (unsigned n = 1; n <= k + 1; n++) {
+        setup_start(&f, t, &start);
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            char v[16];
+            snprintf(v, sizeof(v), "%u", n);
+            setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", v, 1);
+            struct gs_mig_apply_result cres;
+            char cerr[1024];
+            int cr = run_transition(&f, t, lf, &cres, cerr, sizeof(cerr));
+            _exit(cr == 0 ? 0 : 1);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) != (n <= k ? 99 : 0))
+            fail_msg("%s: fault after %u of %u steps: child exit %d", t->name, n, k, WEXITSTATUS(status));
+        char what[128];
+        snprintf(what, sizeof(what), "%s, crash after step %u of %u", t->name, n, k);
+        r = run_transition(&f, t, lf, &res, err, sizeof(err));
+        if (r != 0)
+            fail_msg("%s: rerun: %d: %s", what, r, err);
+        /* The rerun does only what was left. */
+        if (res.steps_done != (n <= k ? k - n : 0))
+            fail_msg("%s: rerun took %u steps, %u were left", what, res.steps_done, n <= k ? k - n : 0);
+        check_converged(&f, t, lf, &start, what);
+        sim_fixture_close(&f);
+    }
+    free(lf);
+}
+
+static void test_crash_h100_balanced_to_1g(void **state) {
+    (void)state;
+    /* 3g@4 2g@0 1g@2 1g@3 -> 7 x 1g: keep the two 1g, destroy 2 (4 steps), create 5 (10 steps) */
+    const struct transition t = { "H100 all-balanced -> all-1g.10gb", "H100-SXM5-80GB", 1, "all-balanced",
+                                  "all-1g.10gb", NULL, 14 };
+    crash_transition(&t);
+}
+
+static void test_crash_h100_disabled_to_balanced(void **state) {
+    (void)state;
+    const struct transition t = { "H100 MIG disabled -> all-balanced", "H100-SXM5-80GB", 0, NULL, "all-balanced",
+                                  NULL, 9 };
+    crash_transition(&t);
+}
+
+static void test_crash_a100_small_to_big(void **state) {
+    (void)state;
+    const struct transition t = { "A100 7 x 1g.5gb -> 3g.20gb + 4g.20gb", "A100-SXM4-40GB", 1, "all-1g.5gb", "big-two",
+                                  crash_layouts, 18 };
+    crash_transition(&t);
+}
+
+static void test_crash_h100_keeps_common(void **state) {
+    (void)state;
+    /* all-balanced (3g@4 2g@0 1g@2 1g@3) -> 3g + 4 x 1g: 3g and both 1g stay; 2g goes (2 steps);
+     * 1g@0 and 1g@1 come (4 steps) */
+    const struct transition t = { "H100 all-balanced -> 3g + 4 x 1g", "H100-SXM5-80GB", 1, "all-balanced",
+                                  "three-and-four-small", crash_layouts, 6 };
+    crash_transition(&t);
+}
+
+/* ---- e. layout files with errors --------------------------------------------------------------------- */
+
+static const char bad_layouts[] =
+    "version: v1\n"
+    "mig-configs:\n"
+    "  wrong-model:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices:\n"
+    "        \"1g.10gb\": 2\n"
+    "        \"1g.5gb\": 1\n"
+    "  too-big:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices:\n"
+    "        \"4g.40gb\": 1\n"
+    "        \"3g.40gb\": 1\n"
+    "        \"1g.10gb\": 1\n"
+    "  too-many:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices: {\"1g.20gb\": 5}\n"
+    "  too-much-compute:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices: {\"4g.40gb\": 1, \"2g.20gb\": 2}\n"
+    "  me-twice:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices: {\"1g.10gb+me\": 2}\n"
+    "  other-gpus-only:\n"
+    "    - devices: [3]\n"
+    "      mig-enabled: false\n"
+    "  fine:\n"
+    "    - devices: all\n"
+    "      mig-enabled: true\n"
+    "      mig-devices: {\"3g.40gb\": 2}\n";
+
+static void test_layout_file_errors(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    open_model(&f, "H100-SXM5-80GB", 1);
+    apply_ok(&f, "all-balanced");
+    char path[400];
+    snprintf(path, sizeof(path), "%s/layouts.yaml", f.dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(bad_layouts, fp);
+    fclose(fp);
+    struct gs_layout_file *lf = calloc(1, sizeof(*lf));
+    char err[1024];
+    if (gs_miglayout_load(path, lf, err, sizeof(err)) != 0)
+        fail_msg("load: %s", err);
+    struct gs_layout_file *lf2 = calloc(1, sizeof(*lf2));
+    assert_int_equal(gs_miglayout_parse("layouts.yaml", bad_layouts, strlen(bad_layouts), lf2, err, sizeof(err)), 0);
+    assert_int_equal(lf2->n_configs, lf->n_configs);
+    free(lf2);
+    struct snap before, after;
+    take_snap(&f, &before);
+    struct gs_mig_apply_result res;
+    static const struct {
+        const char *config;
+        int rc;
+        const char *msg[3];
+    } cases[] = {
+        { "wrong-model", -EINVAL,
+          { "mig-configs.wrong-model: GPU 0 (NVIDIA H100 80GB HBM3) has no MIG profile 1g.5gb; it has",
+            "1g.10gb", "7g.80gb" } },
+        { "too-big", -ENOSPC, { "4g.40gb + 3g.40gb + 1g.10gb needs 9 memory slices, the GPU has 8", NULL, NULL } },
+        { "too-many", -ENOSPC, { "asks for 5 x 1g.20gb, the GPU allows at most 4", NULL, NULL } },
+        { "too-much-compute", -ENOSPC, { "needs 8 compute slices, the GPU has 7", NULL, NULL } },
+        { "me-twice", -ENOSPC, { "2 x 1g.10gb+me, the GPU allows at most 1", NULL, NULL } },
+        { "no-such-config", -ENOENT, { "layouts.yaml: no MIG config 'no-such-config'", NULL, NULL } },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(cases); i++) {
+        memset(&res, 0, sizeof(res));
+        err[0] = '\0';
+        int r = gs_mig_apply_node(f.node, lf, cases[i].config, false, &res, err, sizeof(err));
+        if (r != cases[i].rc)
+            fail_msg("%s: %d (%s), expected %d", cases[i].config, r, err, cases[i].rc);
+        for (int k = 0; k < 3 && cases[i].msg[k]; k++)
+            if (!strstr(err, cases[i].msg[k]))
+                fail_msg("%s: '%s' lacks '%s'", cases[i].config, err, cases[i].msg[k]);
+        assert_int_equal(res.steps_done, 0);
+        take_snap(&f, &after);
+        assert_snap_equal(&before, &after, cases[i].config);
+        /* plan says the same */
+        struct gs_inventory *inv = read_inv(&f);
+        struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+        bool sel[GS_MAX_GPUS];
+        char perr[1024] = "";
+        assert_int_equal(gs_mig_plan_node(inv, lf, cases[i].config, plans, sel, perr, sizeof(perr)), cases[i].rc);
+        assert_string_equal(perr, err);
+        free(plans);
+        free(inv);
+    }
+    /* The unknown-profile error names the file and a line of the config. */
+    memset(&res, 0, sizeof(res));
+    assert_int_equal(gs_mig_apply_node(f.node, lf, "wrong-model", false, &res, err, sizeof(err)), -EINVAL);
+    char prefix[420];
+    snprintf(prefix, sizeof(prefix), "%s:", path);
+    assert_memory_equal(err, prefix, strlen(prefix));
+    unsigned line = (unsigned)atoi(err + strlen(prefix));
+    assert_true(line >= 4 && line <= 8);
+    /* A config selecting no GPU of this node changes nothing. */
+    assert_int_equal(gs_mig_apply_node(f.node, lf, "other-gpus-only", false, &res, err, sizeof(err)), 0);
+    assert_int_equal(res.steps_done, 0);
+    take_snap(&f, &after);
+    assert_snap_equal(&before, &after, "other-gpus-only");
+    /* The file's config: applied, the 3g instance at 0 stays. */
+    assert_int_equal(gs_mig_apply_node(f.node, lf, "fine", false, &res, err, sizeof(err)), 0);
+    take_snap(&f, &after);
+    assert_int_equal(after.n, 2);
+    assert_int_equal(assert_uuids_kept(&before, &after, "fine"), 1);
+    /* A file config shadows the built-in of the same name. */
+    static const char shadow[] = "version: v1\nmig-configs:\n  all-balanced:\n    - devices: all\n"
+                                 "      mig-enabled: true\n      mig-devices: {\"7g.80gb\": 1}\n";
+    assert_int_equal(gs_miglayout_parse("shadow.yaml", shadow, strlen(shadow), lf, err, sizeof(err)), 0);
+    assert_int_equal(gs_mig_apply_node(f.node, lf, "all-balanced", false, &res, err, sizeof(err)), 0);
+    take_snap(&f, &after);
+    assert_int_equal(after.n, 1);
+    assert_int_equal(after.gi[0].profile_id, 0);
+    free(lf);
+    sim_fixture_close(&f);
+}
+
+int main(void) {
+    gs_log_set_level(GS_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_builtins_every_model),
+        cmocka_unit_test(test_ampere_reset_flow),
+        cmocka_unit_test(test_property_h100),
+        cmocka_unit_test(test_property_a100),
+        cmocka_unit_test(test_process_blocks_destroy),
+        cmocka_unit_test(test_crash_h100_balanced_to_1g),
+        cmocka_unit_test(test_crash_h100_disabled_to_balanced),
+        cmocka_unit_test(test_crash_a100_small_to_big),
+        cmocka_unit_test(test_crash_h100_keeps_common),
+        cmocka_unit_test(test_layout_file_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
