@@ -26,6 +26,7 @@ static const struct command {
     { "agent", cmd_agent, "the node daemon: kubelet device plugins for whole GPUs, replicas and MIG devices" },
     { "apply", cmd_apply, "print what the node advertises under a policy (one-shot, no kubelet)" },
     { "mig", cmd_mig, "MIG layouts: show, plan, apply (mig-parted format, minimal changes), export" },
+    { "exec", cmd_exec, "run a command under the guard with a VRAM quota (no Kubernetes needed)" },
     { "inspect", cmd_inspect, "show GPUs, memory, MIG state and free capacity, health and processes" },
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
 };

@@ -1,8 +1,9 @@
 /* test_mig_apply.c: the MIG partition manager (mig/migapply.h) against the simulated node, through
  * the real dlopen backend: every built-in layout on every MIG-capable model (with the Ampere GPU
  * reset), a seeded property test over random layouts (UUIDs of instances that stay, minimal
- * destroys, refusals that change nothing), processes blocking destroys, crashes injected between
- * any two steps, and layout-file errors. */
+ * destroys, refusals that change nothing), processes blocking destroys, kept instances whose
+ * compute instances are partial, several GPUs planned all-or-nothing, crashes injected between any
+ * two steps (fixed transitions and random ones), and layout-file errors. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,11 +58,14 @@ static void snap_of(const struct gs_gpu *g, struct snap *s) {
     }
 }
 
-static void take_snap(struct sim_fixture *f, struct snap *s) {
+static void take_snap_gpu(struct sim_fixture *f, unsigned gpu, struct snap *s) {
     struct gs_inventory *inv = read_inv(f);
-    snap_of(&inv->gpus[0], s);
+    assert_true(gpu < inv->n_gpus);
+    snap_of(&inv->gpus[gpu], s);
     free(inv);
 }
+
+static void take_snap(struct sim_fixture *f, struct snap *s) { take_snap_gpu(f, 0, s); }
 
 static const struct snap_gi *snap_find(const struct snap *s, unsigned profile_id, unsigned start) {
     for (unsigned e = 0; e < s->n; e++)
@@ -118,10 +122,42 @@ static gs_sim_reset_gpu_fn reset_fn(struct sim_fixture *f) {
     return r;
 }
 
+/* Fixtures still open when a test fails are closed by the teardown (from a copy: the test's own
+ * struct is gone with its stack), so that one failure does not leave the simulator initialised on
+ * a stale node for the tests after it. */
+static struct sim_fixture open_fixtures[4];
+
+static void fx_close(struct sim_fixture *f) {
+    for (size_t i = 0; i < GS_ARRAY_SIZE(open_fixtures); i++)
+        if (open_fixtures[i].node && open_fixtures[i].node == f->node)
+            memset(&open_fixtures[i], 0, sizeof(open_fixtures[i]));
+    sim_fixture_close(f);
+}
+
+static int close_fixtures(void **state) {
+    (void)state;
+    for (size_t i = 0; i < GS_ARRAY_SIZE(open_fixtures); i++)
+        if (open_fixtures[i].node) {
+            struct sim_fixture copy = open_fixtures[i];
+            fx_close(&copy);
+        }
+    return 0;
+}
+
+static void fx_open(struct sim_fixture *f, const char *yaml) {
+    assert_int_equal(sim_fixture_open(f, yaml), 0);
+    for (size_t i = 0; i < GS_ARRAY_SIZE(open_fixtures); i++)
+        if (!open_fixtures[i].node) {
+            open_fixtures[i] = *f;
+            return;
+        }
+    fail_msg("too many open fixtures");
+}
+
 static void open_model(struct sim_fixture *f, const char *model, int mig) {
     char yaml[256];
     one_gpu_yaml(yaml, sizeof(yaml), model, mig);
-    assert_int_equal(sim_fixture_open(f, yaml), 0);
+    fx_open(f, yaml);
 }
 
 static int apply_builtin(struct sim_fixture *f, const char *name, bool force, struct gs_mig_apply_result *res,
@@ -361,7 +397,7 @@ static void test_builtins_every_model(void **state) {
         assert_non_null(strstr(err, "has no MIG profile 9g.999gb"));
         take_snap(&f, &after);
         assert_snap_equal(&before, &after, "unknown profile");
-        sim_fixture_close(&f);
+        fx_close(&f);
     }
     assert_int_equal(models, 7);
     assert_true(applied > 50);
@@ -412,7 +448,7 @@ static void test_ampere_reset_flow(void **state) {
     take_snap(&f, &s);
     assert_int_equal(s.cur, 1);
     assert_int_equal(s.pend, 1);
-    sim_fixture_close(&f);
+    fx_close(&f);
 }
 
 /* ---- b. property test: random layouts ------------------------------------------------------------ */
@@ -496,7 +532,7 @@ static unsigned max_keepable(const struct gs_gpu *g, const struct snap *before, 
 static void property_model(const char *model, unsigned seeds, unsigned steps) {
     unsigned applied = 0, refused = 0, kept_total = 0;
     for (unsigned seed = 1; seed <= seeds; seed++) {
-        uint64_t rng = seed * 1000003ull + strlen(model) * 7919ull;
+        uint64_t rng = seed * 1000003ull + (uint64_t)(unsigned char)model[0] * 7919ull;
         struct sim_fixture f;
         open_model(&f, model, 1);
         struct gs_inventory *inv = read_inv(&f);
@@ -532,8 +568,6 @@ static void property_model(const char *model, unsigned seeds, unsigned steps) {
                     fail_msg("%s seed %u step %u: unfit layout: %d (%s), solver said %s", model, seed, step, ar, err,
                              why);
                 assert_string_equal(err, why);
-                if (getenv("MIG_TEST_STATS"))
-                    fprintf(stderr, "refused: %s\n", why);
                 assert_int_equal(res.steps_done, 0);
                 take_snap(&f, &after);
                 assert_snap_equal(&before, &after, "refused layout");
@@ -568,9 +602,8 @@ static void property_model(const char *model, unsigned seeds, unsigned steps) {
             kept_total += stayed;
         }
         free(empty);
-        sim_fixture_close(&f);
+        fx_close(&f);
     }
-    if (getenv("MIG_TEST_STATS")) fprintf(stderr, "%s: applied %u refused %u kept %u\n", model, applied, refused, kept_total);
     assert_true(applied == seeds * steps);
     assert_true(refused > 0);
     assert_true(kept_total > 0);
@@ -677,7 +710,145 @@ static void test_process_blocks_destroy(void **state) {
     assert_non_null(k1);
     assert_string_equal(k1->uuid, keep.uuid);
     assert_int_equal(rm(5151, -1, serr, sizeof(serr)), 0);
-    sim_fixture_close(&f);
+    fx_close(&f);
+}
+
+/* ---- kept GPU instances with partial compute instances ------------------------------------------ */
+
+/* A compute instance of `slices` compute slices in GI gi_id (CI profile index slices-1 for 1..4). */
+static void make_partial_ci(struct sim_fixture *f, unsigned gi_id, unsigned ci_profile) {
+    nvmlDevice_t d = sim_device(f, 0);
+    nvmlGpuInstance_t gi;
+    assert_int_equal(f->api->DeviceGetGpuInstanceById(d, gi_id, &gi), NVML_SUCCESS);
+    nvmlComputeInstanceProfileInfo_t info;
+    assert_int_equal(f->api->GpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile,
+                                                                       NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &info),
+                     NVML_SUCCESS);
+    nvmlComputeInstance_t ci;
+    assert_int_equal(f->api->GpuInstanceCreateComputeInstance(gi, info.id, &ci), NVML_SUCCESS);
+}
+
+/* A GI at the right profile and placement whose compute instances are smaller than the GI (or
+ * several) is kept: only its CIs are replaced by one full-size CI; a GI without a CI gets one. A
+ * process on such a CI blocks the change. */
+static void test_partial_compute_instances(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    open_model(&f, "H100-SXM5-80GB", 1);
+    unsigned gi3, gi2, gi1;
+    assert_int_equal(gpu_gi_create(f.node, 0, 9, 4, &gi3), 0);  /* 3g.40gb at 4: two CIs, 2c + 1c */
+    make_partial_ci(&f, gi3, 1);
+    make_partial_ci(&f, gi3, 0);
+    assert_int_equal(gpu_gi_create(f.node, 0, 14, 0, &gi2), 0); /* 2g.20gb at 0: one 1c CI */
+    make_partial_ci(&f, gi2, 0);
+    assert_int_equal(gpu_gi_create(f.node, 0, 19, 2, &gi1), 0); /* 1g.10gb at 2: no CI */
+    static const char *const names[] = { "3g.40gb", "2g.20gb", "1g.10gb" };
+    static const unsigned counts[] = { 1, 1, 1 };
+    struct gs_inventory *inv = read_inv(&f);
+    struct gs_mig_layout l;
+    char why[512];
+    assert_int_equal(gs_mig_layout_from_names(&inv->gpus[0], true, names, counts, 3, &l, why, sizeof(why)), 0);
+    assert_false(gs_mig_matches(&inv->gpus[0], &l));
+    assert_int_equal(inv->gpus[0].n_mig, 3);
+    free(inv);
+    /* A process on the 2c CI of the 3g instance: the CI would be destroyed, so the apply refuses. */
+    struct snap s0, s1;
+    take_snap(&f, &s0);
+    inv = read_inv(&f);
+    unsigned busy_ci = ~0u;
+    for (unsigned k = 0; k < inv->gpus[0].n_mig; k++)
+        if (inv->gpus[0].mig[k].gi_id == gi3 && inv->gpus[0].mig[k].ci_slices == 2)
+            busy_ci = inv->gpus[0].mig[k].ci_id;
+    free(inv);
+    assert_true(busy_ci != ~0u);
+    gs_sim_process_add_fn add = (gs_sim_process_add_fn)gpu_node_symbol(f.node, "gpusliceSimProcessAdd");
+    gs_sim_process_remove_fn rm = (gs_sim_process_remove_fn)gpu_node_symbol(f.node, "gpusliceSimProcessRemove");
+    char serr[256], err[1024];
+    assert_int_equal(add(0, (int)gi3, (int)busy_ci, 777, 1 << 20, "job", serr, sizeof(serr)), 0);
+    struct gs_mig_apply_result res;
+    assert_int_equal(apply_one(&f, &l, false, &res, err, sizeof(err)), -EBUSY);
+    assert_non_null(strstr(err, "777"));
+    take_snap(&f, &s1);
+    assert_snap_equal(&s0, &s1, "partial CI in use");
+    assert_int_equal(rm(777, -1, serr, sizeof(serr)), 0);
+    /* Now: the three GIs stay (same GI IDs); CIs: 3 destroyed, 3 full ones created. */
+    assert_int_equal(apply_one(&f, &l, false, &res, err, sizeof(err)), 0);
+    assert_int_equal(res.kept, 3);
+    assert_int_equal(res.destroys, 3);
+    assert_int_equal(res.creates, 3);
+    assert_true(matches_now(&f, &l));
+    take_snap(&f, &s1);
+    assert_int_equal(s1.n, 3);
+    const struct snap_gi *x = snap_find(&s1, 9, 4), *y = snap_find(&s1, 14, 0), *z = snap_find(&s1, 19, 2);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_non_null(z);
+    assert_int_equal(x->gi_id, gi3);
+    assert_int_equal(y->gi_id, gi2);
+    assert_int_equal(z->gi_id, gi1);
+    inv = read_inv(&f);
+    for (unsigned k = 0; k < inv->gpus[0].n_mig; k++)
+        assert_int_equal(inv->gpus[0].mig[k].ci_slices, inv->gpus[0].mig[k].gi_slices);
+    free(inv);
+    fx_close(&f);
+}
+
+/* ---- several GPUs: all or nothing ---------------------------------------------------------------- */
+
+/* The whole node is planned before anything changes: one GPU's unsolvable layout or busy instance
+ * stops the others too; GPUs not selected are never touched. */
+static void test_multi_gpu_all_or_nothing(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    fx_open(&f, "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n    mig: enabled\n  - model: L4\n");
+    apply_ok(&f, "all-balanced");
+    struct snap g0, g1, l4, now;
+    take_snap_gpu(&f, 0, &g0);
+    take_snap_gpu(&f, 1, &g1);
+    take_snap_gpu(&f, 2, &l4);
+    assert_int_equal(g0.n, 4);
+    assert_int_equal(g1.n, 4);
+    struct gs_mig_layout *ls = calloc(GS_MAX_GPUS, sizeof(*ls));
+    bool sel[GS_MAX_GPUS] = { false };
+    struct gs_mig_apply_result res;
+    char err[1024];
+    /* GPU 0: 7 x 1g (fits); GPU 1: 3 x 3g (does not). */
+    ls[0] = (struct gs_mig_layout){ true, 7, { 19, 19, 19, 19, 19, 19, 19 } };
+    ls[1] = (struct gs_mig_layout){ true, 3, { 9, 9, 9 } };
+    sel[0] = sel[1] = true;
+    assert_int_equal(gs_mig_apply_layouts(f.node, ls, sel, false, &res, err, sizeof(err)), -ENOSPC);
+    assert_int_equal(res.steps_done, 0);
+    take_snap_gpu(&f, 0, &now);
+    assert_snap_equal(&g0, &now, "GPU 0 while GPU 1 does not fit");
+    take_snap_gpu(&f, 1, &now);
+    assert_snap_equal(&g1, &now, "GPU 1 that does not fit");
+    /* GPU 1: a process on an instance its layout destroys. */
+    ls[1] = (struct gs_mig_layout){ true, 1, { 0 } }; /* 7g.80gb */
+    gs_sim_process_add_fn add = (gs_sim_process_add_fn)gpu_node_symbol(f.node, "gpusliceSimProcessAdd");
+    gs_sim_process_remove_fn rm = (gs_sim_process_remove_fn)gpu_node_symbol(f.node, "gpusliceSimProcessRemove");
+    char serr[256];
+    assert_int_equal(add(1, (int)g1.gi[0].gi_id, -1, 31337, 1 << 20, "job", serr, sizeof(serr)), 0);
+    assert_int_equal(gs_mig_apply_layouts(f.node, ls, sel, false, &res, err, sizeof(err)), -EBUSY);
+    assert_non_null(strstr(err, "GPU 1 (NVIDIA H100 80GB HBM3)"));
+    assert_non_null(strstr(err, "31337"));
+    assert_int_equal(res.steps_done, 0);
+    take_snap_gpu(&f, 0, &now);
+    assert_snap_equal(&g0, &now, "GPU 0 while GPU 1 is busy");
+    take_snap_gpu(&f, 1, &now);
+    assert_snap_equal(&g1, &now, "busy GPU 1");
+    /* Only GPU 0 selected: GPU 1 (busy) and the L4 are left alone. */
+    sel[1] = false;
+    assert_int_equal(gs_mig_apply_layouts(f.node, ls, sel, false, &res, err, sizeof(err)), 0);
+    take_snap_gpu(&f, 0, &now);
+    assert_int_equal(now.n, 7);
+    assert_int_equal(assert_uuids_kept(&g0, &now, "GPU 0 alone"), 2);
+    take_snap_gpu(&f, 1, &now);
+    assert_snap_equal(&g1, &now, "GPU 1 not selected");
+    take_snap_gpu(&f, 2, &now);
+    assert_snap_equal(&l4, &now, "L4");
+    assert_int_equal(rm(31337, -1, serr, sizeof(serr)), 0);
+    free(ls);
+    fx_close(&f);
 }
 
 /* ---- d. crash between any two steps ---------------------------------------------------------------- */
@@ -757,7 +928,7 @@ static void crash_transition(const struct transition *t) {
     unsigned k = res.steps_done;
     assert_int_equal(k, t->expect_steps);
     check_converged(&f, t, lf, &start, t->name);
-    sim_fixture_close(&f);
+    fx_close(&f);
     for (unsigned n = 1; n <= k + 1; n++) {
         setup_start(&f, t, &start);
         fflush(NULL);
@@ -786,7 +957,7 @@ static void crash_transition(const struct transition *t) {
         if (res.steps_done != (n <= k ? k - n : 0))
             fail_msg("%s: rerun took %u steps, %u were left", what, res.steps_done, n <= k ? k - n : 0);
         check_converged(&f, t, lf, &start, what);
-        sim_fixture_close(&f);
+        fx_close(&f);
     }
     free(lf);
 }
@@ -820,6 +991,82 @@ static void test_crash_h100_keeps_common(void **state) {
     const struct transition t = { "H100 all-balanced -> 3g + 4 x 1g", "H100-SXM5-80GB", 1, "all-balanced",
                                   "three-and-four-small", crash_layouts, 6 };
     crash_transition(&t);
+}
+
+/* Random transitions with a crash after a random step: the rerun converges, does only what was
+ * left, and the instances the start and the result share keep their UUIDs, as many as could. */
+static void crash_property(const char *model, unsigned seeds, unsigned steps) {
+    unsigned crashed = 0;
+    for (unsigned seed = 1; seed <= seeds; seed++) {
+        uint64_t rng = seed * 7777777ull + (uint64_t)(unsigned char)model[0];
+        struct sim_fixture f;
+        open_model(&f, model, 1);
+        struct gs_inventory *inv = read_inv(&f);
+        struct gs_gpu *empty = malloc(sizeof(*empty));
+        assert_non_null(empty);
+        *empty = inv->gpus[0];
+        empty->n_gis = 0;
+        empty->n_mig = 0;
+        free(inv);
+        for (unsigned step = 0; step < steps; step++) {
+            struct gs_mig_layout l;
+            struct gs_mig_solution sol;
+            char why[512], err[1024];
+            do
+                random_layout(&rng, empty, &l);
+            while (gs_mig_solve(empty, &l, &sol, why, sizeof(why)) != 0);
+            struct snap before, after;
+            take_snap(&f, &before);
+            inv = read_inv(&f);
+            unsigned best = max_keepable(&inv->gpus[0], &before, &l);
+            struct gs_mig_plan plan;
+            assert_int_equal(gs_mig_diff(&inv->gpus[0], &l, &plan, why, sizeof(why)), 0);
+            free(inv);
+            unsigned k = plan.n_steps, n = 0;
+            if (k > 0) {
+                n = 1 + (unsigned)(rng_next(&rng) % k);
+                fflush(NULL);
+                pid_t pid = fork();
+                assert_true(pid >= 0);
+                if (pid == 0) {
+                    char v[16];
+                    snprintf(v, sizeof(v), "%u", n);
+                    setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", v, 1);
+                    struct gs_mig_apply_result cres;
+                    char cerr[1024];
+                    _exit(apply_one(&f, &l, false, &cres, cerr, sizeof(cerr)) == 0 ? 0 : 1);
+                }
+                int status;
+                assert_int_equal(waitpid(pid, &status, 0), pid);
+                assert_true(WIFEXITED(status));
+                assert_int_equal(WEXITSTATUS(status), 99);
+                crashed++;
+            }
+            struct gs_mig_apply_result res;
+            int r = apply_one(&f, &l, false, &res, err, sizeof(err));
+            char what[160];
+            snprintf(what, sizeof(what), "%s seed %u step %u (crash after %u of %u)", model, seed, step, n, k);
+            if (r != 0)
+                fail_msg("%s: rerun: %d: %s", what, r, err);
+            if (res.steps_done != k - n)
+                fail_msg("%s: rerun took %u steps, %u were left", what, res.steps_done, k - n);
+            if (!matches_now(&f, &l))
+                fail_msg("%s: did not converge", what);
+            take_snap(&f, &after);
+            unsigned stayed = assert_uuids_kept(&before, &after, what);
+            if (stayed != best)
+                fail_msg("%s: %u instances kept, %u could have been", what, stayed, best);
+        }
+        free(empty);
+        fx_close(&f);
+    }
+    assert_true(crashed > seeds * steps / 2);
+}
+
+static void test_crash_property(void **state) {
+    (void)state;
+    crash_property("H100-SXM5-80GB", 5, 10);
+    crash_property("A100-SXM4-40GB", 5, 10);
 }
 
 /* ---- e. layout files with errors --------------------------------------------------------------------- */
@@ -945,22 +1192,25 @@ static void test_layout_file_errors(void **state) {
     assert_int_equal(after.n, 1);
     assert_int_equal(after.gi[0].profile_id, 0);
     free(lf);
-    sim_fixture_close(&f);
+    fx_close(&f);
 }
 
 int main(void) {
     gs_log_set_level(GS_LOG_WARN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtins_every_model),
-        cmocka_unit_test(test_ampere_reset_flow),
-        cmocka_unit_test(test_property_h100),
-        cmocka_unit_test(test_property_a100),
-        cmocka_unit_test(test_process_blocks_destroy),
-        cmocka_unit_test(test_crash_h100_balanced_to_1g),
-        cmocka_unit_test(test_crash_h100_disabled_to_balanced),
-        cmocka_unit_test(test_crash_a100_small_to_big),
-        cmocka_unit_test(test_crash_h100_keeps_common),
-        cmocka_unit_test(test_layout_file_errors),
+        cmocka_unit_test_teardown(test_builtins_every_model, close_fixtures),
+        cmocka_unit_test_teardown(test_ampere_reset_flow, close_fixtures),
+        cmocka_unit_test_teardown(test_property_h100, close_fixtures),
+        cmocka_unit_test_teardown(test_property_a100, close_fixtures),
+        cmocka_unit_test_teardown(test_process_blocks_destroy, close_fixtures),
+        cmocka_unit_test_teardown(test_partial_compute_instances, close_fixtures),
+        cmocka_unit_test_teardown(test_multi_gpu_all_or_nothing, close_fixtures),
+        cmocka_unit_test_teardown(test_crash_h100_balanced_to_1g, close_fixtures),
+        cmocka_unit_test_teardown(test_crash_h100_disabled_to_balanced, close_fixtures),
+        cmocka_unit_test_teardown(test_crash_a100_small_to_big, close_fixtures),
+        cmocka_unit_test_teardown(test_crash_h100_keeps_common, close_fixtures),
+        cmocka_unit_test_teardown(test_crash_property, close_fixtures),
+        cmocka_unit_test_teardown(test_layout_file_errors, close_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

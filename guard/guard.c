@@ -1,0 +1,965 @@
+/* guard.c: libgpuslice-guard.so, a CUDA driver API interposer that enforces a VRAM quota per
+ * container (all its processes together) for time-sliced GPUs.
+ *
+ * Interposition at the three layers programs use: the exported driver symbols (the library is
+ * preloaded, so its definitions win), dlsym (programs and cudart that dlopen libcuda and look
+ * symbols up in it), and cuGetProcAddress / _v2 (cudart >= 11.3 fetches every driver function
+ * this way): a lookup of a hooked function returns the wrapper with the ABI the caller asked for;
+ * older ABIs and unknown symbols pass through untouched.
+ *
+ * Accounting: reserve before allocating, with a compare-and-swap on the container's counter in a
+ * shared region (region.h), rolled back if the real allocation fails; frees of pointers the guard
+ * did not see go to the driver untouched; the bytes of dead processes are reclaimed. The limits
+ * come from a read-only file (limits.h) and survive `env -i`: exec'd programs get LD_PRELOAD and
+ * GPUSLICE_GUARD_CONFIG back. This is cooperative isolation (docs/guard.md): a static binary or a
+ * process that unmaps the guard escapes it; MIG is the hard boundary.
+ *
+ * The kernel-launch path does one relaxed atomic load when no compute limit applies. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "limits.h"
+#include "region.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
+#define UNLIMITED_DEVICE (-1)
+
+extern char **environ;
+
+/* ---- real functions ------------------------------------------------------------------------- */
+
+#define DECLARE_REAL(name, params, args) typedef CUresult(*name##_fn) params; static name##_fn real_##name;
+GS_CUDA_HOOKED_FUNCTIONS(DECLARE_REAL)
+static cuLaunchKernel_fn real_cuLaunchKernel_ptsz;
+static cuMemAllocAsync_fn real_cuMemAllocAsync_ptsz;
+static cuMemAllocFromPoolAsync_fn real_cuMemAllocFromPoolAsync_ptsz;
+static cuMemFreeAsync_fn real_cuMemFreeAsync_ptsz;
+static cuCtxGetDevice_fn real_cuCtxGetDevice;
+static cuGetProcAddress_fn real_cuGetProcAddress;
+static cuGetProcAddress_v2_fn real_cuGetProcAddress_v2;
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym;
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+enum guard_state { G_UNINIT = 0, G_READY, G_OPEN, G_CLOSED };
+static _Atomic int g_state;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Atomic bool g_pacing; /* some device has a compute limit (not enforced yet: see docs) */
+static struct gs_guard_limits g_limits;
+static struct gs_guard_region *g_region;
+static struct gs_guard_proc_slot *g_slot;
+static int g_dev_index[GS_GUARD_MAX_DEVICES]; /* CUDA ordinal -> index into g_limits.dev, or -1 */
+static void *g_libcuda;
+static char g_self_path[512];
+static char g_config_path[512]; /* captured at load: a later clearenv() must not lose it */
+
+static void glog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void glog(const char *fmt, ...) {
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), "gpuslice-guard[%d]: ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(buf);
+    if (len + 1 < sizeof(buf))
+        buf[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, buf, len);
+    (void)w;
+}
+
+static void resolve_dlsym(void) {
+    if (real_dlsym)
+        return;
+    /* glibc >= 2.34 versions dlsym GLIBC_2.34 in libc; older ones GLIBC_2.2.5 (x86-64) or 2.17. */
+    static const char *const versions[] = { "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL };
+    for (const char *const *v = versions; *v && !real_dlsym; v++)
+        real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", *v);
+}
+
+static void *cuda_sym(const char *name) {
+    return g_libcuda ? real_dlsym(g_libcuda, name) : NULL;
+}
+
+static void resolve_driver(void) {
+    resolve_dlsym();
+    g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!g_libcuda) {
+        glog("cannot load libcuda.so.1: %s", dlerror());
+        return;
+    }
+#define RESOLVE(name, params, args) real_##name = (name##_fn)cuda_sym(#name);
+    GS_CUDA_HOOKED_FUNCTIONS(RESOLVE)
+    real_cuLaunchKernel_ptsz = (cuLaunchKernel_fn)cuda_sym("cuLaunchKernel_ptsz");
+    real_cuMemAllocAsync_ptsz = (cuMemAllocAsync_fn)cuda_sym("cuMemAllocAsync_ptsz");
+    real_cuMemAllocFromPoolAsync_ptsz = (cuMemAllocFromPoolAsync_fn)cuda_sym("cuMemAllocFromPoolAsync_ptsz");
+    real_cuMemFreeAsync_ptsz = (cuMemFreeAsync_fn)cuda_sym("cuMemFreeAsync_ptsz");
+    real_cuCtxGetDevice = (cuCtxGetDevice_fn)cuda_sym("cuCtxGetDevice");
+    real_cuGetProcAddress = (cuGetProcAddress_fn)cuda_sym("cuGetProcAddress");
+    real_cuGetProcAddress_v2 = (cuGetProcAddress_v2_fn)cuda_sym("cuGetProcAddress_v2");
+}
+
+/* ---- region --------------------------------------------------------------------------------- */
+
+static uint64_t proc_start_time(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    if (!p)
+        return 0;
+    /* fields after ')': 3 state ... 22 starttime */
+    unsigned field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    return strtoull(p, NULL, 10);
+}
+
+static bool slot_dead(struct gs_guard_proc_slot *s, int32_t pid) {
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return true;
+    uint64_t st = atomic_load(&s->start_time);
+    uint64_t now = proc_start_time(pid);
+    return now && st && now != st; /* the pid was reused */
+}
+
+/* Gives the bytes of processes that died back to the container. Returns the number reclaimed. */
+static unsigned reclaim_dead(void) {
+    unsigned n = 0;
+    for (unsigned i = 0; i < GS_GUARD_MAX_PROCS; i++) {
+        struct gs_guard_proc_slot *s = &g_region->procs[i];
+        int32_t pid = atomic_load(&s->pid);
+        if (pid <= 0 || pid == getpid() || !slot_dead(s, pid))
+            continue;
+        if (!atomic_compare_exchange_strong(&s->pid, &pid, -1))
+            continue; /* someone else is reclaiming it */
+        for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
+            uint64_t b = atomic_exchange(&s->used[d], 0);
+            if (b)
+                atomic_fetch_sub(&g_region->dev[d].used, b);
+        }
+        atomic_store(&s->start_time, 0);
+        atomic_store(&s->pid, 0);
+        n++;
+    }
+    return n;
+}
+
+static int map_region(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        glog("cannot open the region %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    flock(fd, LOCK_EX);
+    struct stat st;
+    int r = 0;
+    if (fstat(fd, &st) < 0 || (st.st_size < (off_t)sizeof(struct gs_guard_region) &&
+                               ftruncate(fd, sizeof(struct gs_guard_region)) < 0)) {
+        r = -errno;
+        glog("cannot size the region %s: %s", path, strerror(errno));
+        goto out;
+    }
+    void *p = mmap(NULL, sizeof(struct gs_guard_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        r = -errno;
+        glog("cannot map the region %s: %s", path, strerror(errno));
+        goto out;
+    }
+    g_region = p;
+    if (g_region->magic == 0) {
+        g_region->version = GS_GUARD_REGION_VERSION;
+        g_region->size = sizeof(struct gs_guard_region);
+        g_region->n_devices = GS_GUARD_MAX_DEVICES;
+        g_region->magic = GS_GUARD_REGION_MAGIC;
+    } else if (g_region->magic != GS_GUARD_REGION_MAGIC || g_region->version != GS_GUARD_REGION_VERSION) {
+        glog("region %s has an unknown format (magic %08x version %u)", path, g_region->magic, g_region->version);
+        munmap(p, sizeof(struct gs_guard_region));
+        g_region = NULL;
+        r = -EPROTO;
+    }
+out:
+    flock(fd, LOCK_UN);
+    close(fd);
+    return r;
+}
+
+static int claim_slot(void) {
+    int32_t me = (int32_t)getpid();
+    uint64_t start = proc_start_time(me);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (unsigned i = 0; i < GS_GUARD_MAX_PROCS; i++) {
+            struct gs_guard_proc_slot *s = &g_region->procs[i];
+            int32_t expected = 0;
+            if (atomic_compare_exchange_strong(&s->pid, &expected, me)) {
+                atomic_store(&s->start_time, start);
+                for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+                    atomic_store(&s->used[d], 0);
+                g_slot = s;
+                return 0;
+            }
+        }
+        reclaim_dead();
+    }
+    glog("no free process slot in the region (%d processes)", GS_GUARD_MAX_PROCS);
+    return -ENOSPC;
+}
+
+/* ---- initialisation ------------------------------------------------------------------------- */
+
+static void init_once(void) {
+    resolve_driver();
+    for (unsigned i = 0; i < GS_GUARD_MAX_DEVICES; i++)
+        g_dev_index[i] = UNLIMITED_DEVICE;
+    const char *path = g_config_path[0] ? g_config_path : DEFAULT_CONFIG;
+    char *text = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        text = calloc(1, 65537);
+        ssize_t n = text ? read(fd, text, 65536) : -1;
+        close(fd);
+        if (n < 0) {
+            free(text);
+            text = NULL;
+        }
+    }
+    if (!text) {
+        glog("no limits file %s (%s): failing closed, allocations are refused", path, strerror(errno));
+        atomic_store(&g_state, G_CLOSED);
+        return;
+    }
+    char err[512];
+    if (gs_guard_limits_parse(path, text, &g_limits, err, sizeof(err)) < 0) {
+        /* A damaged file still says how to fail, if its on-error line survived. */
+        bool open_mode = strstr(text, "\non-error open") != NULL;
+        glog("%s: failing %s", err, open_mode ? "open: no limits are enforced" : "closed: allocations are refused");
+        atomic_store(&g_state, open_mode ? G_OPEN : G_CLOSED);
+        free(text);
+        return;
+    }
+    free(text);
+    if (map_region(g_limits.region) < 0 || claim_slot() < 0) {
+        atomic_store(&g_state, g_limits.fail_closed ? G_CLOSED : G_OPEN);
+        return;
+    }
+    reclaim_dead();
+    for (unsigned i = 0; i < g_limits.n_devices; i++) {
+        g_dev_index[g_limits.dev[i].ordinal] = (int)i;
+        if (g_limits.dev[i].compute_pct)
+            atomic_store(&g_pacing, true);
+    }
+    atomic_store(&g_state, G_READY);
+}
+
+static inline int guard_state(void) {
+    int s = atomic_load_explicit(&g_state, memory_order_acquire);
+    if (__builtin_expect(s != G_UNINIT, 1))
+        return s;
+    pthread_once(&g_once, init_once);
+    return atomic_load(&g_state);
+}
+
+/* The device allocations go to: the current context's. */
+static int current_device(void) {
+    CUdevice d = 0;
+    if (!real_cuCtxGetDevice || real_cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= GS_GUARD_MAX_DEVICES)
+        return 0;
+    return d;
+}
+
+static uint64_t device_limit(int dev) {
+    int i = dev >= 0 && dev < GS_GUARD_MAX_DEVICES ? g_dev_index[dev] : UNLIMITED_DEVICE;
+    return i < 0 ? 0 : g_limits.dev[i].vram;
+}
+
+/* ---- reservations --------------------------------------------------------------------------- */
+
+static bool reserve(int dev, uint64_t n) {
+    if (n == 0)
+        return true;
+    uint64_t limit = device_limit(dev);
+    _Atomic uint64_t *used = &g_region->dev[dev].used;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint64_t old = atomic_load(used);
+        for (;;) {
+            if (limit && (old > limit || n > limit - old))
+                break;
+            if (atomic_compare_exchange_weak(used, &old, old + n)) {
+                atomic_fetch_add(&g_slot->used[dev], n);
+                uint64_t peak = atomic_load(&g_region->dev[dev].peak);
+                while (old + n > peak && !atomic_compare_exchange_weak(&g_region->dev[dev].peak, &peak, old + n))
+                    ;
+                return true;
+            }
+        }
+        if (!reclaim_dead())
+            break; /* nothing to give back: really over the quota */
+    }
+    atomic_fetch_add(&g_region->dev[dev].oom_refusals, 1);
+    return false;
+}
+
+static void unreserve(int dev, uint64_t n) {
+    if (n == 0)
+        return;
+    atomic_fetch_sub(&g_region->dev[dev].used, n);
+    atomic_fetch_sub(&g_slot->used[dev], n);
+}
+
+/* ---- what this process allocated: key -> (device, bytes) ------------------------------------ */
+
+enum kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP, K_CTX };
+
+struct entry {
+    uint64_t key;       /* 0 = empty, 1 = deleted */
+    uint32_t kind;
+    int32_t dev;
+    uint64_t bytes;
+};
+
+static pthread_mutex_t g_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct entry *g_table;
+static size_t g_cap, g_count;
+
+static size_t slot_of(uint64_t key, uint32_t kind, size_t cap) {
+    uint64_t h = (key ^ ((uint64_t)kind << 61)) * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 20) & (cap - 1);
+}
+
+static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
+    if ((g_count + 1) * 2 > g_cap) {
+        size_t cap = g_cap ? g_cap * 2 : 1024;
+        struct entry *t = calloc(cap, sizeof(*t));
+        if (!t)
+            return false;
+        for (size_t i = 0; i < g_cap; i++) {
+            if (g_table[i].key <= 1)
+                continue;
+            size_t j = slot_of(g_table[i].key, g_table[i].kind, cap);
+            while (t[j].key)
+                j = (j + 1) & (cap - 1);
+            t[j] = g_table[i];
+        }
+        free(g_table);
+        g_table = t;
+        g_cap = cap;
+    }
+    size_t j = slot_of(key, kind, g_cap);
+    while (g_table[j].key > 1)
+        j = (j + 1) & (g_cap - 1);
+    g_table[j] = (struct entry){ key, kind, dev, bytes };
+    g_count++;
+    return true;
+}
+
+static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
+    pthread_mutex_lock(&g_table_lock);
+    bool found = false;
+    for (size_t j = g_cap ? slot_of(key, kind, g_cap) : 0, n = 0; g_cap && n < g_cap; j = (j + 1) & (g_cap - 1), n++) {
+        if (g_table[j].key == 0)
+            break;
+        if (g_table[j].key == key && g_table[j].kind == kind) {
+            *dev = g_table[j].dev;
+            *bytes = g_table[j].bytes;
+            g_table[j].key = 1;
+            g_count--;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    return found;
+}
+
+static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
+    pthread_mutex_lock(&g_table_lock);
+    bool ok = table_put_locked(key, kind, dev, bytes);
+    pthread_mutex_unlock(&g_table_lock);
+    if (!ok) /* cannot remember it: give the bytes back rather than leak the quota on free */
+        unreserve(dev, bytes);
+}
+
+/* ---- allocation wrappers -------------------------------------------------------------------- */
+
+#define MISSING(name) CUDA_ERROR_NOT_INITIALIZED
+#define GUARDED_BEGIN(name)                                                                                   \
+    int st_ = guard_state();                                                                                  \
+    if (!real_##name)                                                                                         \
+        return MISSING(name);                                                                                 \
+    if (st_ == G_CLOSED)                                                                                      \
+        return CUDA_ERROR_OUT_OF_MEMORY;
+
+/* Allocates `bytes` through `call` (an expression yielding CUresult) with a reservation first. */
+#define RESERVED_ALLOC(bytes, call, key_expr, kind)                                                           \
+    do {                                                                                                      \
+        if (st_ != G_READY)                                                                                   \
+            return (call);                                                                                    \
+        int dev_ = current_device();                                                                          \
+        uint64_t n_ = (bytes);                                                                                \
+        if (!reserve(dev_, n_))                                                                               \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                  \
+        CUresult r_ = (call);                                                                                 \
+        if (r_ != CUDA_SUCCESS) {                                                                             \
+            unreserve(dev_, n_);                                                                              \
+            return r_;                                                                                        \
+        }                                                                                                     \
+        table_put((uint64_t)(key_expr), kind, dev_, n_);                                                      \
+        return CUDA_SUCCESS;                                                                                  \
+    } while (0)
+
+/* Frees through `call`; the bytes come back only if the free succeeded. Unknown keys go to the
+ * driver untouched. */
+#define TRACKED_FREE(key, kind, call)                                                                         \
+    do {                                                                                                      \
+        if (st_ != G_READY)                                                                                   \
+            return (call);                                                                                    \
+        int dev_;                                                                                             \
+        uint64_t n_;                                                                                          \
+        if (!table_take((uint64_t)(key), kind, &dev_, &n_))                                                   \
+            return (call);                                                                                    \
+        CUresult r_ = (call);                                                                                 \
+        if (r_ == CUDA_SUCCESS)                                                                               \
+            unreserve(dev_, n_);                                                                              \
+        else                                                                                                  \
+            table_put((uint64_t)(key), kind, dev_, n_);                                                       \
+        return r_;                                                                                            \
+    } while (0)
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    GUARDED_BEGIN(cuMemAlloc_v2);
+    if (!dptr)
+        return real_cuMemAlloc_v2(dptr, bytesize);
+    RESERVED_ALLOC(bytesize, real_cuMemAlloc_v2(dptr, bytesize), *dptr, K_PTR);
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    GUARDED_BEGIN(cuMemAllocManaged);
+    if (!dptr)
+        return real_cuMemAllocManaged(dptr, bytesize, flags);
+    /* Counted at its full size: managed memory can become resident on the device. */
+    RESERVED_ALLOC(bytesize, real_cuMemAllocManaged(dptr, bytesize, flags), *dptr, K_PTR);
+}
+
+/* The pitch is known only after the call: reserve the smallest possible size (width x height),
+ * then reserve the padding, or give it all back if that does not fit. */
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widthInBytes, size_t height,
+                                   unsigned int elementSizeBytes) {
+    GUARDED_BEGIN(cuMemAllocPitch_v2);
+    if (st_ != G_READY || !dptr || !pitch)
+        return real_cuMemAllocPitch_v2(dptr, pitch, widthInBytes, height, elementSizeBytes);
+    int dev = current_device();
+    if (height && widthInBytes > UINT64_MAX / height)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t min = (uint64_t)widthInBytes * height;
+    if (!reserve(dev, min))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = real_cuMemAllocPitch_v2(dptr, pitch, widthInBytes, height, elementSizeBytes);
+    if (r != CUDA_SUCCESS) {
+        unreserve(dev, min);
+        return r;
+    }
+    uint64_t real = (uint64_t)*pitch * height;
+    if (real > min && !reserve(dev, real - min)) {
+        if (real_cuMemFree_v2)
+            real_cuMemFree_v2(*dptr);
+        unreserve(dev, min);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    table_put(*dptr, K_PTR, dev, real > min ? real : min);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    GUARDED_BEGIN(cuMemFree_v2);
+    TRACKED_FREE(dptr, K_PTR, real_cuMemFree_v2(dptr));
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+    GUARDED_BEGIN(cuMemCreate);
+    if (!handle || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return real_cuMemCreate(handle, size, prop, flags); /* only device memory counts */
+    if (st_ != G_READY)
+        return real_cuMemCreate(handle, size, prop, flags);
+    int dev = prop->location.id >= 0 && prop->location.id < GS_GUARD_MAX_DEVICES ? prop->location.id : 0;
+    if (!reserve(dev, size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = real_cuMemCreate(handle, size, prop, flags);
+    if (r != CUDA_SUCCESS) {
+        unreserve(dev, size);
+        return r;
+    }
+    table_put(*handle, K_HANDLE, dev, size);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    GUARDED_BEGIN(cuMemRelease);
+    TRACKED_FREE(handle, K_HANDLE, real_cuMemRelease(handle));
+}
+
+/* Stream-ordered allocations are counted at their request size from the call until the free is
+ * issued (the pool may keep the memory longer; the driver's own accounting is the reconcile). */
+#define ASYNC_ALLOC(real, ...)                                                                                \
+    GUARDED_BEGIN(cuMemAllocAsync);                                                                           \
+    if (!real)                                                                                                \
+        return CUDA_ERROR_NOT_INITIALIZED;                                                                    \
+    if (!dptr)                                                                                                \
+        return real(__VA_ARGS__);                                                                             \
+    RESERVED_ALLOC(bytesize, real(__VA_ARGS__), *dptr, K_PTR)
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ASYNC_ALLOC(real_cuMemAllocAsync, dptr, bytesize, hStream);
+}
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ASYNC_ALLOC(real_cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    ASYNC_ALLOC(real_cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream) {
+    ASYNC_ALLOC(real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+    GUARDED_BEGIN(cuMemFreeAsync);
+    TRACKED_FREE(dptr, K_PTR, real_cuMemFreeAsync(dptr, hStream));
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+    GUARDED_BEGIN(cuMemFreeAsync);
+    if (!real_cuMemFreeAsync_ptsz)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    TRACKED_FREE(dptr, K_PTR, real_cuMemFreeAsync_ptsz(dptr, hStream));
+}
+
+static uint64_t format_bytes(CUarray_format f) {
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    default: return 4;
+    }
+}
+
+/* Array sizes as laid out (estimates: the driver may pad; the reconcile with NVML catches it). */
+static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch) {
+    uint64_t b = (uint64_t)(w ? w : 1) * (h ? h : 1);
+    b *= d ? d : 1;
+    return b * format_bytes(f) * (ch ? ch : 1);
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc) {
+    GUARDED_BEGIN(cuArrayCreate_v2);
+    if (!pHandle || !desc)
+        return real_cuArrayCreate_v2(pHandle, desc);
+    RESERVED_ALLOC(array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
+                   real_cuArrayCreate_v2(pHandle, desc), (uintptr_t)*pHandle, K_ARRAY);
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc) {
+    GUARDED_BEGIN(cuArray3DCreate_v2);
+    if (!pHandle || !desc)
+        return real_cuArray3DCreate_v2(pHandle, desc);
+    RESERVED_ALLOC(array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels),
+                   real_cuArray3DCreate_v2(pHandle, desc), (uintptr_t)*pHandle, K_ARRAY);
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+    GUARDED_BEGIN(cuArrayDestroy);
+    TRACKED_FREE((uintptr_t)hArray, K_ARRAY, real_cuArrayDestroy(hArray));
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int levels) {
+    GUARDED_BEGIN(cuMipmappedArrayCreate);
+    if (!pHandle || !desc)
+        return real_cuMipmappedArrayCreate(pHandle, desc, levels);
+    uint64_t total = 0;
+    size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+    for (unsigned l = 0; l < levels && l < 32; l++) {
+        total += array_bytes(w, h, d, desc->Format, desc->NumChannels);
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    RESERVED_ALLOC(total, real_cuMipmappedArrayCreate(pHandle, desc, levels), (uintptr_t)*pHandle, K_MIPMAP);
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
+    GUARDED_BEGIN(cuMipmappedArrayDestroy);
+    TRACKED_FREE((uintptr_t)h, K_MIPMAP, real_cuMipmappedArrayDestroy(h));
+}
+
+/* Context creation overhead: counted once per device while this process holds the primary
+ * context. */
+static _Atomic int g_ctx_refs[GS_GUARD_MAX_DEVICES];
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    GUARDED_BEGIN(cuDevicePrimaryCtxRetain);
+    if (st_ != G_READY || dev < 0 || dev >= GS_GUARD_MAX_DEVICES || !g_limits.context_overhead)
+        return real_cuDevicePrimaryCtxRetain(pctx, dev);
+    bool first = atomic_fetch_add(&g_ctx_refs[dev], 1) == 0;
+    if (first && !reserve(dev, g_limits.context_overhead)) {
+        atomic_fetch_sub(&g_ctx_refs[dev], 1);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = real_cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r != CUDA_SUCCESS && atomic_fetch_sub(&g_ctx_refs[dev], 1) == 1)
+        unreserve(dev, g_limits.context_overhead);
+    return r;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    GUARDED_BEGIN(cuDevicePrimaryCtxRelease_v2);
+    CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
+    if (r == CUDA_SUCCESS && st_ == G_READY && dev >= 0 && dev < GS_GUARD_MAX_DEVICES && g_limits.context_overhead) {
+        int refs = atomic_load(&g_ctx_refs[dev]);
+        while (refs > 0 && !atomic_compare_exchange_weak(&g_ctx_refs[dev], &refs, refs - 1))
+            ;
+        if (refs == 1)
+            unreserve(dev, g_limits.context_overhead);
+    }
+    return r;
+}
+
+/* ---- what the workload sees ----------------------------------------------------------------- */
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    int st = guard_state();
+    if (!real_cuMemGetInfo_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real_cuMemGetInfo_v2(free_bytes, total_bytes);
+    if (r != CUDA_SUCCESS || st != G_READY || !free_bytes || !total_bytes)
+        return r;
+    int dev = current_device();
+    uint64_t limit = device_limit(dev);
+    if (!limit)
+        return r;
+    uint64_t total = *total_bytes < limit ? *total_bytes : limit;
+    uint64_t used = atomic_load(&g_region->dev[dev].used);
+    uint64_t free_q = used < total ? total - used : 0; /* never negative, never wrapped */
+    *total_bytes = (size_t)total;
+    *free_bytes = (size_t)(free_q < *free_bytes ? free_q : *free_bytes);
+    return r;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    int st = guard_state();
+    if (!real_cuDeviceTotalMem_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real_cuDeviceTotalMem_v2(bytes, dev);
+    if (r == CUDA_SUCCESS && st == G_READY && bytes) {
+        uint64_t limit = device_limit(dev);
+        if (limit && limit < *bytes)
+            *bytes = (size_t)limit;
+    }
+    return r;
+}
+
+/* ---- kernel launches: the hot path ------------------------------------------------------------ */
+
+static void pace(void) {
+    /* Compute shares are parsed from the limits file but not enforced by this version. */
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                               unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
+                               void **extra) {
+    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
+        pace();
+    if (__builtin_expect(!real_cuLaunchKernel, 0)) {
+        guard_state();
+        if (!real_cuLaunchKernel)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    return real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                    unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
+                                    void **extra) {
+    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
+        pace();
+    if (__builtin_expect(!real_cuLaunchKernel_ptsz, 0)) {
+        guard_state();
+        if (!real_cuLaunchKernel_ptsz)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    return real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+
+/* ---- symbol lookups: cuGetProcAddress and dlsym ----------------------------------------------- */
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *symbolStatus);
+
+/* One row per hooked driver function, by the base name cuGetProcAddress takes: below min_version
+ * the driver hands out an older ABI, which passes through untouched. */
+struct hook {
+    const char *base;
+    const char *name;          /* the exported versioned name (dlsym) */
+    int min_version;
+    void *wrapper, *wrapper_ptsz;
+};
+
+#define FN(f) ((void *)(f))
+static const struct hook hooks[] = {
+    { "cuMemAlloc", "cuMemAlloc_v2", 3020, FN(cuMemAlloc_v2), NULL },
+    { "cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, FN(cuMemAllocPitch_v2), NULL },
+    { "cuMemAllocManaged", "cuMemAllocManaged", 0, FN(cuMemAllocManaged), NULL },
+    { "cuMemFree", "cuMemFree_v2", 3020, FN(cuMemFree_v2), NULL },
+    { "cuMemCreate", "cuMemCreate", 0, FN(cuMemCreate), NULL },
+    { "cuMemRelease", "cuMemRelease", 0, FN(cuMemRelease), NULL },
+    { "cuMemAllocAsync", "cuMemAllocAsync", 0, FN(cuMemAllocAsync), FN(cuMemAllocAsync_ptsz) },
+    { "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, FN(cuMemAllocFromPoolAsync),
+      FN(cuMemAllocFromPoolAsync_ptsz) },
+    { "cuMemFreeAsync", "cuMemFreeAsync", 0, FN(cuMemFreeAsync), FN(cuMemFreeAsync_ptsz) },
+    { "cuArrayCreate", "cuArrayCreate_v2", 3020, FN(cuArrayCreate_v2), NULL },
+    { "cuArray3DCreate", "cuArray3DCreate_v2", 3020, FN(cuArray3DCreate_v2), NULL },
+    { "cuArrayDestroy", "cuArrayDestroy", 0, FN(cuArrayDestroy), NULL },
+    { "cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 0, FN(cuMipmappedArrayCreate), NULL },
+    { "cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 0, FN(cuMipmappedArrayDestroy), NULL },
+    { "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 0, FN(cuDevicePrimaryCtxRetain), NULL },
+    { "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2", 11000, FN(cuDevicePrimaryCtxRelease_v2), NULL },
+    { "cuMemGetInfo", "cuMemGetInfo_v2", 3020, FN(cuMemGetInfo_v2), NULL },
+    { "cuDeviceTotalMem", "cuDeviceTotalMem_v2", 3020, FN(cuDeviceTotalMem_v2), NULL },
+    { "cuLaunchKernel", "cuLaunchKernel", 0, FN(cuLaunchKernel), FN(cuLaunchKernel_ptsz) },
+    { "cuGetProcAddress", "cuGetProcAddress_v2", 12000, FN(cuGetProcAddress_v2), NULL },
+};
+
+/* The wrapper for what the driver returned for (symbol, version, flags), or the driver's own. */
+static void *wrap_proc(const char *symbol, void *real, int cudaVersion, cuuint64_t flags) {
+    if (!real || !symbol)
+        return real;
+    if (!strcmp(symbol, "cuGetProcAddress"))
+        return cudaVersion >= 12000 ? FN(cuGetProcAddress_v2) : FN(cuGetProcAddress);
+    for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
+        if (strcmp(hooks[i].base, symbol) != 0)
+            continue;
+        if (cudaVersion < hooks[i].min_version)
+            return real; /* an older ABI than the wrapper's */
+        if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && hooks[i].wrapper_ptsz)
+            return hooks[i].wrapper_ptsz;
+        return hooks[i].wrapper;
+    }
+    return real;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    guard_state();
+    if (!real_cuGetProcAddress)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    if (r == CUDA_SUCCESS && pfn)
+        *pfn = wrap_proc(symbol, *pfn, cudaVersion, flags);
+    return r;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *symbolStatus) {
+    guard_state();
+    if (!real_cuGetProcAddress_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    /* The driver fills symbolStatus; only the returned pointer is replaced. */
+    CUresult r = real_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (r == CUDA_SUCCESS && pfn)
+        *pfn = wrap_proc(symbol, *pfn, cudaVersion, flags);
+    return r;
+}
+
+static void *wrapper_by_name(const char *name) {
+    for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
+        if (!strcmp(hooks[i].name, name))
+            return hooks[i].wrapper;
+        if (hooks[i].wrapper_ptsz) {
+            size_t n = strlen(hooks[i].name);
+            if (!strncmp(name, hooks[i].name, n) && !strcmp(name + n, "_ptsz"))
+                return hooks[i].wrapper_ptsz;
+        }
+    }
+    if (!strcmp(name, "cuGetProcAddress"))
+        return FN(cuGetProcAddress);
+    return NULL;
+}
+
+/* dlsym(handle-of-libcuda, "cuMemAlloc_v2") would find the driver's function, not the preloaded
+ * one: hooked names found in any object are answered with the wrapper. */
+EXPORT void *dlsym(void *handle, const char *name) {
+    resolve_dlsym();
+    if (!real_dlsym)
+        return NULL;
+    void *p = real_dlsym(handle, name);
+    if (p && name[0] == 'c' && name[1] == 'u') {
+        void *w = wrapper_by_name(name);
+        if (w)
+            return w;
+    }
+    return p;
+}
+
+/* ---- keeping the guard in exec'd programs ------------------------------------------------------ */
+
+static void find_self(void) {
+    Dl_info info;
+    if (!g_self_path[0] && dladdr(FN(find_self), &info) && info.dli_fname)
+        snprintf(g_self_path, sizeof(g_self_path), "%s", info.dli_fname);
+}
+
+/* envp plus LD_PRELOAD (with the guard) and GPUSLICE_GUARD_CONFIG when missing. The result is
+ * allocated once per exec (the process image is replaced on success). */
+static char **guarded_env(char *const envp[]) {
+    find_self();
+    const char *cfg = g_config_path[0] ? g_config_path : NULL;
+    size_t n = 0;
+    bool has_preload = false, has_cfg = false;
+    for (; envp && envp[n]; n++) {
+        if (!strncmp(envp[n], "LD_PRELOAD=", 11) && g_self_path[0] && strstr(envp[n], g_self_path))
+            has_preload = true;
+        if (!strncmp(envp[n], "GPUSLICE_GUARD_CONFIG=", 22))
+            has_cfg = true;
+    }
+    if ((has_preload || !g_self_path[0]) && (has_cfg || !cfg))
+        return (char **)envp;
+    char **out = calloc(n + 3, sizeof(char *));
+    if (!out)
+        return (char **)envp;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!has_preload && !strncmp(envp[i], "LD_PRELOAD=", 11)) {
+            size_t len = strlen(envp[i]) + strlen(g_self_path) + 2;
+            char *v = malloc(len);
+            if (v) {
+                snprintf(v, len, "LD_PRELOAD=%s:%s", g_self_path, envp[i] + 11);
+                out[k++] = v;
+                has_preload = true;
+                continue;
+            }
+        }
+        out[k++] = envp[i];
+    }
+    if (!has_preload && g_self_path[0]) {
+        size_t len = strlen(g_self_path) + 12;
+        char *v = malloc(len);
+        if (v) {
+            snprintf(v, len, "LD_PRELOAD=%s", g_self_path);
+            out[k++] = v;
+        }
+    }
+    if (!has_cfg && cfg) {
+        size_t len = strlen(cfg) + 23;
+        char *v = malloc(len);
+        if (v) {
+            snprintf(v, len, "GPUSLICE_GUARD_CONFIG=%s", cfg);
+            out[k++] = v;
+        }
+    }
+    out[k] = NULL;
+    return out;
+}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*posix_spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+                              char *const[], char *const[]);
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    resolve_dlsym();
+    execve_fn real = (execve_fn)real_dlsym(RTLD_NEXT, "execve");
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(path, argv, guarded_env(envp));
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    resolve_dlsym();
+    execve_fn real = (execve_fn)real_dlsym(RTLD_NEXT, "execvpe");
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(file, argv, guarded_env(envp));
+}
+
+EXPORT int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
+EXPORT int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    resolve_dlsym();
+    posix_spawn_fn real = (posix_spawn_fn)real_dlsym(RTLD_NEXT, "posix_spawn");
+    return real ? real(pid, path, fa, attr, argv, guarded_env(envp)) : ENOSYS;
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    resolve_dlsym();
+    posix_spawn_fn real = (posix_spawn_fn)real_dlsym(RTLD_NEXT, "posix_spawnp");
+    return real ? real(pid, file, fa, attr, argv, guarded_env(envp)) : ENOSYS;
+}
+
+/* A forked child is a new process: it needs its own slot. */
+static void after_fork_child(void) {
+    if (atomic_load(&g_state) == G_READY && g_region) {
+        g_slot = NULL;
+        for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+            atomic_store(&g_ctx_refs[d], 0);
+        pthread_mutex_init(&g_table_lock, NULL);
+        free(g_table); /* the parent's allocations are the parent's */
+        g_table = NULL;
+        g_cap = g_count = 0;
+        if (claim_slot() < 0)
+            atomic_store(&g_state, g_limits.fail_closed ? G_CLOSED : G_OPEN);
+    }
+}
+
+/* On exit, the process's bytes go back at once (dead-process reclaim covers crashes). */
+static void release_slot(void) {
+    if (atomic_load(&g_state) != G_READY || !g_slot)
+        return;
+    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
+        uint64_t b = atomic_exchange(&g_slot->used[d], 0);
+        if (b)
+            atomic_fetch_sub(&g_region->dev[d].used, b);
+    }
+    atomic_store(&g_slot->pid, 0);
+}
+
+__attribute__((constructor)) static void guard_ctor(void) {
+    const char *cfg = getenv("GPUSLICE_GUARD_CONFIG");
+    if (cfg && strlen(cfg) < sizeof(g_config_path))
+        strcpy(g_config_path, cfg);
+    find_self();
+    resolve_dlsym();
+    pthread_atfork(NULL, NULL, after_fork_child);
+    atexit(release_slot);
+}

@@ -1,0 +1,147 @@
+/* limits.c: the guard's limits file parser and formatter (pure; see limits.h). Strict: every line
+ * is checked, numbers must fit, and errors name the line, so a damaged file is noticed. */
+#include "limits.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, const char *name, unsigned line, const char *msg) {
+    snprintf(err, errlen, "%s:%u: %s", name, line, msg);
+    return -EINVAL;
+}
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
+    if (!*s)
+        return false;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (max - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Splits line into at most max whitespace-separated words (in place). */
+static unsigned split(char *line, char **words, unsigned max) {
+    unsigned n = 0;
+    for (char *p = line; *p;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            break;
+        if (n == max)
+            return max + 1;
+        words[n++] = p;
+        while (*p && *p != ' ' && *p != '\t')
+            p++;
+        if (*p)
+            *p++ = '\0';
+    }
+    return n;
+}
+
+int gs_guard_limits_parse(const char *name, const char *text, struct gs_guard_limits *out, char *err, size_t errlen) {
+    struct gs_guard_limits l;
+    memset(&l, 0, sizeof(l));
+    l.fail_closed = true;
+    unsigned lineno = 0;
+    bool have_magic = false, have_region = false;
+    for (const char *p = text; *p;) {
+        lineno++;
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[512];
+        if (len >= sizeof(line))
+            return fail(err, errlen, name, lineno, "line too long");
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = eol ? eol + 1 : p + len;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *w[6];
+        unsigned n = split(line, w, 5);
+        if (n == 0)
+            continue;
+        if (n > 5)
+            return fail(err, errlen, name, lineno, "too many fields");
+        if (!have_magic) {
+            if (n != 2 || strcmp(w[0], "gpuslice-guard") != 0)
+                return fail(err, errlen, name, lineno, "expected 'gpuslice-guard 1' as the first line");
+            if (strcmp(w[1], "1") != 0)
+                return fail(err, errlen, name, lineno, "unsupported format version (this guard reads version 1)");
+            have_magic = true;
+            continue;
+        }
+        if (!strcmp(w[0], "on-error")) {
+            if (n != 2 || (strcmp(w[1], "closed") && strcmp(w[1], "open")))
+                return fail(err, errlen, name, lineno, "on-error: expected 'closed' or 'open'");
+            l.fail_closed = !strcmp(w[1], "closed");
+        } else if (!strcmp(w[0], "region")) {
+            if (n != 2 || w[1][0] != '/' || strlen(w[1]) >= sizeof(l.region))
+                return fail(err, errlen, name, lineno, "region: expected an absolute path");
+            strcpy(l.region, w[1]);
+            have_region = true;
+        } else if (!strcmp(w[0], "context-overhead")) {
+            if (n != 2 || !parse_u64(w[1], 1ULL << 40, &l.context_overhead))
+                return fail(err, errlen, name, lineno, "context-overhead: expected bytes (at most 1 TiB)");
+        } else if (!strcmp(w[0], "device")) {
+            uint64_t ord, vram, pct;
+            if (n != 5)
+                return fail(err, errlen, name, lineno, "device: expected 'device ORDINAL UUID|- BYTES PERCENT'");
+            if (!parse_u64(w[1], GS_GUARD_MAX_DEVICES - 1, &ord))
+                return fail(err, errlen, name, lineno, "device: ordinal must be 0..15");
+            if (strcmp(w[2], "-") && (strncmp(w[2], "GPU-", 4) && strncmp(w[2], "MIG-", 4)))
+                return fail(err, errlen, name, lineno, "device: UUID must start with GPU- or MIG- (or be -)");
+            if (strlen(w[2]) >= sizeof(l.dev[0].uuid))
+                return fail(err, errlen, name, lineno, "device: UUID too long");
+            if (!parse_u64(w[3], 1ULL << 50, &vram))
+                return fail(err, errlen, name, lineno, "device: VRAM must be a number of bytes (at most 1 PiB)");
+            if (!parse_u64(w[4], 100, &pct))
+                return fail(err, errlen, name, lineno, "device: compute must be a percentage 0..100");
+            for (unsigned i = 0; i < l.n_devices; i++)
+                if (l.dev[i].ordinal == (int)ord)
+                    return fail(err, errlen, name, lineno, "device: ordinal listed twice");
+            if (l.n_devices == GS_GUARD_MAX_DEVICES)
+                return fail(err, errlen, name, lineno, "device: too many devices");
+            struct gs_guard_device_limit *d = &l.dev[l.n_devices++];
+            d->ordinal = (int)ord;
+            strcpy(d->uuid, strcmp(w[2], "-") ? w[2] : "");
+            d->vram = vram;
+            d->compute_pct = (unsigned)pct;
+        } else {
+            return fail(err, errlen, name, lineno, "unknown setting (expected on-error, region, context-overhead, device)");
+        }
+    }
+    if (!have_magic)
+        return fail(err, errlen, name, lineno ? lineno : 1, "empty: expected 'gpuslice-guard 1'");
+    if (!have_region)
+        return fail(err, errlen, name, lineno, "no 'region PATH' line");
+    *out = l;
+    return 0;
+}
+
+int gs_guard_limits_format(const struct gs_guard_limits *l, char *buf, size_t len) {
+    size_t n = 0;
+    int w = snprintf(buf, len, "gpuslice-guard 1\non-error %s\nregion %s\ncontext-overhead %llu\n",
+                     l->fail_closed ? "closed" : "open", l->region, (unsigned long long)l->context_overhead);
+    if (w < 0 || (size_t)w >= len)
+        return -ENOSPC;
+    n = (size_t)w;
+    for (unsigned i = 0; i < l->n_devices; i++) {
+        const struct gs_guard_device_limit *d = &l->dev[i];
+        w = snprintf(buf + n, len - n, "device %d %s %llu %u\n", d->ordinal, d->uuid[0] ? d->uuid : "-",
+                     (unsigned long long)d->vram, d->compute_pct);
+        if (w < 0 || (size_t)w >= len - n)
+            return -ENOSPC;
+        n += (size_t)w;
+    }
+    return (int)n;
+}

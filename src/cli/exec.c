@@ -1,0 +1,166 @@
+/* exec.c: `gpuslice exec --vram 8GiB [--compute 30%] [--device N] -- CMD...`: runs any command
+ * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Writes a
+ * limits file and a counters region in a private directory, preloads the guard, and removes the
+ * directory when the command ends. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util/util.h"
+#include "../guard/limits.h"
+
+#define GUARD_LIB_NAME "libgpuslice-guard.so"
+
+static const char *guard_lib_path(void) {
+    static char path[PATH_MAX];
+    const char *env = getenv("GPUSLICE_GUARD_LIB");
+    if (env && *env)
+        return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *dir = dirname(exe);
+        const char *rel[] = { "/" GUARD_LIB_NAME, "/../lib/gpuslice/" GUARD_LIB_NAME, "/guard/" GUARD_LIB_NAME };
+        for (size_t i = 0; i < GS_ARRAY_SIZE(rel); i++) {
+            snprintf(path, sizeof(path), "%s%s", dir, rel[i]);
+            if (access(path, R_OK) == 0)
+                return path;
+        }
+    }
+    return NULL;
+}
+
+static int parse_percent(const char *s, unsigned *out) {
+    char buf[16];
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, s, n + 1);
+    if (buf[n - 1] == '%')
+        buf[n - 1] = '\0';
+    unsigned long long v;
+    if (gs_parse_uint(buf, 1, 100, &v) < 0)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int cmd_exec(const struct cli *cli, int argc, char **argv) {
+    (void)cli;
+    static const struct option opts[] = {
+        { "vram", required_argument, NULL, 'v' },   { "compute", required_argument, NULL, 'c' },
+        { "device", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    unsigned long long vram = 0, device = ~0ULL;
+    unsigned compute = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "+v:c:d:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'v':
+            if (gs_parse_size(optarg, &vram) < 0 || vram == 0) {
+                fprintf(stderr, "gpuslice exec: --vram: '%s' is not a size such as 8GiB or 512MiB\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            break;
+        case 'c':
+            if (parse_percent(optarg, &compute) < 0) {
+                fprintf(stderr, "gpuslice exec: --compute: '%s' is not a percentage 1..100 (e.g. 30%%)\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            break;
+        case 'd':
+            if (gs_parse_uint(optarg, 0, 63, &device) < 0) {
+                fprintf(stderr, "gpuslice exec: --device: '%s' is not a GPU index\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            printf("Usage: gpuslice exec --vram SIZE [--compute PCT%%] [--device N] -- COMMAND [ARGS...]\n\n"
+                   "Runs COMMAND under the guard (libgpuslice-guard.so): its CUDA allocations, and those of\n"
+                   "every process it starts, together get at most SIZE of GPU memory per GPU; beyond that\n"
+                   "CUDA returns out-of-memory, and cuMemGetInfo reports SIZE as the total.\n\n"
+                   "  --vram SIZE      memory quota per GPU (8GiB, 512MiB, ...)\n"
+                   "  --compute PCT    compute share (accepted; this version does not enforce it yet)\n"
+                   "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N)\n");
+            return GS_EXIT_OK;
+        default: return GS_EXIT_USAGE;
+        }
+    }
+    if (!vram) {
+        fprintf(stderr, "gpuslice exec: --vram is required\n");
+        return GS_EXIT_USAGE;
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "gpuslice exec: no command given (gpuslice exec --vram 8GiB -- python train.py)\n");
+        return GS_EXIT_USAGE;
+    }
+    const char *lib = guard_lib_path();
+    if (!lib) {
+        fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GUARD_LIB_NAME);
+        return GS_EXIT_FAILURE;
+    }
+    const char *rt = getenv("XDG_RUNTIME_DIR");
+    char dir[200];
+    if (snprintf(dir, sizeof(dir), "%s/gpuslice-exec-XXXXXX", rt && *rt ? rt : "/tmp") >= (int)sizeof(dir))
+        snprintf(dir, sizeof(dir), "/tmp/gpuslice-exec-XXXXXX");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "gpuslice exec: cannot create %s: %s\n", dir, strerror(errno));
+        return GS_EXIT_FAILURE;
+    }
+    struct gs_guard_limits l = { .fail_closed = true };
+    snprintf(l.region, sizeof(l.region), "%s/region", dir);
+    /* The quota applies to every device the command sees (with --device, just the one). */
+    unsigned n = device == ~0ULL ? GS_GUARD_MAX_DEVICES : 1;
+    for (unsigned i = 0; i < n; i++)
+        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)i, "", vram, compute };
+    char text[4096], conf[256];
+    int len = gs_guard_limits_format(&l, text, sizeof(text));
+    snprintf(conf, sizeof(conf), "%s/limits", dir);
+    int rc = GS_EXIT_FAILURE;
+    if (len < 0 || gs_write_file_atomic(conf, text, (size_t)len, false) < 0) {
+        fprintf(stderr, "gpuslice exec: cannot write %s\n", conf);
+        goto out;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "gpuslice exec: fork: %s\n", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        const char *old = getenv("LD_PRELOAD");
+        char preload[PATH_MAX * 2];
+        snprintf(preload, sizeof(preload), "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
+        setenv("LD_PRELOAD", preload, 1);
+        setenv("GPUSLICE_GUARD_CONFIG", conf, 1);
+        if (device != ~0ULL) {
+            char d[24];
+            snprintf(d, sizeof(d), "%llu", device);
+            setenv("CUDA_VISIBLE_DEVICES", d, 1);
+        }
+        execvp(argv[optind], argv + optind);
+        fprintf(stderr, "gpuslice exec: %s: %s\n", argv[optind], strerror(errno));
+        _exit(127);
+    }
+    /* The command owns the terminal's signals; we only wait for it. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+out:
+    unlink(conf);
+    unlink(l.region);
+    rmdir(dir);
+    return rc;
+}

@@ -1,0 +1,129 @@
+/* place.h: the placement engine: a cluster of GPU nodes, pod requests, and the placement policies
+ * of the FGD paper (Weng et al., USENIX ATC'23) plus gpuslice's own, behind one interface.
+ * Pure: no I/O. Units: CPU in milli-cores, memory in MiB, GPU in milli-GPU (1000 = one GPU).
+ * The engine reproduces the paper's simulator (hkust-adsl/kubernetes-scheduler-simulator):
+ * integer scores, ties to the node with the smallest seeded rank, Go's math/rand stream. */
+#ifndef GS_PLACE_H
+#define GS_PLACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_MAX_GPUS 16      /* GPUs per node */
+#define PL_MAX_MODELS 32    /* distinct GPU models in one cluster (a pod's gpu_spec is a bit mask) */
+#define PL_MODEL_LEN 24
+#define PL_MAX_PODS_PER_NODE 1001 /* the simulator's node allocatable "pods" */
+#define PL_MILLI 1000
+
+/* Go's math/rand source and the few methods the simulator uses, bit for bit (Go 1.19/1.20,
+ * rngSource with the 63-bit values: every method used here only reads the low 63 bits). */
+struct pl_gorand {
+    int tap, feed;
+    int64_t vec[607];
+};
+void pl_gorand_seed(struct pl_gorand *r, int64_t seed);
+int64_t pl_gorand_int63(struct pl_gorand *r);
+/* rand.Intn(n) for 0 < n < 2^31 */
+int32_t pl_gorand_intn(struct pl_gorand *r, int32_t n);
+/* the lower-case int31n that rand.Shuffle uses (Lemire's method) */
+int32_t pl_gorand_int31n_lemire(struct pl_gorand *r, int32_t n);
+/* rand.Perm(n) into out[n] */
+void pl_gorand_perm(struct pl_gorand *r, int32_t n, int32_t *out);
+
+struct pl_pod {
+    int64_t cpu;       /* milli-CPU request */
+    int64_t mem;       /* MiB; only the filter looks at it (as Kubernetes' NodeResourcesFit does) */
+    int num_gpu;       /* 0: CPU-only; 1 with gpu_milli < 1000: GPU-sharing; k: k whole GPUs */
+    int gpu_milli;     /* per GPU, 0..1000 */
+    uint32_t models;   /* allowed GPU models (bit i = cluster model i); 0: any */
+};
+
+struct pl_node {
+    int64_t cpu_cap, cpu_left;
+    int64_t mem_cap, mem_left;
+    int n_gpu;
+    int model;                 /* index into the cluster's model table; -1: none */
+    int gpu_free[PL_MAX_GPUS]; /* free milli-GPU per GPU index */
+    int rank;                  /* tie-break: the lowest rank wins among equal scores */
+    int n_pods;
+    int aff[9];                /* GPU pods on the node by class: [0] sharing, [k] k-GPU (k <= 8) */
+    double frag;               /* cached F(node) under the cluster's target workload */
+    double gfrag;              /* cached fragmentation under gpuslice's online estimate */
+    unsigned gver;             /* the estimate's version gfrag was computed for */
+};
+
+/* One spec of the target workload ("typical pods") with its probability. */
+struct pl_target {
+    int64_t cpu;
+    int milli, num;
+    uint32_t models;
+    char spec[64]; /* the gpu_spec text: part of the sort key, as in the simulator */
+    double p;
+};
+
+enum pl_policy {
+    PL_RANDOM,
+    PL_DOTPROD,
+    PL_GPUCLUSTERING,
+    PL_GPUPACKING,
+    PL_BESTFIT,
+    PL_FGD,
+    PL_GPUSLICE,
+    PL_POLICY_COUNT
+};
+
+struct pl_cluster {
+    struct pl_node *nodes;
+    size_t n_nodes;
+    char models[PL_MAX_MODELS][PL_MODEL_LEN];
+    int n_models;
+    struct pl_target *targets; /* FGD's target workload; owned */
+    size_t n_targets;
+    /* gpuslice's online workload estimate (see place.c) */
+    struct pl_online *online;
+    int64_t total_gpu_milli;
+    int64_t alloc_gpu_milli;
+    double frag_sum;           /* sum of nodes' frag */
+};
+
+/* The decision for one pod. */
+struct pl_choice {
+    int node;                 /* index into cluster nodes */
+    int n_gpus;
+    int gpus[PL_MAX_GPUS];    /* GPU indexes taken (each gets gpu_milli) */
+};
+
+/* Cluster lifecycle. pl_cluster_init takes ownership of nothing; nodes are copied. */
+int pl_cluster_init(struct pl_cluster *c, const struct pl_node *nodes, size_t n);
+void pl_cluster_free(struct pl_cluster *c);
+/* Model table: returns the index of NAME, adding it; -ENOSPC when full. */
+int pl_model_index(struct pl_cluster *c, const char *name);
+/* Parses a '|'-separated gpu_spec into a model mask (adding names); 0 for an empty spec. */
+int pl_spec_mask(struct pl_cluster *c, const char *spec, uint32_t *mask);
+
+/* Builds the target workload from the ORIGINAL pods (the simulator's GetTypicalPods: group by
+ * (cpu, milli, #gpu, gpu_spec), most frequent first, until >= threshold_pct of the pods,
+ * renormalised). specs[i] is pod i's gpu_spec text (may be NULL). Recomputes node frag. */
+int pl_set_targets(struct pl_cluster *c, const struct pl_pod *pods, const char *const *specs, size_t n,
+                   int threshold_pct);
+
+/* F(node): the FGD fragmentation (milli-GPU) of a node state under the cluster's targets. */
+double pl_node_frag(const struct pl_cluster *c, const struct pl_node *n);
+
+/* Policy names: random, dotprod, gpuclustering, gpupacking, bestfit, fgd, gpuslice. */
+int pl_policy_from_name(const char *name, enum pl_policy *out);
+const char *pl_policy_name(enum pl_policy p);
+
+/* Whether node n can host pod p (the scheduler's filters). */
+int pl_node_fits(const struct pl_cluster *c, const struct pl_node *n, const struct pl_pod *p);
+
+/* Decides where pod p goes under policy pol. rng is used by Random only (may be NULL otherwise).
+ * Returns 0 and fills *out, or -ENOSPC when no node fits. Does not change the cluster. */
+int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p, struct pl_gorand *rng,
+                struct pl_choice *out);
+/* Applies a decision. */
+void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_choice *ch);
+/* Tells gpuslice's policy that pod p arrived (placed or not): its online workload estimate. */
+void pl_observe(struct pl_cluster *c, const struct pl_pod *p);
+
+#endif
