@@ -684,6 +684,72 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return r;
 }
 
+/* NVML's view (nvidia-smi, monitoring inside the container): the quota and the container's use.
+ * Declared here by hand; the guard depends on nothing else in the tree. */
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct { unsigned long long total, free, used; } guard_nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } guard_nvmlMemory_v2_t;
+typedef int (*nvml_mem_fn)(nvmlDevice_t, void *);
+typedef int (*nvml_uuid_fn)(nvmlDevice_t, char *, unsigned);
+typedef int (*nvml_index_fn)(nvmlDevice_t, unsigned *);
+static void *g_libnvml;
+
+static void *nvml_sym(const char *name) {
+    if (!g_libnvml)
+        g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    return g_libnvml ? real_dlsym(g_libnvml, name) : NULL;
+}
+
+/* The limit entry for an NVML device: by UUID when the limits file names one, else by index. */
+static int nvml_device_entry(nvmlDevice_t d) {
+    nvml_uuid_fn get_uuid = (nvml_uuid_fn)nvml_sym("nvmlDeviceGetUUID");
+    char uuid[96] = "";
+    if (get_uuid && get_uuid(d, uuid, sizeof(uuid)) == 0)
+        for (unsigned i = 0; i < g_limits.n_devices; i++)
+            if (g_limits.dev[i].uuid[0] && !strcmp(g_limits.dev[i].uuid, uuid))
+                return (int)i;
+    nvml_index_fn get_index = (nvml_index_fn)nvml_sym("nvmlDeviceGetIndex");
+    unsigned idx;
+    if (get_index && get_index(d, &idx) == 0 && idx < GS_GUARD_MAX_DEVICES && g_dev_index[idx] >= 0 &&
+        !g_limits.dev[g_dev_index[idx]].uuid[0])
+        return g_dev_index[idx];
+    return -1;
+}
+
+static void quota_view(nvmlDevice_t d, unsigned long long *total, unsigned long long *free_b,
+                       unsigned long long *used) {
+    int e = nvml_device_entry(d);
+    if (e < 0 || !g_limits.dev[e].vram)
+        return;
+    uint64_t limit = g_limits.dev[e].vram, u = atomic_load(&g_region->dev[g_limits.dev[e].ordinal].used);
+    if (limit < *total)
+        *total = limit;
+    *used = u < *total ? u : *total;
+    *free_b = *total - *used; /* never wraps: used <= total */
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, guard_nvmlMemory_t *m) {
+    int st = guard_state();
+    nvml_mem_fn real = (nvml_mem_fn)nvml_sym("nvmlDeviceGetMemoryInfo");
+    if (!real)
+        return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    int r = real(d, m);
+    if (r == 0 && m && st == G_READY)
+        quota_view(d, &m->total, &m->free, &m->used);
+    return r;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, guard_nvmlMemory_v2_t *m) {
+    int st = guard_state();
+    nvml_mem_fn real = (nvml_mem_fn)nvml_sym("nvmlDeviceGetMemoryInfo_v2");
+    if (!real)
+        return 3;
+    int r = real(d, m);
+    if (r == 0 && m && st == G_READY)
+        quota_view(d, &m->total, &m->free, &m->used);
+    return r;
+}
+
 /* ---- kernel launches: the hot path ------------------------------------------------------------ */
 
 static void pace(void) {
@@ -808,6 +874,10 @@ static void *wrapper_by_name(const char *name) {
     }
     if (!strcmp(name, "cuGetProcAddress"))
         return FN(cuGetProcAddress);
+    if (!strcmp(name, "nvmlDeviceGetMemoryInfo"))
+        return FN(nvmlDeviceGetMemoryInfo);
+    if (!strcmp(name, "nvmlDeviceGetMemoryInfo_v2"))
+        return FN(nvmlDeviceGetMemoryInfo_v2);
     return NULL;
 }
 
@@ -818,7 +888,7 @@ EXPORT void *dlsym(void *handle, const char *name) {
     if (!real_dlsym)
         return NULL;
     void *p = real_dlsym(handle, name);
-    if (p && name[0] == 'c' && name[1] == 'u') {
+    if (p && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nvmlDeviceGetMemoryInfo", 23))) {
         void *w = wrapper_by_name(name);
         if (w)
             return w;
