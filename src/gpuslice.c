@@ -29,6 +29,7 @@ static const struct command {
     { "exec", cmd_exec, "run a command under the guard with a VRAM quota (no Kubernetes needed)" },
     { "inspect", cmd_inspect, "show GPUs, memory, MIG state and free capacity, health and processes" },
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
+    { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },
 };
 
 static void usage(FILE *f) {

@@ -27,6 +27,7 @@ int cmd_sim(const struct cli *cli, int argc, char **argv);
 int cmd_agent(const struct cli *cli, int argc, char **argv);
 int cmd_apply(const struct cli *cli, int argc, char **argv);
 int cmd_mig(const struct cli *cli, int argc, char **argv);
+int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 
 /* Printing helpers shared by commands. */

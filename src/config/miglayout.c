@@ -490,8 +490,10 @@ static bool item_matches(const struct gs_layout_item *it, unsigned index, unsign
 const struct gs_layout_item *gs_layout_item_for(const struct gs_layout_config *c, unsigned index, unsigned pci) {
     if (!c)
         return NULL;
+    /* mig-parted applies every matching item in order, so the last one decides. */
+    const struct gs_layout_item *found = NULL;
     for (unsigned i = 0; i < c->n_items && i < GS_LAYOUT_MAX_ITEMS; i++)
         if (item_matches(&c->items[i], index, pci))
-            return &c->items[i];
-    return NULL;
+            found = &c->items[i];
+    return found;
 }

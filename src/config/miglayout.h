@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define GS_LAYOUT_MAX_CONFIGS 64
+#define GS_LAYOUT_MAX_CONFIGS 128 /* mig-parted's default file has 68 */
 #define GS_LAYOUT_MAX_ITEMS 16
 #define GS_LAYOUT_MAX_PROFILES 16
 #define GS_LAYOUT_MAX_FILTERS 16
@@ -72,7 +72,7 @@ int gs_miglayout_load(const char *path, struct gs_layout_file *out, char *err, s
 const struct gs_layout_config *gs_miglayout_find(const struct gs_layout_file *f, const char *config);
 
 /* The item that applies to GPU `index` with PCI device ID `pci` (both devices and device-filter
- * must match; the first matching item wins), or NULL. */
+ * must match; as mig-parted applies every matching item in order, the last one wins), or NULL. */
 const struct gs_layout_item *gs_layout_item_for(const struct gs_layout_config *c, unsigned index, unsigned pci);
 
 #endif

@@ -46,13 +46,15 @@ int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *
         if (!g->mig_current)
             continue; /* profiles resolved once MIG mode is on */
         const char *names[GS_LAYOUT_MAX_PROFILES];
-        unsigned counts[GS_LAYOUT_MAX_PROFILES];
+        unsigned counts[GS_LAYOUT_MAX_PROFILES], n = 0;
         for (unsigned k = 0; k < it->n_counts; k++) {
-            names[k] = it->counts[k].profile;
-            counts[k] = it->counts[k].count;
+            if (!it->counts[k].count)
+                continue; /* "1g.5gb": 0 asks for nothing, even on a GPU without that profile */
+            names[n] = it->counts[k].profile;
+            counts[n++] = it->counts[k].count;
         }
         char why[512];
-        int r = gs_mig_layout_from_names(g, true, names, counts, it->n_counts, &layouts[i], why, sizeof(why));
+        int r = gs_mig_layout_from_names(g, true, names, counts, n, &layouts[i], why, sizeof(why));
         if (r < 0) {
             snprintf(err, errlen, "%s:%u: mig-configs.%s: %s", file->name, it->line, config, why);
             return r;

@@ -237,20 +237,21 @@ static void test_find(void **state) {
 static void test_item_for(void **state) {
     (void)state;
     _cleanup_free_ struct gs_layout_file *f = new_file();
+    /* As mig-parted applies every matching item in order, the last matching item decides. */
     parse_ok(HDR "  mixed:\n"
-                 "    - device-filter: \"0x233010DE\"\n"     /* item 0: H100 GPUs 0-1 */
-                 "      devices: [0, 1]\n"
+                 "    - devices: all\n"                              /* item 0: everything */
                  "      mig-enabled: true\n"
-                 "      mig-devices: {\"1g.10gb\": 7}\n"
+                 "      mig-devices: {}\n"
                  "    - device-filter: [\"0x20B010DE\", \"0x233010DE\"]\n" /* item 1: A100-40 or H100 */
                  "      devices: all\n"
                  "      mig-enabled: true\n"
                  "      mig-devices: {\"3g.40gb\": 2}\n"
-                 "    - devices: [0, 5, 63]\n"                       /* item 2: any GPU 0, 5 or 63 */
-                 "      mig-enabled: false\n"
-                 "    - devices: all\n"                              /* item 3: everything else */
+                 "    - device-filter: \"0x233010DE\"\n"     /* item 2: H100 GPUs 0-1 */
+                 "      devices: [0, 1]\n"
                  "      mig-enabled: true\n"
-                 "      mig-devices: {}\n"
+                 "      mig-devices: {\"1g.10gb\": 7}\n"
+                 "    - devices: [0, 5, 63]\n"                       /* item 3: any GPU 0, 5 or 63 */
+                 "      mig-enabled: false\n"
                  "  only-h200:\n"
                  "    - device-filter: \"0x233510DE\"\n"
                  "      devices: all\n"
@@ -258,20 +259,19 @@ static void test_item_for(void **state) {
              f);
     const struct gs_layout_config *c = find(f, "mixed");
     const struct gs_layout_item *it = c->items;
-    /* the first matching item wins, even when later ones match too */
-    assert_ptr_equal(gs_layout_item_for(c, 0, 0x233010DE), &it[0]);
-    assert_ptr_equal(gs_layout_item_for(c, 1, 0x233010DE), &it[0]);
+    assert_ptr_equal(gs_layout_item_for(c, 0, 0x233010DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 1, 0x233010DE), &it[2]);
     assert_ptr_equal(gs_layout_item_for(c, 2, 0x233010DE), &it[1]);
-    assert_ptr_equal(gs_layout_item_for(c, 63, 0x233010DE), &it[1]);
-    assert_ptr_equal(gs_layout_item_for(c, 0, 0x20B010DE), &it[1]);
+    assert_ptr_equal(gs_layout_item_for(c, 63, 0x233010DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 0, 0x20B010DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 1, 0x20B010DE), &it[1]);
     /* a filter only matches listed PCI IDs; no filter matches any */
-    assert_ptr_equal(gs_layout_item_for(c, 0, 0x233510DE), &it[2]);
-    assert_ptr_equal(gs_layout_item_for(c, 5, 0x233510DE), &it[2]);
-    assert_ptr_equal(gs_layout_item_for(c, 63, 0x00000000), &it[2]);
-    assert_ptr_equal(gs_layout_item_for(c, 1, 0x233510DE), &it[3]);
-    assert_ptr_equal(gs_layout_item_for(c, 62, 0x233510DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 5, 0x233510DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 63, 0x00000000), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 1, 0x233510DE), &it[0]);
+    assert_ptr_equal(gs_layout_item_for(c, 62, 0x233510DE), &it[0]);
     /* "all" also covers indices a list could not name */
-    assert_ptr_equal(gs_layout_item_for(c, 64, 0x233510DE), &it[3]);
+    assert_ptr_equal(gs_layout_item_for(c, 64, 0x233510DE), &it[0]);
     assert_ptr_equal(gs_layout_item_for(c, 1000, 0x233010DE), &it[1]);
 
     c = find(f, "only-h200");
@@ -641,20 +641,20 @@ static void test_limits(void **state) {
     assert_non_null(text);
     char err[1024];
 
-    /* 64 configs fine, 65 not */
-    for (int total = 64; total <= 65; total++) {
+    /* 128 configs fine, 129 not */
+    for (int total = 128; total <= 129; total++) {
         size_t n = (size_t)snprintf(text, size, HDR);
         for (int i = 0; i < total; i++)
             n += (size_t)snprintf(text + n, size - n, "  c%d:\n    - {devices: all, mig-enabled: false}\n", i);
         int r = parse(text, f, err, sizeof(err));
-        if (total == 64) {
+        if (total == 128) {
             assert_int_equal(r, 0);
-            assert_int_equal(f->n_configs, 64);
-            assert_string_equal(f->configs[63].name, "c63");
-            assert_int_equal(f->configs[63].line, 3 + 2 * 63);
+            assert_int_equal(f->n_configs, 128);
+            assert_string_equal(f->configs[127].name, "c127");
+            assert_int_equal(f->configs[127].line, 3 + 2 * 127);
         } else {
             assert_int_equal(r, -EINVAL);
-            assert_string_equal(err, "t.yaml:3:3: mig-configs: has 65 configs; at most 64 are supported");
+            assert_string_equal(err, "t.yaml:3:3: mig-configs: has 129 configs; at most 128 are supported");
         }
     }
 

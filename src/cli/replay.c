@@ -1,0 +1,134 @@
+/* replay.c (cli): `gpuslice replay`: replays a cluster trace (the FGD paper's Alibaba GPU traces)
+ * under a placement policy and reports the GPU allocation ratio per 1 % of arrived workload. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "place/replay.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "Usage: gpuslice replay --nodes NODES.csv --pods PODS.csv --policy NAME --seed N\n"
+            "                       [--inflation 1.3] [--out FILE.csv] [--timing]\n\n"
+            "Replays a cluster trace as the FGD paper (USENIX ATC'23) does: every pod arrives once, in a\n"
+            "seeded shuffle, resampled until INFLATION x the cluster's GPU capacity has arrived; a pod that\n"
+            "fits nowhere is dropped. Prints the GPU allocation ratio at 100 %% arrived workload.\n\n"
+            "  --nodes FILE       node list (sn,cpu_milli,memory_mib,gpu,model)\n"
+            "  --pods FILE        pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)\n"
+            "  --policy NAME      random, dotprod, gpuclustering, gpupacking, bestfit, fgd, gpuslice\n"
+            "  --seed N           the seed (the paper uses 42..51)\n"
+            "  --inflation X      arrived workload at the end, x GPU capacity (default 1.3)\n"
+            "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct, one row per 1 %%\n"
+            "  --timing           also measure each decision (median, p99, max) and the replay time\n");
+}
+
+int cmd_replay(const struct cli *cli, int argc, char **argv) {
+    (void)cli;
+    enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING };
+    static const struct option opts[] = {
+        { "nodes", required_argument, NULL, OPT_NODES },
+        { "pods", required_argument, NULL, OPT_PODS },
+        { "policy", required_argument, NULL, OPT_POLICY },
+        { "seed", required_argument, NULL, OPT_SEED },
+        { "inflation", required_argument, NULL, OPT_INFL },
+        { "out", required_argument, NULL, OPT_OUT },
+        { "timing", no_argument, NULL, OPT_TIMING },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *nodes = NULL, *pods = NULL, *out = NULL, *policy = NULL;
+    struct rp_options o = { PL_FGD, 42, 1.3, 95, 0 };
+    int have_seed = 0, c;
+    char *end;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_NODES: nodes = optarg; break;
+        case OPT_PODS: pods = optarg; break;
+        case OPT_OUT: out = optarg; break;
+        case OPT_TIMING: o.time_decisions = 1; break;
+        case OPT_POLICY:
+            policy = optarg;
+            if (pl_policy_from_name(optarg, &o.policy) < 0) {
+                fprintf(stderr, "gpuslice replay: --policy: unknown policy '%s' (random, dotprod, gpuclustering, "
+                                "gpupacking, bestfit, fgd, gpuslice)\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            break;
+        case OPT_SEED:
+            errno = 0;
+            o.seed = strtoll(optarg, &end, 10);
+            if (errno || *end || !*optarg) {
+                fprintf(stderr, "gpuslice replay: --seed: '%s' is not an integer\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            have_seed = 1;
+            break;
+        case OPT_INFL:
+            errno = 0;
+            o.inflation = strtod(optarg, &end);
+            if (errno || *end || !*optarg || !(o.inflation > 0 && o.inflation <= 3.5)) {
+                fprintf(stderr, "gpuslice replay: --inflation: '%s' is not a number in (0, 3.5]\n", optarg);
+                return GS_EXIT_USAGE;
+            }
+            break;
+        case 'h': usage(stdout); return GS_EXIT_OK;
+        default: return GS_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpuslice replay: unexpected argument '%s'\n", argv[optind]);
+        return GS_EXIT_USAGE;
+    }
+    if (!nodes || !pods || !policy || !have_seed) {
+        fprintf(stderr, "gpuslice replay: --nodes, --pods, --policy and --seed are required (see --help)\n");
+        return GS_EXIT_USAGE;
+    }
+    struct rp_trace t = { 0 };
+    char err[512];
+    if (rp_load_nodes(&t, nodes, err, sizeof(err)) < 0 || rp_load_pods(&t, pods, err, sizeof(err)) < 0) {
+        fprintf(stderr, "gpuslice replay: %s\n", err);
+        rp_trace_free(&t);
+        return GS_EXIT_FAILURE;
+    }
+    struct rp_result *r = malloc(sizeof(*r));
+    if (!r || rp_run(&t, &o, r) < 0) {
+        fprintf(stderr, "gpuslice replay: out of memory\n");
+        free(r);
+        rp_trace_free(&t);
+        return GS_EXIT_FAILURE;
+    }
+    int rc = GS_EXIT_OK;
+    if (out) {
+        FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
+        if (!f) {
+            fprintf(stderr, "gpuslice replay: %s: %s\n", out, strerror(errno));
+            rc = GS_EXIT_FAILURE;
+        } else {
+            fprintf(f, "arrived_pct,gpu_alloc_pct,frag_pct\n");
+            for (int x = 0; x < r->n_pct; x++) {
+                if (isnan(r->alloc_pct[x]))
+                    fprintf(f, "%d,,\n", x);
+                else
+                    fprintf(f, "%d,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x]);
+            }
+            if (f != stdout && fclose(f) != 0) {
+                fprintf(stderr, "gpuslice replay: %s: %s\n", out, strerror(errno));
+                rc = GS_EXIT_FAILURE;
+            }
+        }
+    }
+    FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
+    fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%.2f alloc_final=%.2f\n",
+            pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed,
+            r->n_pct > 100 ? r->alloc_pct[100] : NAN, r->final_alloc_pct);
+    if (o.time_decisions)
+        fprintf(sf, "replay_s=%.3f decision_us_median=%.1f decision_us_p99=%.1f decision_us_max=%.1f\n", r->wall_s,
+                r->lat_median_us, r->lat_p99_us, r->lat_max_us);
+    free(r);
+    rp_trace_free(&t);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* replay.h: the FGD paper's trace replay. Loads the Alibaba cluster-trace-gpu-v2023 CSVs (node list,
+ * pod list) with validation, builds the arrival sequence exactly as the paper's simulator does
+ * (name sort, Go math/rand shuffle, inflation by resampling to e.g. 130 % of GPU capacity, seeded
+ * node ranks), places every pod once under a policy (failed pods are dropped, never retried; no pod
+ * ever leaves) and reports the GPU allocation ratio per 1 % of arrived workload. */
+#ifndef GS_REPLAY_H
+#define GS_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "place/place.h"
+
+#define RP_MAX_PCT 400
+
+struct rp_trace {
+    struct pl_node *nodes;  /* in file order */
+    char **node_names;
+    size_t n_nodes;
+    struct pl_pod *pods;    /* in file order */
+    char **pod_names;
+    char **pod_specs;       /* gpu_spec text ("" when any model) */
+    size_t n_pods;
+    struct pl_cluster models; /* only its model table is used */
+};
+
+/* Load a node CSV (columns sn, cpu_milli, memory_mib, gpu, model; others ignored) and a pod CSV
+ * (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec; others ignored). Load nodes first.
+ * On error: -errno and a message "FILE:LINE: field 'NAME': what" in err. */
+int rp_load_nodes(struct rp_trace *t, const char *path, char *err, size_t errlen);
+int rp_load_pods(struct rp_trace *t, const char *path, char *err, size_t errlen);
+void rp_trace_free(struct rp_trace *t);
+
+struct rp_options {
+    enum pl_policy policy;
+    int64_t seed;
+    double inflation;  /* 1.3: resample pods until 130 % of the cluster's GPU capacity has arrived */
+    int threshold_pct; /* FGD's target workload: the most frequent specs covering this % (95) */
+    int time_decisions; /* measure each decision's latency */
+};
+
+struct rp_result {
+    /* per whole percent of arrived GPU request (0..n_pct-1), the paper's discretisation:
+     * the mean over the pod events in that bucket; NAN where there is none */
+    double alloc_pct[RP_MAX_PCT + 1];
+    double frag_pct[RP_MAX_PCT + 1];
+    int n_pct;
+    size_t n_events, n_failed, n_failed_gpu;
+    double final_alloc_pct;
+    double wall_s;            /* the replay loop */
+    double lat_median_us, lat_p99_us, lat_max_us;
+};
+
+int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r);
+
+#endif
