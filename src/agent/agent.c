@@ -28,6 +28,7 @@
 #include "core/alloc.h"
 #include "kubelet/deviceplugin.h"
 #include "mig/migapply.h"
+#include "../guard/limits.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -272,6 +273,67 @@ out:
 
 /* ---- handlers called by the device plugins -------------------------------------------------- */
 
+/* Where the guard's files appear inside the container. */
+#define GUARD_LIB_IN_CONTAINER "/usr/lib/gpuslice/libgpuslice-guard.so"
+#define GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
+#define GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
+
+/* The guard's files for one allocation: a limits file (read-only in the container), a directory
+ * for the counters region (read-write) and the shared /etc/ld.so.preload that loads the guard in
+ * every process of the container. They live as long as the pod: the kubelet reuses this answer
+ * when the container restarts. */
+static int inject_guard(struct agent *a, struct gs_alloc_response *out, char *err, size_t errlen) {
+    static unsigned long long seq;
+    if (!a->o->guard_lib) {
+        snprintf(err, errlen, "the resource has a VRAM quota but libgpuslice-guard.so was not found");
+        return -ENOENT;
+    }
+    char dir[200], path[256];
+    if (snprintf(dir, sizeof(dir), "%s/a%llx-%llx", a->o->guard_root, (unsigned long long)time(NULL), ++seq) >=
+        (int)sizeof(dir)) {
+        snprintf(err, errlen, "guard root %s is too long", a->o->guard_root);
+        return -ENAMETOOLONG;
+    }
+    snprintf(path, sizeof(path), "%s/state", dir);
+    int r = gs_mkdir_p(path, 0755);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
+        return r;
+    }
+    struct gs_guard_limits l = { .fail_closed = true };
+    snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
+    for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
+        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes, 0 };
+    for (unsigned i = 0; i < l.n_devices; i++)
+        gs_strlcpy(l.dev[i].uuid, out->guarded[i].uuid, sizeof(l.dev[i].uuid));
+    char text[4096];
+    int len = gs_guard_limits_format(&l, text, sizeof(text));
+    snprintf(path, sizeof(path), "%s/limits", dir);
+    if (len < 0 || (r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return len < 0 ? len : r;
+    }
+    char preload[256];
+    snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->o->guard_root);
+    if (access(preload, R_OK) != 0 &&
+        gs_write_file_atomic(preload, GUARD_LIB_IN_CONTAINER "\n", strlen(GUARD_LIB_IN_CONTAINER) + 1, false) < 0) {
+        snprintf(err, errlen, "cannot write %s", preload);
+        return -EIO;
+    }
+    struct gs_mount *m = out->extra_mounts;
+    m[0] = (struct gs_mount){ GUARD_LIB_IN_CONTAINER, "", true };
+    gs_strlcpy(m[0].host_path, a->o->guard_lib, sizeof(m[0].host_path));
+    m[1] = (struct gs_mount){ GUARD_CONF_IN_CONTAINER, "", true };
+    snprintf(m[1].host_path, sizeof(m[1].host_path), "%s/limits", dir);
+    m[2] = (struct gs_mount){ GUARD_STATE_IN_CONTAINER, "", false };
+    snprintf(m[2].host_path, sizeof(m[2].host_path), "%s/state", dir);
+    m[3] = (struct gs_mount){ "/etc/ld.so.preload", "", true };
+    gs_strlcpy(m[3].host_path, preload, sizeof(m[3].host_path));
+    out->n_extra_mounts = 4;
+    log_info("Guard for %s: limits in %s", out->visible_devices, dir);
+    return 0;
+}
+
 static bool file_exists(const char *path, void *ctx) {
     (void)ctx;
     return access(path, F_OK) == 0;
@@ -306,6 +368,8 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     int rc = gs_allocate(r, ids, n, &a->policy, &mm, file_exists, NULL, out, err, errlen);
     pthread_mutex_unlock(&a->lock);
     gs_mig_minors_free(&mm);
+    if (rc == 0 && out->n_guarded && (rc = inject_guard(a, out, err, errlen)) < 0)
+        gs_alloc_response_free(out);
     return rc;
 }
 

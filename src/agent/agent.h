@@ -15,6 +15,8 @@ struct agent_options {
     const char *sysfs_root;       /* /sys: bus/pci/devices/<bus>/numa_node */
     unsigned poll_ms;             /* inventory re-read interval */
     const char *mig_status_path;  /* where the MIG layout status is written (JSON) */
+    const char *guard_root;       /* per-allocation guard files (limits, counters) */
+    const char *guard_lib;        /* libgpuslice-guard.so on the host, mounted into containers */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

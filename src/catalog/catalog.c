@@ -126,6 +126,13 @@ const struct gs_model *gs_catalog_find(const char *key) {
     return NULL;
 }
 
+const struct gs_model *gs_catalog_find_pci(unsigned pci_device_id) {
+    for (size_t i = 0; i < GS_ARRAY_SIZE(models); i++)
+        if (models[i].pci_device_id == pci_device_id)
+            return &models[i];
+    return NULL;
+}
+
 const char *gs_catalog_keys(void) {
     return "A30, A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H100-NVL, H200-SXM-141GB, B200, T4, L4";
 }

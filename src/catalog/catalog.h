@@ -53,6 +53,8 @@ size_t gs_catalog_count(void);
 const struct gs_model *gs_catalog_get(size_t i);
 /* Case-insensitive lookup by catalogue key. NULL if unknown. */
 const struct gs_model *gs_catalog_find(const char *key);
+/* Lookup by PCI device ID (0x<device><vendor>). NULL if unknown. */
+const struct gs_model *gs_catalog_find_pci(unsigned pci_device_id);
 /* Comma-separated list of every key, for error messages ("A30, A100-SXM4-40GB, ..."). */
 const char *gs_catalog_keys(void);
 

@@ -19,7 +19,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 }
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
-    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS };
+    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -27,10 +27,12 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "sysfs-root", required_argument, NULL, OPT_SYSFS_ROOT },
         { "poll-interval-ms", required_argument, NULL, OPT_POLL },
         { "mig-status-file", required_argument, NULL, OPT_MIG_STATUS },
+        { "guard-root", required_argument, NULL, OPT_GUARD_ROOT },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json" };
+    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
+                               "/var/lib/gpuslice/guard", cli_guard_lib_path() };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -40,6 +42,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_PROC_ROOT: o.proc_root = optarg; break;
         case OPT_SYSFS_ROOT: o.sysfs_root = optarg; break;
         case OPT_MIG_STATUS: o.mig_status_path = optarg; break;
+        case OPT_GUARD_ROOT: o.guard_root = optarg; break;
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
                 fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
@@ -61,7 +64,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            (default 2000)\n"
                    "  --mig-status-file FILE    where the MIG layout status (pending, applied, failed) is\n"
                    "                            written when the policy names one (default\n"
-                   "                            /run/gpuslice/mig-status.json)\n",
+                   "                            /run/gpuslice/mig-status.json)\n"
+                   "  --guard-root DIR          per-allocation guard files for replicas with a VRAM quota\n"
+                   "                            (memoryPerReplica; default /var/lib/gpuslice/guard)\n",
                    DEFAULT_KUBELET_DIR);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

@@ -30,6 +30,9 @@ int cmd_mig(const struct cli *cli, int argc, char **argv);
 int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 
+/* libgpuslice-guard.so: $GPUSLICE_GUARD_LIB, beside the executable, installed libdir, build tree. */
+const char *cli_guard_lib_path(void);
+
 /* Printing helpers shared by commands. */
 const char *cli_arch_name(unsigned arch);
 

@@ -19,7 +19,7 @@
 
 #define GUARD_LIB_NAME "libgpuslice-guard.so"
 
-static const char *guard_lib_path(void) {
+const char *cli_guard_lib_path(void) {
     static char path[PATH_MAX];
     const char *env = getenv("GPUSLICE_GUARD_LIB");
     if (env && *env)
@@ -104,7 +104,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: no command given (gpuslice exec --vram 8GiB -- python train.py)\n");
         return GS_EXIT_USAGE;
     }
-    const char *lib = guard_lib_path();
+    const char *lib = cli_guard_lib_path();
     if (!lib) {
         fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GUARD_LIB_NAME);
         return GS_EXIT_FAILURE;

@@ -49,6 +49,11 @@ static int cmd_show(const struct cli *cli, bool as_json) {
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         const struct gs_gpu *g = &inv->gpus[i];
         json_t *insts = json_array();
+        if (!as_json && (g->lost || g->error[0])) {
+            printf("GPU %u  %s\n", i, g->lost ? "lost (NVML: GPU is lost)" : g->error);
+            json_decref(insts);
+            continue;
+        }
         if (!as_json)
             printf("GPU %u  %s  MIG %s%s\n", i, g->name,
                    !g->mig_capable ? "not supported" : g->mig_current ? "enabled" : "disabled",
@@ -157,7 +162,7 @@ static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan 
                 break;
             }
         }
-        if (p->needs_mode_change && p->steps[p->n_steps - 1].kind == GS_STEP_SET_MODE)
+        if (p->needs_mode_change && p->steps[p->n_steps - 1].kind == GS_STEP_SET_MODE && p->steps[p->n_steps - 1].enable)
             printf("  then: plan the instances (MIG profiles can be read once MIG mode is on)\n");
         if (p->n_busy) {
             printf("  in use by process(es):");

@@ -44,11 +44,12 @@ static const char *const resources_keys[] = { "gpus", "mig", NULL };
 static const char *const rename_rule_keys[] = { "pattern", "name", NULL };
 static const char *const sharing_keys[] = { "timeSlicing", "mps", NULL };
 static const char *const ts_keys[] = { "renameByDefault", "failRequestsGreaterThanOne", "resources", NULL };
-static const char *const ts_resource_keys[] = { "name", "rename", "devices", "replicas", NULL };
+static const char *const ts_resource_keys[] = { "name", "rename", "devices", "replicas", "memoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
 static const char *const gpuslice_keys[] = { "gpus", "health", "mig", NULL };
 static const char *const mig_keys[] = { "config", "layoutFile", "force", NULL };
-static const char *const rule_keys[] = { "index", "uuid", "model", "mode", "replicas", "resourceName", NULL };
+static const char *const rule_keys[] = { "index", "uuid", "model", "mode", "replicas", "resourceName",
+                                          "memoryPerReplica", NULL };
 static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod", NULL };
 
 /* Same order as the enums in policy.h. */
@@ -201,6 +202,24 @@ static int parse_resource_name(struct gs_yaml *y, const yaml_node_t *node, const
 }
 
 /* ---- integers, durations, GPU references ---- */
+
+/* memoryPerReplica: auto (GPU memory / replicas) or a size such as 8GiB; enforced by the guard. */
+static int parse_memory_per_replica(struct gs_yaml *y, const yaml_node_t *node, const char *path,
+                                    unsigned long long *out) {
+    const char *s;
+    int r = gs_yaml_scalar(y, node, path, &s);
+    if (r < 0)
+        return r;
+    if (!strcmp(s, "auto")) {
+        *out = GS_MEMORY_AUTO;
+        return 0;
+    }
+    unsigned long long v;
+    if (gs_parse_size(s, &v) < 0 || v < (1ULL << 20) || v > (1ULL << 50))
+        return gs_yaml_error(y, node, path, "expected auto or a size from 1MiB to 1PiB such as 8GiB, got '%.64s'", s);
+    *out = v;
+    return 0;
+}
 
 /* "replicas:" in both `sharing` and `gpuslice`; the >= 2 wording is NVIDIA's. */
 static int parse_replicas(struct gs_yaml *y, const yaml_node_t *node, const char *path, unsigned *out) {
@@ -685,6 +704,10 @@ static int parse_ts_resource(struct gs_yaml *y, const yaml_node_t *entry, const 
         return gs_yaml_error(y, entry, path, "missing required key 'replicas' (2..%d)", MAX_REPLICAS);
     if ((r = parse_replicas(y, node, gs_yaml_path_key(p, path, "replicas"), &res->replicas)) < 0)
         return r;
+    node = gs_yaml_map_get(y, entry, "memoryPerReplica");
+    if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
+                                              &res->memory_per_replica)) < 0)
+        return r;
 
     node = gs_yaml_map_get(y, entry, "devices");
     if (node && (r = parse_devices(y, node, gs_yaml_path_key(p, path, "devices"), res)) < 0)
@@ -835,6 +858,14 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
             return r;
     } else if (node) {
         return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing (mode is %s)", mode_values[v]);
+    }
+    node = gs_yaml_map_get(y, entry, "memoryPerReplica");
+    if (node) {
+        gs_yaml_path_key(kp, path, "memoryPerReplica");
+        if (rule->mode != GS_MODE_TIME_SLICING)
+            return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing (mode is %s)", mode_values[v]);
+        if ((r = parse_memory_per_replica(y, node, kp, &rule->memory_per_replica)) < 0)
+            return r;
     }
 
     node = gs_yaml_map_get(y, entry, "resourceName");

@@ -19,6 +19,7 @@
  *         - name: nvidia.com/gpu
  *           replicas: 4                       # >= 2
  *           devices: all | <count> | ["0", "GPU-..."]   # honoured (NVIDIA's plugin ignores it)
+ *           memoryPerReplica: auto | 8GiB     # gpuslice: VRAM quota per replica, enforced by the guard
  *   gpuslice:
  *     gpus:                                   # first match wins; overrides `sharing`
  *       - index: "0-3"                        # or uuid: GPU-..., or model: "NVIDIA H100*" (glob)
@@ -46,6 +47,7 @@
 #define GS_POLICY_MAX_XIDS 64
 #define GS_RESOURCE_NAME_MAX 64   /* "nvidia.com/" + up to 52 */
 #define GS_SELECTOR_MAX 128
+#define GS_MEMORY_AUTO (~0ULL)           /* memoryPerReplica: auto = GPU memory / replicas */
 
 enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
 enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED };
@@ -62,6 +64,7 @@ struct gs_ts_resource {                   /* one sharing.timeSlicing.resources[]
     char name[GS_RESOURCE_NAME_MAX];      /* "nvidia.com/gpu" */
     char rename[GS_RESOURCE_NAME_MAX];    /* optional explicit name ("" = default rule) */
     unsigned replicas;                    /* >= 2 */
+    unsigned long long memory_per_replica; /* bytes, GS_MEMORY_AUTO, or 0: no VRAM quota (no guard) */
     bool devices_all;                     /* devices: all (the default) */
     unsigned devices_count;               /* devices: <count>: the first N GPUs (0 = not used) */
     unsigned n_devices;                   /* devices: [list] */
@@ -74,6 +77,7 @@ struct gs_gpu_rule {                      /* one gpuslice.gpus[] entry */
     char pattern[GS_SELECTOR_MAX];        /* GS_SEL_UUID: exact; GS_SEL_MODEL: glob on the NVML name */
     enum gs_gpu_mode mode;                /* never GS_MODE_DEFAULT */
     unsigned replicas;                    /* time-slicing: >= 2 */
+    unsigned long long memory_per_replica; /* time-slicing: as in gs_ts_resource */
     char resource[GS_RESOURCE_NAME_MAX];  /* optional resource name override ("" = default rule) */
     unsigned line;                        /* where it was written, for log messages */
 };

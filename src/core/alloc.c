@@ -144,6 +144,22 @@ static int add_devspec(struct gs_alloc_response *out, const struct gs_policy *po
     return 0;
 }
 
+/* Position of `item` in a comma-separated list. */
+static unsigned list_index(const char *list, const char *item) {
+    size_t il = strlen(item);
+    unsigned i = 0;
+    for (const char *p = list; p && *p; i++) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l == il && strncmp(p, item, il) == 0)
+            return i;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return i;
+}
+
 /* Appends `item` to a comma-separated list unless it is already there. */
 static int list_add_unique(char **list, size_t *len, const char *item) {
     size_t il = strlen(item);
@@ -219,6 +235,24 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
         }
         if ((rc = list_add_unique(&out->visible_devices, &len, item)) < 0)
             goto fail;
+        if (d->quota) {
+            /* The container's CUDA ordinal of this GPU is its position in the list. */
+            unsigned ordinal = list_index(out->visible_devices, item);
+            unsigned k = 0;
+            while (k < out->n_guarded && strcmp(out->guarded[k].uuid, d->uuid) != 0)
+                k++;
+            if (k == out->n_guarded) {
+                if (k == GS_ALLOC_MAX_GUARDED) {
+                    snprintf(err, errlen, "more than %d GPUs with a VRAM quota in one allocation", GS_ALLOC_MAX_GUARDED);
+                    rc = -E2BIG;
+                    goto fail;
+                }
+                out->n_guarded++;
+                gs_strlcpy(out->guarded[k].uuid, d->uuid, sizeof(out->guarded[k].uuid));
+                out->guarded[k].ordinal = ordinal;
+            }
+            out->guarded[k].bytes += d->quota; /* two replicas of one GPU: twice the quota */
+        }
         if (out->mounts) {
             bool seen = false;
             for (unsigned k = 0; k < out->n_mounts; k++)

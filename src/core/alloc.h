@@ -23,8 +23,23 @@ struct gs_mount {
     bool read_only;
 };
 
+#define GS_ALLOC_MAX_GUARDED 16
+
+/* The guard's part of an answer: the VRAM quota of each GPU the container sees, in the order of
+ * NVIDIA_VISIBLE_DEVICES (= the container's CUDA ordinals). The agent turns it into files and
+ * mounts (gs_guard_*), as that is I/O. */
+struct gs_guard_quota {
+    char uuid[GS_UUID_LEN];
+    unsigned ordinal;
+    unsigned long long bytes;
+};
+
 struct gs_alloc_response {
     char *visible_devices;            /* NVIDIA_VISIBLE_DEVICES value (malloc'd) */
+    unsigned n_guarded;               /* > 0: inject the guard with these quotas */
+    struct gs_guard_quota guarded[GS_ALLOC_MAX_GUARDED];
+    unsigned n_extra_mounts;          /* filled by the agent: the guard's files */
+    struct gs_mount extra_mounts[4];
     unsigned n_devspecs;
     struct gs_devspec devspecs[GS_ALLOC_MAX_DEVSPECS];
     unsigned n_mounts;

@@ -395,6 +395,9 @@ int gs_mig_diff(const struct gs_gpu *g, const struct gs_mig_layout *want, struct
             struct gs_mig_step *s = add_step(out, GS_STEP_SET_MODE);
             s->enable = false;
             out->needs_mode_change = true;
+            for (unsigned k = 0; k < g->n_procs && out->n_busy < GS_ARRAY_SIZE(out->busy_pids); k++)
+                if (g->procs[k].gi_id < 0) /* processes on instances were noted with their instance */
+                    out->busy_pids[out->n_busy++] = g->procs[k].pid;
         } else if (g->mig_current) {
             out->reset_pending = true; /* disabling is pending: a reset activates it */
         }
@@ -407,6 +410,9 @@ int gs_mig_diff(const struct gs_gpu *g, const struct gs_mig_layout *want, struct
             struct gs_mig_step *s = add_step(out, GS_STEP_SET_MODE);
             s->enable = true;
             out->needs_mode_change = true;
+            /* The driver refuses to switch a GPU that processes use: say so before changing anything. */
+            for (unsigned k = 0; k < g->n_procs && out->n_busy < GS_ARRAY_SIZE(out->busy_pids); k++)
+                out->busy_pids[out->n_busy++] = g->procs[k].pid;
         }
         return 0;
     }

@@ -88,6 +88,7 @@ static bool ts_selects(const struct gs_ts_resource *t, const struct gs_gpu *g) {
 struct choice {
     enum gs_gpu_mode mode;
     unsigned replicas;
+    unsigned long long memory;            /* memoryPerReplica */
     char resource[GS_RESOURCE_NAME_MAX]; /* "" = default for the mode */
     bool from_rule;
 };
@@ -100,6 +101,7 @@ static struct choice choose(const struct gs_gpu *g, const struct gs_policy *pol)
             continue;
         c.mode = rule->mode;
         c.replicas = rule->replicas;
+        c.memory = rule->memory_per_replica;
         gs_strlcpy(c.resource, rule->resource, sizeof(c.resource));
         c.from_rule = true;
         return c;
@@ -114,6 +116,7 @@ static struct choice choose(const struct gs_gpu *g, const struct gs_policy *pol)
             continue;
         c.mode = GS_MODE_TIME_SLICING;
         c.replicas = t->replicas;
+        c.memory = t->memory_per_replica;
         if (t->rename[0])
             gs_strlcpy(c.resource, t->rename, sizeof(c.resource));
         else
@@ -258,6 +261,10 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
         r->replicated = true;
         r->fail_gt_one = r->fail_gt_one || pol->ts_fail_requests_gt_one;
         d.kind = GS_DEV_REPLICA;
+        if (c.memory == GS_MEMORY_AUTO)
+            d.quota = g->mem_total / c.replicas;
+        else
+            d.quota = c.memory < g->mem_total || !g->mem_total ? c.memory : g->mem_total;
         for (unsigned k = 0; k < c.replicas; k++) {
             d.replica = k;
             snprintf(d.id, sizeof(d.id), "%s::%u", g->uuid, k);
@@ -300,7 +307,8 @@ bool gs_resource_equal(const struct gs_resource *a, const struct gs_resource *b)
         return false;
     for (unsigned i = 0; i < a->n_devices; i++) {
         const struct gs_device *x = &a->devices[i], *y = &b->devices[i];
-        if (strcmp(x->id, y->id) != 0 || x->healthy != y->healthy || x->numa_node != y->numa_node)
+        if (strcmp(x->id, y->id) != 0 || x->healthy != y->healthy || x->numa_node != y->numa_node ||
+            x->quota != y->quota)
             return false;
     }
     return true;

@@ -23,6 +23,7 @@ struct gs_device {
     unsigned gi_id, ci_id;      /* GS_DEV_MIG */
     int numa_node;              /* -1 unknown */
     bool healthy;
+    unsigned long long quota;   /* GS_DEV_REPLICA: VRAM bytes the guard allows it (0: no guard) */
 };
 
 struct gs_resource {

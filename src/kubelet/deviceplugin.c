@@ -300,16 +300,24 @@ static void handle_options(struct dp_call *c) {
     send_unary(c, &o.base, GRPC_STATUS_OK, NULL);
 }
 
+/* env/envp: room for 2 entries; mounts/mountp: room for a->n_mounts + a->n_extra_mounts. */
 static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, const struct gs_alloc_response *a,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry *env,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry **envp, V1beta1__DeviceSpec *specs,
                                     V1beta1__DeviceSpec **specp, V1beta1__Mount *mounts, V1beta1__Mount **mountp) {
     v1beta1__container_allocate_response__init(cr);
-    v1beta1__container_allocate_response__envs_entry__init(env);
-    env->key = "NVIDIA_VISIBLE_DEVICES";
-    env->value = a->n_mounts ? "/var/run/nvidia-container-devices" : a->visible_devices;
-    *envp = env;
+    v1beta1__container_allocate_response__envs_entry__init(&env[0]);
+    env[0].key = "NVIDIA_VISIBLE_DEVICES";
+    env[0].value = a->n_mounts ? "/var/run/nvidia-container-devices" : a->visible_devices;
+    envp[0] = &env[0];
     cr->n_envs = 1;
+    if (a->n_extra_mounts) { /* the guard: where its limits are */
+        v1beta1__container_allocate_response__envs_entry__init(&env[1]);
+        env[1].key = "GPUSLICE_GUARD_CONFIG";
+        env[1].value = "/etc/gpuslice/guard.conf";
+        envp[1] = &env[1];
+        cr->n_envs = 2;
+    }
     cr->envs = envp;
     for (unsigned i = 0; i < a->n_devspecs; i++) {
         v1beta1__device_spec__init(&specs[i]);
@@ -320,14 +328,15 @@ static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, cons
     }
     cr->n_devices = a->n_devspecs;
     cr->devices = specp;
-    for (unsigned i = 0; i < a->n_mounts; i++) {
+    for (unsigned i = 0; i < a->n_mounts + a->n_extra_mounts; i++) {
+        const struct gs_mount *src = i < a->n_mounts ? &a->mounts[i] : &a->extra_mounts[i - a->n_mounts];
         v1beta1__mount__init(&mounts[i]);
-        mounts[i].container_path = (char *)a->mounts[i].container_path;
-        mounts[i].host_path = (char *)a->mounts[i].host_path;
-        mounts[i].read_only = 1;
+        mounts[i].container_path = (char *)src->container_path;
+        mounts[i].host_path = (char *)src->host_path;
+        mounts[i].read_only = i < a->n_mounts || src->read_only;
         mountp[i] = &mounts[i];
     }
-    cr->n_mounts = a->n_mounts;
+    cr->n_mounts = a->n_mounts + a->n_extra_mounts;
     cr->mounts = mountp;
 }
 
@@ -343,15 +352,16 @@ static void handle_allocate(struct dp_call *c) {
     struct gs_alloc_response *alloc = calloc(n ? n : 1, sizeof(*alloc));
     V1beta1__ContainerAllocateResponse *crs = calloc(n ? n : 1, sizeof(*crs));
     V1beta1__ContainerAllocateResponse **crp = calloc(n ? n : 1, sizeof(*crp));
-    V1beta1__ContainerAllocateResponse__EnvsEntry *envs = calloc(n ? n : 1, sizeof(*envs));
-    V1beta1__ContainerAllocateResponse__EnvsEntry **envp = calloc(n ? n : 1, sizeof(*envp));
+    V1beta1__ContainerAllocateResponse__EnvsEntry *envs = calloc(2 * (n ? n : 1), sizeof(*envs));
+    V1beta1__ContainerAllocateResponse__EnvsEntry **envp = calloc(2 * (n ? n : 1), sizeof(*envp));
     V1beta1__DeviceSpec *specs = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specs));
     V1beta1__DeviceSpec **specp = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specp));
     size_t total_ids = 0;
     for (size_t i = 0; i < n; i++)
         total_ids += req->container_requests[i]->n_devices_ids;
-    V1beta1__Mount *mounts = calloc(total_ids ? total_ids : 1, sizeof(*mounts));
-    V1beta1__Mount **mountp = calloc(total_ids ? total_ids : 1, sizeof(*mountp));
+    size_t mount_room = total_ids + 4 * n + 1; /* volume mounts + the guard's per container */
+    V1beta1__Mount *mounts = calloc(mount_room, sizeof(*mounts));
+    V1beta1__Mount **mountp = calloc(mount_room, sizeof(*mountp));
     size_t done = 0, mount_off = 0;
     char err[256] = "";
     int rc = 0;
@@ -366,9 +376,9 @@ static void handle_allocate(struct dp_call *c) {
         if (rc < 0)
             break;
         done++;
-        fill_container_response(&crs[i], &alloc[i], &envs[i], &envp[i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
+        fill_container_response(&crs[i], &alloc[i], &envs[2 * i], &envp[2 * i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
                                 &specp[i * GS_ALLOC_MAX_DEVSPECS], &mounts[mount_off], &mountp[mount_off]);
-        mount_off += alloc[i].n_mounts;
+        mount_off += alloc[i].n_mounts + alloc[i].n_extra_mounts;
         crp[i] = &crs[i];
         log_info("Allocate %s: %s -> NVIDIA_VISIBLE_DEVICES=%s", p->resource,
                  cr->n_devices_ids ? cr->devices_ids[0] : "", alloc[i].visible_devices);

@@ -7,8 +7,60 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "catalog/catalog.h"
 #include "util/log.h"
 #include "util/util.h"
+
+/* A GPU whose MIG mode is off cannot list its profiles (NVML answers NOT_SUPPORTED), so a layout
+ * for it is checked against the catalogue's table for its model, when the catalogue knows it,
+ * before the mode is changed: a layout that cannot work then fails without touching the GPU. */
+static void gpu_from_catalogue(const struct gs_model *m, const struct gs_gpu *real, struct gs_gpu *g) {
+    memset(g, 0, sizeof(*g));
+    g->index = real->index;
+    gs_strlcpy(g->name, real->name, sizeof(g->name));
+    g->mig_capable = true;
+    g->mig_current = g->mig_pending = 1;
+    g->mig_mem_slices = m->mig_mem_slices;
+    g->mem_total = real->mem_total;
+    for (size_t i = 0; i < m->n_profiles && g->n_profiles < GS_MAX_PROFILES; i++) {
+        const struct gs_profile_spec *p = &m->profiles[i];
+        struct gs_gi_profile *q = &g->profiles[g->n_profiles++];
+        *q = (struct gs_gi_profile){ .id = p->id, .nvml_index = p->nvml_profile, .slices = p->slices,
+                                     .max_instances = p->max_instances, .mem_mib = p->mem_mib,
+                                     .placement_size = p->mem_slices, .n_starts = p->n_starts };
+        gs_strlcpy(q->name, p->name, sizeof(q->name));
+        memcpy(q->starts, p->starts, sizeof(q->starts));
+    }
+}
+
+/* Resolves an item's profile names on GPU g; errors point at the count's line and column. */
+static int layout_from_item(const struct gs_gpu *g, const struct gs_layout_file *file, const char *config,
+                            const struct gs_layout_item *it, struct gs_mig_layout *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    out->mig_enabled = true;
+    for (unsigned k = 0; k < it->n_counts; k++) {
+        const struct gs_layout_count *c = &it->counts[k];
+        if (!c->count)
+            continue; /* "1g.5gb": 0 asks for nothing, even on a GPU without that profile */
+        char why[512];
+        const char *name = c->profile;
+        unsigned count = c->count;
+        struct gs_mig_layout one;
+        if (gs_mig_layout_from_names(g, true, &name, &count, 1, &one, why, sizeof(why)) < 0) {
+            snprintf(err, errlen, "%s:%u:%u: mig-configs.%s: %s", file->name, c->line, c->column, config, why);
+            return -EINVAL;
+        }
+        for (unsigned i = 0; i < one.n; i++) {
+            if (out->n == GS_MIG_MAX_INSTANCES) {
+                snprintf(err, errlen, "%s:%u: mig-configs.%s: GPU %u: more than %d MIG instances", file->name,
+                         it->line, config, g->index, GS_MIG_MAX_INSTANCES);
+                return -ENOSPC;
+            }
+            out->profile_ids[out->n++] = one.profile_ids[i];
+        }
+    }
+    return 0;
+}
 
 int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
                    struct gs_mig_layout layouts[GS_MAX_GPUS], bool selected[GS_MAX_GPUS], char *err, size_t errlen) {
@@ -18,49 +70,71 @@ int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *
                  "all-<profile>)", file ? file->name : "", file ? ": " : "", config);
         return -ENOENT;
     }
-    for (unsigned i = 0; i < inv->n_gpus; i++) {
+    struct gs_gpu *shadow = malloc(sizeof(*shadow));
+    if (!shadow)
+        return -ENOMEM;
+    int r = 0;
+    for (unsigned i = 0; i < inv->n_gpus && r == 0; i++) {
         const struct gs_gpu *g = &inv->gpus[i];
         memset(&layouts[i], 0, sizeof(layouts[i]));
         selected[i] = false;
+        const struct gs_layout_item *it = c ? gs_layout_item_for(c, g->index, g->pci_device_id) : NULL;
+        if (c && !it)
+            continue;
+        if (g->lost || g->error[0]) {
+            snprintf(err, errlen, "GPU %u cannot be read (%s): nothing is changed", i, g->lost ? "lost" : g->error);
+            r = -ENODEV;
+            break;
+        }
+        if (!g->mig_capable)
+            continue; /* as mig-parted: GPUs without MIG are left alone */
+        selected[i] = true;
+        /* Profiles readable now, or (MIG off) the catalogue's for this model, for checking only. */
+        const struct gs_gpu *table = g;
+        const struct gs_model *model = NULL;
+        if (!g->mig_current && (model = gs_catalog_find_pci(g->pci_device_id)) && model->mig_mem_slices) {
+            gpu_from_catalogue(model, g, shadow);
+            table = shadow;
+        }
+        struct gs_mig_layout want;
         if (!c) {
-            if (!g->mig_capable)
-                continue; /* built-ins apply to MIG-capable GPUs */
-            selected[i] = true;
-            int r = gs_mig_builtin(g, config, &layouts[i], err, errlen);
-            if (r == -EINVAL && !g->mig_current && strcmp(config, "all-enabled") && strcmp(config, "all-disabled")) {
-                /* Profiles are readable only in MIG mode: enable first, plan on the next round. */
+            r = gs_mig_builtin(table, config, &want, err, errlen);
+            if (r == -EINVAL && table == g && !g->mig_current) {
+                r = 0; /* unknown model with MIG off: enable first, resolve on the next pass */
                 layouts[i].mig_enabled = true;
                 continue;
             }
-            if (r < 0)
-                return r;
+        } else if (!it->mig_enabled) {
+            memset(&want, 0, sizeof(want));
+        } else if (table == g && !g->mig_current) {
+            layouts[i].mig_enabled = true; /* unknown model: names are resolved once MIG is on */
             continue;
+        } else {
+            r = layout_from_item(table, file, config, it, &want, err, errlen);
         }
-        const struct gs_layout_item *it = gs_layout_item_for(c, g->index, g->pci_device_id);
-        if (!it)
-            continue;
-        selected[i] = true;
-        layouts[i].mig_enabled = it->mig_enabled;
-        if (!it->mig_enabled)
-            continue;
-        if (!g->mig_current)
-            continue; /* profiles resolved once MIG mode is on */
-        const char *names[GS_LAYOUT_MAX_PROFILES];
-        unsigned counts[GS_LAYOUT_MAX_PROFILES], n = 0;
-        for (unsigned k = 0; k < it->n_counts; k++) {
-            if (!it->counts[k].count)
-                continue; /* "1g.5gb": 0 asks for nothing, even on a GPU without that profile */
-            names[n] = it->counts[k].profile;
-            counts[n++] = it->counts[k].count;
+        if (r < 0)
+            break;
+        if (want.mig_enabled && want.n) {
+            struct gs_mig_solution sol;
+            struct gs_gpu empty = *table;
+            empty.n_gis = 0;
+            char why[512];
+            if (gs_mig_solve(&empty, &want, &sol, why, sizeof(why)) < 0) {
+                snprintf(err, errlen, "GPU %u: %s%s%s", i, why, c ? " (config " : "", c ? config : "");
+                if (c)
+                    strncat(err, ")", errlen - strlen(err) - 1);
+                r = -ENOSPC;
+                break;
+            }
         }
-        char why[512];
-        int r = gs_mig_layout_from_names(g, true, names, counts, n, &layouts[i], why, sizeof(why));
-        if (r < 0) {
-            snprintf(err, errlen, "%s:%u: mig-configs.%s: %s", file->name, it->line, config, why);
-            return r;
-        }
+        /* Only profile IDs read from this GPU go into a plan; with MIG off the layout is the mode. */
+        if (table == g)
+            layouts[i] = want;
+        else
+            layouts[i].mig_enabled = want.mig_enabled;
     }
-    return 0;
+    free(shadow);
+    return r;
 }
 
 /* Test hook for crash-safety tests (SQLite style): exit abruptly after N state-changing steps. */
@@ -87,15 +161,17 @@ static int run_step(struct gpu_node *node, const struct gs_mig_plan *plan, unsig
     switch (s->kind) {
     case GS_STEP_DESTROY_CI:
         r = gpu_ci_destroy(node, s->gpu, s->gi_id, s->ci_id);
-        if (r == 0)
+        if (r == 0) {
             log_info("GPU %u: destroyed compute instance %u of GI %u (%s)", s->gpu, s->ci_id, s->gi_id, s->profile);
-        res->destroys++;
+            res->destroys++;
+        }
         break;
     case GS_STEP_DESTROY_GI:
         r = gpu_gi_destroy(node, s->gpu, s->gi_id);
-        if (r == 0)
+        if (r == 0) {
             log_info("GPU %u: destroyed GPU instance %u (%s at %u:%u)", s->gpu, s->gi_id, s->profile, s->start, s->size);
-        res->destroys++;
+            res->destroys++;
+        }
         break;
     case GS_STEP_SET_MODE: {
         nvmlReturn_t act = NVML_SUCCESS;
@@ -107,23 +183,25 @@ static int run_step(struct gpu_node *node, const struct gs_mig_plan *plan, unsig
     }
     case GS_STEP_CREATE_GI:
         r = gpu_gi_create(node, s->gpu, s->profile_id, s->start, &new_gi_ids[i]);
-        if (r == 0)
+        if (r == 0) {
             log_info("GPU %u: created GPU instance %u: %s at %u:%u", s->gpu, new_gi_ids[i], s->profile, s->start,
                      s->size);
-        res->creates++;
+            res->creates++;
+        }
         break;
     case GS_STEP_CREATE_CI: {
         unsigned gi = s->new_gi >= 0 ? new_gi_ids[s->new_gi] : s->gi_id;
         r = gpu_ci_create_full(node, s->gpu, gi, &ci_id, uuid, sizeof(uuid));
-        if (r == 0)
+        if (r == 0) {
             log_info("GPU %u: created compute instance %u in GI %u (%s): %s", s->gpu, ci_id, gi, s->profile, uuid);
-        res->creates++;
+            res->creates++;
+        }
         break;
     }
     }
     if (r < 0) {
-        snprintf(err, errlen, "GPU %u: %s %s failed: %s", s->gpu, gs_mig_step_name(s->kind), s->profile,
-                 gpu_node_error(node));
+        snprintf(err, errlen, "GPU %u: %s%s%s failed: %s", s->gpu, gs_mig_step_name(s->kind), s->profile[0] ? " " : "",
+                 s->profile, gpu_node_error(node));
         return r;
     }
     res->steps_done++;
@@ -140,8 +218,11 @@ int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file
     for (unsigned i = 0; r == 0 && i < inv->n_gpus; i++) {
         memset(&plans[i], 0, sizeof(plans[i]));
         plans[i].gpu = i;
-        if (selected[i])
-            r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen);
+        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0) {
+            char tmp[512];
+            gs_strlcpy(tmp, err, sizeof(tmp));
+            snprintf(err, errlen, "GPU %u: %s", i, tmp);
+        }
     }
     free(layouts);
     return r;
@@ -154,8 +235,12 @@ static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, con
     int r;
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         memset(&plans[i], 0, sizeof(plans[i]));
-        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0)
+        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0) {
+            char tmp[512];
+            gs_strlcpy(tmp, err, sizeof(tmp));
+            snprintf(err, errlen, "GPU %u: %s", i, tmp);
             return r;
+        }
     }
     /* Validate the whole pass before changing anything. */
     for (unsigned i = 0; i < inv->n_gpus; i++) {

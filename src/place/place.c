@@ -757,8 +757,8 @@ static int64_t score_fgd(const struct pl_cluster *c, const struct pl_node *n, co
  *  2. Memory is part of fragmentation: a node whose memory is too short for a target spec strands
  *     its idle GPUs for that spec, as CPU does. The paper's filter enforces memory, its scorers
  *     ignore it, and memory was the only shortage in most of BestFit's and many of FGD's failures.
- *  3. The increase in fragmentation is compared exactly (no truncation to 101 levels); among
- *     equal increases the node left with less free GPU wins (packing), then the seeded rank. */
+ *  3. Inside a node, the GPU is chosen on the exact increase (FGD truncates it first), the fuller
+ *     GPU on equal increases. Between nodes FGD's 101 levels and seeded-rank ties are kept. */
 
 #define ONLINE_THRESHOLD 95
 
@@ -963,9 +963,9 @@ int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p
             continue;
         int gpu = -1;
         if (pol == PL_GPUSLICE) {
-            double d = score_gpuslice(c, n, p, &gpu);
-            /* packing among equal fragmentation increases: less free GPU left */
-            d -= 1e-9 * (double)(node_gpu_left(n) - pod_gpu_total(p));
+            /* FGD's 101 score levels: measured, the coarse levels with ties to the seeded rank
+             * spread load better than an exact comparison with packing ties (docs/fragmentation.md) */
+            double d = (double)(int64_t)(sigmoid(score_gpuslice(c, n, p, &gpu) / 1000) * 100.0);
             if (best < 0 || d > best_d || (d == best_d && n->rank < c->nodes[best].rank)) {
                 best = (int)i, best_d = d, best_gpu = gpu;
             }

@@ -431,10 +431,6 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         } else {
             r->n_failed++;
             r->n_failed_gpu += pod_gpu(p) > 0;
-            if (getenv("RP_DEBUG"))
-                fprintf(stderr, "FAIL k=%zu arr=%.3f cpu=%lld mem=%lld num=%d milli=%d\n", k,
-                        (double)arrived / (double)node_total * 100.0, (long long)p->cpu, (long long)p->mem,
-                        p->num_gpu, p->gpu_milli);
         }
         /* the paper: round(A / T / 10) with T in GPUs, i.e. the percent of capacity, half-even */
         int b = (int)nearbyint((double)arrived / (total / 1000.0) / 10.0);

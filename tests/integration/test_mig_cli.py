@@ -289,6 +289,14 @@ mig-configs:
     - devices: [1]
       mig-enabled: true
       mig-devices: {"7g.40gb": 1}
+  last-wins:
+    - device-filter: ["0x20B010DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.5gb": 7}
+    - devices: [1]
+      mig-enabled: true
+      mig-devices: {"4g.20gb": 1}
 """, "layouts.yaml")
     sim("mig", "apply", "-f", layouts, "-c", "by-model", node=AMPERE)
     doc = show(sim, node=AMPERE)
@@ -301,11 +309,14 @@ mig-configs:
     assert profile_counts(after, 1) == {"7g.40gb": 1}
     for gpu in (0, 2, 3):
         assert after["gpus"][gpu] == before["gpus"][gpu]
+    # both items match GPU 1: the last one wins (mig-parted applies them in order)
+    sim("mig", "apply", "-f", layouts, "-c", "last-wins", node=AMPERE)
+    doc = show(sim, node=AMPERE)
+    assert profile_counts(doc, 0) == {"1g.5gb": 7}
+    assert profile_counts(doc, 1) == {"4g.20gb": 1}
+    assert doc["gpus"][3] == after["gpus"][3]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a file config with `devices: all` selects non-MIG GPUs "
-                   "(L4) and fails with 'does not support MIG'; mig-parted skips non-capable GPUs and "
-                   "docs/mig.md shows this very command")
 def test_layout_file_on_mixed_node_skips_non_mig_gpus(sim, tmp_path):
     layouts = example_or_own(tmp_path, "h100.yaml", OWN_H100_LAYOUTS)
     sim("mig", "plan", "-f", layouts, "-c", "all-balanced")
@@ -314,9 +325,6 @@ def test_layout_file_on_mixed_node_skips_non_mig_gpus(sim, tmp_path):
     assert all(profile_counts(doc, gpu) == BALANCED_H100 for gpu in range(4))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a process on a whole GPU whose MIG mode must change is not "
-                   "seen by the planner: the apply changes the other GPUs, then the driver refuses "
-                   "SetMigMode (IN_USE) without naming the process")
 def test_process_on_gpu_blocks_mode_change_before_any_change(sim, tmp_path):
     node = node_file(tmp_path, "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n")
     sim("sim", "process", "add", "--gpu", "1", "--pid", "999", "--mem", "1GiB", node=node)
@@ -475,3 +483,34 @@ mig-configs:
     p = sim("mig", "apply", "-f", str(path), "-c", "current", node=H200)
     assert "0 step(s)" in p.stdout and "32 instance(s) kept" in p.stdout
     assert show(sim, node=H200) == doc
+
+
+def test_layout_for_gpu_with_mig_off_checked_before_any_change(sim, tmp_path):
+    """MIG off: profiles cannot be read from the driver yet, so the layout is checked against the
+    catalogue's table for the model first; a layout that cannot work changes nothing."""
+    node = node_file(tmp_path, "gpus:\n  - model: H100-SXM5-80GB\n")
+    before = show(sim, node=node)
+    p = sim("mig", "apply", "-c", "all-1g.5gb", node=node, check=1)
+    assert "has no MIG profile 1g.5gb" in p.stderr
+    assert show(sim, node=node) == before
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: true\n'
+                   '      mig-devices: {"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}\n')
+    p = sim("mig", "apply", "-f", str(bad), "-c", "x", node=node, check=1)
+    assert "needs 9 memory slices, the GPU has 8" in p.stderr and "GPU 0" in p.stderr
+    assert show(sim, node=node) == before
+    sim("mig", "apply", "-f", str(bad).replace("bad.yaml", "bad.yaml"), "-c", "all-balanced", node=node)
+
+
+def test_lost_gpu_is_not_skipped_silently(sim, tmp_path):
+    node = node_file(tmp_path, "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n    mig: enabled\n")
+    sim("sim", "gpu-lost", "1", node=node)
+    p = sim("mig", "apply", "-c", "all-balanced", node=node, check=1)
+    assert "GPU 1 cannot be read (lost)" in p.stderr
+    assert "lost" in sim("mig", "show", node=node).stdout
+
+
+def test_plan_disable_has_no_follow_up_line(sim, tmp_path):
+    node = node_file(tmp_path, "gpus:\n  - model: H100-SXM5-80GB\n    mig: enabled\n")
+    out = sim("mig", "plan", "-c", "all-disabled", node=node).stdout
+    assert "set MIG mode disabled" in out and "then: plan the instances" not in out
