@@ -967,3 +967,45 @@ def test_agent_bad_mig_layout_file(h):
     assert "has no MIG profile 1g.5gb" in line and "mig.yaml:4" in line
     assert _status(status)["state"] == "failed"
     assert all(not g["mig"]["gpu_instances"] for g in node.inspect()["gpus"])
+
+
+# ------------------------------------------------------------------------------- the guard in Allocate
+
+def test_allocate_injects_guard_for_memory_per_replica(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    guard_root = os.path.join(h.base, "guard")
+    policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+              "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: 2GiB\n")
+    h.agent(node, policy, resources=["nvidia.com/gpu.shared"], extra=["--guard-root", guard_root])
+    resp = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[1]}::0", f"{u[1]}::3", f"{u[0]}::2"])
+    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    assert resp.envs["GPUSLICE_GUARD_CONFIG"] == "/etc/gpuslice/guard.conf"
+    mounts = {m.container_path: m for m in resp.mounts}
+    assert set(mounts) == {"/usr/lib/gpuslice/libgpuslice-guard.so", "/etc/gpuslice/guard.conf",
+                           "/run/gpuslice/guard", "/etc/ld.so.preload"}
+    assert mounts["/etc/gpuslice/guard.conf"].read_only and not mounts["/run/gpuslice/guard"].read_only
+    assert mounts["/usr/lib/gpuslice/libgpuslice-guard.so"].host_path.endswith("libgpuslice-guard.so")
+    assert os.path.exists(mounts["/usr/lib/gpuslice/libgpuslice-guard.so"].host_path)
+    with open(mounts["/etc/ld.so.preload"].host_path) as f:
+        assert f.read().strip() == "/usr/lib/gpuslice/libgpuslice-guard.so"
+    with open(mounts["/etc/gpuslice/guard.conf"].host_path) as f:
+        limits = f.read().splitlines()
+    assert limits[0] == "gpuslice-guard 1" and "on-error closed" in limits
+    assert "region /run/gpuslice/guard/region" in limits
+    # container ordinal 0 = GPU 1 with two replicas (4 GiB), ordinal 1 = GPU 0 with one (2 GiB)
+    assert f"device 0 {u[1]} {4 << 30} 0" in limits
+    assert f"device 1 {u[0]} {2 << 30} 0" in limits
+    assert os.path.isdir(mounts["/run/gpuslice/guard"].host_path)
+    # Each container gets its own limits and counters.
+    resp2 = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::1"])
+    other = {m.container_path: m.host_path for m in resp2.mounts}
+    assert other["/etc/gpuslice/guard.conf"] != mounts["/etc/gpuslice/guard.conf"].host_path
+
+
+def test_allocate_without_memory_per_replica_injects_nothing(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2), resources=["nvidia.com/gpu"])
+    resp = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"])
+    assert "GPUSLICE_GUARD_CONFIG" not in resp.envs and len(resp.mounts) == 0

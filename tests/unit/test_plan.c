@@ -334,12 +334,63 @@ static void test_preferred(void **state) {
     free(inv);
 }
 
+/* memoryPerReplica: a replica carries its VRAM quota; Allocate lists, per GPU the container sees
+ * (its CUDA ordinal = position in NVIDIA_VISIBLE_DEVICES), the sum of its replicas' quotas. */
+static void test_guard_quotas(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "NVIDIA L4");
+    inv->gpus[0].mem_total = inv->gpus[1].mem_total = 24ULL << 30;
+    struct gs_policy *pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: auto\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(r->devices[0].quota, 6ULL << 30);
+    char err[256];
+    struct gs_alloc_response resp;
+    const char *ids[] = { r->devices[5].id, r->devices[0].id, r->devices[1].id }; /* GPU 1 x1, GPU 0 x2 */
+    assert_int_equal(gs_allocate(r, ids, 3, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_int_equal(resp.n_guarded, 2);
+    assert_string_equal(resp.guarded[0].uuid, inv->gpus[1].uuid);
+    assert_int_equal(resp.guarded[0].ordinal, 0);
+    assert_int_equal(resp.guarded[0].bytes, 6ULL << 30);
+    assert_string_equal(resp.guarded[1].uuid, inv->gpus[0].uuid);
+    assert_int_equal(resp.guarded[1].ordinal, 1);
+    assert_int_equal(resp.guarded[1].bytes, 12ULL << 30); /* two replicas: twice the quota */
+    gs_alloc_response_free(&resp);
+    gs_plan_free(&plan);
+    free(pol);
+    /* An explicit size; larger than the GPU is capped at the GPU; no memoryPerReplica: no guard. */
+    pol = policy("version: v1\ngpuslice:\n  gpus:\n  - index: 0\n    mode: time-slicing\n    replicas: 2\n"
+                 "    memoryPerReplica: 40GiB\n  - index: 1\n    mode: time-slicing\n    replicas: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
+    assert_int_equal(r->devices[0].quota, 24ULL << 30);
+    assert_int_equal(r->devices[2].quota, 0);
+    const char *one[] = { r->devices[2].id };
+    assert_int_equal(gs_allocate(r, one, 1, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_int_equal(resp.n_guarded, 0);
+    gs_alloc_response_free(&resp);
+    gs_plan_free(&plan);
+    free(pol);
+    /* bad values are policy errors */
+    struct gs_policy p2;
+    const char *bad = "version: v1\ngpuslice:\n  gpus:\n  - index: 0\n    mode: whole\n    memoryPerReplica: 1GiB\n";
+    assert_int_equal(gs_policy_parse("t.yaml", bad, strlen(bad), &p2, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "t.yaml:6:23: gpuslice.gpus[0].memoryPerReplica: only allowed with mode time-slicing"));
+    bad = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+          "      memoryPerReplica: lots\n";
+    assert_int_equal(gs_policy_parse("t.yaml", bad, strlen(bad), &p2, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "memoryPerReplica: expected auto or a size"));
+    free(inv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
         cmocka_unit_test(test_heterogeneous),   cmocka_unit_test(test_mig_strategies),
         cmocka_unit_test(test_health),          cmocka_unit_test(test_allocate),
-        cmocka_unit_test(test_preferred),
+        cmocka_unit_test(test_preferred),       cmocka_unit_test(test_guard_quotas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
