@@ -55,11 +55,11 @@ static void check_item(const struct gs_layout_config *c, const struct gs_layout_
     if (it->n_counts > 0 && !any)
         __builtin_trap();
 
-    /* the item matches its own GPUs (unless an earlier item takes them) */
+    /* the item matches its own GPUs (unless a later item takes them: the last match wins) */
     unsigned index = it->all_devices ? 0 : (unsigned)__builtin_ctzll(it->device_mask);
     unsigned pci = it->n_filters ? it->filters[0] : 0x12345678;
     const struct gs_layout_item *got = gs_layout_item_for(c, index, pci);
-    if (!got || got > it)
+    if (!got || got < it)
         __builtin_trap();
     if (!it->all_devices && index < 63 && !(it->device_mask & (1ULL << 63)) &&
         gs_layout_item_for(c, 63, pci) == it)

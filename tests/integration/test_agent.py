@@ -964,7 +964,7 @@ def test_agent_bad_mig_layout_file(h):
     policy = _mig_policy("mine") + f"    layoutFile: {bad}\n"
     agent = h.agent(node, policy, extra=["--mig-status-file", status])
     line = agent.wait_log("MIG layout mine not applied")
-    assert "has no MIG profile 1g.5gb" in line and "mig.yaml:4" in line
+    assert "has no MIG profile 1g.5gb" in line and "mig.yaml:6:21:" in line  # at the profile key
     assert _status(status)["state"] == "failed"
     assert all(not g["mig"]["gpu_instances"] for g in node.inspect()["gpus"])
 
