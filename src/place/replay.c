@@ -213,7 +213,9 @@ int rp_load_pods(struct rp_trace *t, const char *path, char *err, size_t errlen)
     struct csv c;
     int idx[6], rc = csv_open(&c, path, err, errlen);
     if (rc == 0)
-        rc = need_cols(&c, names, idx, 6, err, errlen);
+        rc = need_cols(&c, names, idx, 5, err, errlen);
+    /* gpu_spec is optional: the multigpu* traces have no such column (any model) */
+    idx[5] = rc == 0 ? col(c.hdr, c.n_hdr, names[5]) : -1;
     size_t cap = 0, cap2 = 0, cap3 = 0;
     char *f[MAX_FIELDS];
     while (rc == 0 && (rc = csv_next(&c, f, err, errlen)) == 1) {
@@ -239,9 +241,10 @@ int rp_load_pods(struct rp_trace *t, const char *path, char *err, size_t errlen)
             rc = -EINVAL;
             break;
         }
-        if (pl_spec_mask(&t->models, f[idx[5]], &p.models) < 0) {
+        const char *spec = idx[5] >= 0 ? f[idx[5]] : "";
+        if (pl_spec_mask(&t->models, spec, &p.models) < 0) {
             seterr(err, errlen, "%s:%ld: field 'gpu_spec': '%s': too many GPU models or too long a name", path,
-                   c.lineno, f[idx[5]]);
+                   c.lineno, spec);
             rc = -EINVAL;
             break;
         }
@@ -252,7 +255,7 @@ int rp_load_pods(struct rp_trace *t, const char *path, char *err, size_t errlen)
             break;
         }
         t->pod_names[t->n_pods] = strdup(f[idx[0]]);
-        t->pod_specs[t->n_pods] = strdup(f[idx[5]]);
+        t->pod_specs[t->n_pods] = strdup(spec);
         t->pods[t->n_pods++] = p;
         if (!t->pod_names[t->n_pods - 1] || !t->pod_specs[t->n_pods - 1]) {
             rc = -ENOMEM;

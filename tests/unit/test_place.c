@@ -1,0 +1,354 @@
+/* test_place.c: the placement engine (each policy on small hand-made clusters with known answers,
+ * Go's random stream), the trace replay's determinism per seed, and the CSV loader's errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "place/place.h"
+#include "place/replay.h"
+
+/* a node with n GPUs whose free milli are given (missing = fully free) */
+static struct pl_node mknode(int64_t cpu, int64_t mem, int n_gpu, int rank, const int *free_) {
+    struct pl_node n = { 0 };
+    n.cpu_cap = n.cpu_left = cpu;
+    n.mem_cap = n.mem_left = mem;
+    n.n_gpu = n_gpu;
+    n.rank = rank;
+    n.model = 0;
+    for (int g = 0; g < n_gpu; g++)
+        n.gpu_free[g] = free_ ? free_[g] : PL_MILLI;
+    return n;
+}
+
+static struct pl_pod mkpod(int64_t cpu, int64_t mem, int num, int milli) {
+    struct pl_pod p = { cpu, mem, num, milli, 0 };
+    return p;
+}
+
+static int place(struct pl_cluster *c, enum pl_policy pol, struct pl_pod p, struct pl_choice *ch) {
+    return pl_schedule(c, pol, &p, NULL, ch);
+}
+
+static void test_gorand(void **state) {
+    (void)state;
+    struct pl_gorand r;
+    pl_gorand_seed(&r, 1); /* Go: rand.Seed(1); rand.Int63() twice */
+    assert_int_equal(pl_gorand_int63(&r), 5577006791947779410LL);
+    assert_int_equal(pl_gorand_int63(&r), 8674665223082153551LL);
+    for (int i = 0; i < 1000; i++) {
+        int32_t v = pl_gorand_intn(&r, 7);
+        assert_true(v >= 0 && v < 7);
+        v = pl_gorand_int31n_lemire(&r, 1213);
+        assert_true(v >= 0 && v < 1213);
+    }
+    int32_t perm[50];
+    int seen[50] = { 0 };
+    pl_gorand_perm(&r, 50, perm);
+    for (int i = 0; i < 50; i++)
+        seen[perm[i]]++;
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(seen[i], 1);
+}
+
+static void test_filter(void **state) {
+    (void)state;
+    int used[2] = { 300, 1000 };
+    struct pl_node nodes[3] = {
+        mknode(64000, 1000, 2, 0, used), /* short on memory */
+        mknode(64000, 262144, 0, 1, NULL), /* no GPU */
+        mknode(64000, 262144, 2, 2, used),
+    };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 3), 0);
+    struct pl_choice ch;
+    for (int pol = 0; pol < PL_POLICY_COUNT; pol++) {
+        /* a 500-milli pod only fits GPU 1 of node 2 */
+        assert_int_equal(place(&c, (enum pl_policy)pol, mkpod(1000, 4096, 1, 500), &ch), 0);
+        assert_int_equal(ch.node, 2);
+        assert_int_equal(ch.gpus[0], 1);
+        /* two whole GPUs fit nowhere */
+        assert_int_equal(place(&c, (enum pl_policy)pol, mkpod(1000, 4096, 2, 1000), &ch), -ENOSPC);
+    }
+    /* GPU model constraint */
+    assert_int_equal(pl_model_index(&c, "T4"), 0);
+    uint32_t mask;
+    assert_int_equal(pl_spec_mask(&c, "V100|A10", &mask), 0);
+    struct pl_pod p = mkpod(1000, 1, 1, 100);
+    p.models = mask;
+    assert_int_equal(pl_schedule(&c, PL_BESTFIT, &p, NULL, &ch), -ENOSPC);
+    pl_cluster_free(&c);
+}
+
+/* A: 8 idle GPUs; B: 2 GPUs, one idle. A whole-GPU pod: packing policies pick B, though A ranks first. */
+static void test_fullest_node(void **state) {
+    (void)state;
+    int b[2] = { 0, 1000 };
+    struct pl_node nodes[2] = { mknode(96000, 262144, 8, 0, NULL), mknode(96000, 262144, 2, 1, b) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    c.nodes[1].aff[1] = 1;
+    struct pl_choice ch;
+    assert_int_equal(place(&c, PL_BESTFIT, mkpod(8000, 1024, 1, 1000), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    assert_int_equal(ch.gpus[0], 1);
+    assert_int_equal(place(&c, PL_DOTPROD, mkpod(8000, 1024, 1, 1000), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    /* GpuClustering: B already runs 1-GPU pods (75+ band) */
+    assert_int_equal(place(&c, PL_GPUCLUSTERING, mkpod(8000, 1024, 1, 1000), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    /* GpuPacking: B is used (50 - 1 = 49) and beats an idle 8-GPU node (33 - 8 = 25) */
+    assert_int_equal(place(&c, PL_GPUPACKING, mkpod(8000, 1024, 1, 1000), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    pl_cluster_free(&c);
+}
+
+/* GpuPacking and the "best" GPU rule: a sharing pod goes to the partly used GPU with the least free. */
+static void test_packing_best_gpu(void **state) {
+    (void)state;
+    int a[4] = { 1000, 700, 600, 1000 };
+    struct pl_node nodes[2] = { mknode(96000, 262144, 1, 0, NULL), mknode(96000, 262144, 4, 1, a) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    struct pl_choice ch;
+    assert_int_equal(place(&c, PL_GPUPACKING, mkpod(1000, 1024, 1, 500), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    assert_int_equal(ch.gpus[0], 2);
+    pl_commit(&c, &(struct pl_pod){ 1000, 1024, 1, 500, 0 }, &ch);
+    assert_int_equal(c.nodes[1].gpu_free[2], 100);
+    assert_int_equal(c.alloc_gpu_milli, 500 + 700);
+    pl_cluster_free(&c);
+}
+
+/* Equal scores go to the lowest rank. */
+static void test_ties_by_rank(void **state) {
+    (void)state;
+    struct pl_node nodes[3] = { mknode(64000, 262144, 2, 7, NULL), mknode(64000, 262144, 2, 3, NULL),
+                                mknode(64000, 262144, 2, 5, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 3), 0);
+    struct pl_choice ch;
+    for (int pol = PL_DOTPROD; pol <= PL_BESTFIT; pol++) {
+        assert_int_equal(place(&c, (enum pl_policy)pol, mkpod(4000, 1024, 1, 1000), &ch), 0);
+        assert_int_equal(ch.node, 1);
+    }
+    pl_cluster_free(&c);
+}
+
+/* FGD: with a target workload of 600-milli pods, a 400-milli pod fills the 400 left on node 1 (its
+ * fragmentation drops by 400: score int(100 sigmoid(0.4)) = 59) rather than cut an idle GPU (50). */
+static void test_fgd(void **state) {
+    (void)state;
+    int b[2] = { 400, 0 };
+    struct pl_node nodes[2] = { mknode(64000, 262144, 1, 0, NULL), mknode(64000, 262144, 2, 1, b) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    struct pl_pod tp[3] = { mkpod(1000, 1, 1, 600), mkpod(1000, 1, 1, 600), mkpod(1000, 1, 1, 600) };
+    assert_int_equal(pl_set_targets(&c, tp, NULL, 3, 95), 0);
+    assert_int_equal(c.n_targets, 1);
+    assert_true(fabs(c.targets[0].p - 1.0) < 1e-12);
+    assert_true(fabs(pl_node_frag(&c, &c.nodes[1]) - 400.0) < 1e-9);
+    assert_true(fabs(pl_node_frag(&c, &c.nodes[0])) < 1e-9);
+    struct pl_choice ch;
+    assert_int_equal(place(&c, PL_FGD, mkpod(1000, 1024, 1, 400), &ch), 0);
+    assert_int_equal(ch.node, 1);
+    assert_int_equal(ch.gpus[0], 0);
+    pl_cluster_free(&c);
+}
+
+/* Random: a seeded draw among the feasible nodes, never an infeasible one. */
+static void test_random(void **state) {
+    (void)state;
+    struct pl_node nodes[4] = { mknode(64000, 10, 2, 0, NULL), mknode(64000, 262144, 2, 1, NULL),
+                                mknode(64000, 262144, 2, 2, NULL), mknode(64000, 262144, 2, 3, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 4), 0);
+    struct pl_gorand r1, r2;
+    pl_gorand_seed(&r1, 42);
+    pl_gorand_seed(&r2, 42);
+    int hits[4] = { 0 };
+    for (int i = 0; i < 200; i++) {
+        struct pl_pod p = mkpod(100, 100, 1, 300);
+        struct pl_choice a, b;
+        assert_int_equal(pl_schedule(&c, PL_RANDOM, &p, &r1, &a), 0);
+        assert_int_equal(pl_schedule(&c, PL_RANDOM, &p, &r2, &b), 0);
+        assert_int_equal(a.node, b.node);
+        assert_int_equal(a.gpus[0], b.gpus[0]);
+        hits[a.node]++;
+    }
+    assert_int_equal(hits[0], 0);
+    assert_true(hits[1] > 0 && hits[2] > 0 && hits[3] > 0);
+    pl_cluster_free(&c);
+}
+
+/* gpuslice: learns the workload from what it observes; memory stranding counts. Node 0 would be
+ * left with GPUs but no memory for the 40 GiB pods seen so far; node 1 keeps room. */
+static void test_gpuslice(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(64000, 50000, 2, 0, NULL), mknode(64000, 262144, 2, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    for (int i = 0; i < 20; i++) {
+        struct pl_pod seen = mkpod(4000, 40000, 1, 1000);
+        pl_observe(&c, &seen);
+    }
+    struct pl_pod p = mkpod(4000, 20000, 1, 1000);
+    pl_observe(&c, &p);
+    struct pl_choice ch;
+    assert_int_equal(pl_schedule(&c, PL_GPUSLICE, &p, NULL, &ch), 0);
+    assert_int_equal(ch.node, 1);
+    /* FGD, blind to memory, takes the rank order */
+    struct pl_pod tp = mkpod(4000, 40000, 1, 1000);
+    assert_int_equal(pl_set_targets(&c, &tp, NULL, 1, 95), 0);
+    assert_int_equal(pl_schedule(&c, PL_FGD, &p, NULL, &ch), 0);
+    assert_int_equal(ch.node, 0);
+    pl_cluster_free(&c);
+}
+
+static void test_policy_names(void **state) {
+    (void)state;
+    enum pl_policy p;
+    for (int i = 0; i < PL_POLICY_COUNT; i++) {
+        assert_int_equal(pl_policy_from_name(pl_policy_name((enum pl_policy)i), &p), 0);
+        assert_int_equal(p, i);
+    }
+    assert_int_equal(pl_policy_from_name("worstfit", &p), -EINVAL);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static char *write_file(const char *name, const char *text) {
+    static char path[8][128];
+    static int k;
+    char *p = path[k++ % 8];
+    snprintf(p, 128, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static int setup_dir(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_place.XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* a small synthetic trace: 12 nodes, 60 pods of every kind */
+static void synth(char **nodes, char **pods) {
+    char *nb = malloc(4096), *pb = malloc(16384);
+    int off = sprintf(nb, "sn,cpu_milli,memory_mib,gpu,model\n");
+    for (int i = 0; i < 12; i++)
+        off += sprintf(nb + off, "node-%02d,%d,%d,%d,%s\n", (i * 7) % 12, 32000 + 16000 * (i % 3), 131072,
+                       i % 3 == 0 ? 8 : 2, i % 2 ? "T4" : "G2");
+    off = sprintf(pb, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                      "deletion_time,scheduled_time\n");
+    for (int i = 0; i < 60; i++) {
+        int kind = (i * 5) % 7;
+        int num = kind == 0 ? 0 : kind < 4 ? 1 : kind == 6 ? 4 : 1;
+        int milli = kind == 0 ? 0 : kind < 3 ? 250 + 100 * (i % 5) : 1000;
+        off += sprintf(pb + off, "pod-%03d,%d,%d,%d,%d,,LS,Running,0,0,0\n", (i * 37) % 60, 2000 + 1000 * (i % 4),
+                       8192 + 1024 * (i % 9), num, milli);
+    }
+    *nodes = write_file("nodes.csv", nb);
+    *pods = write_file("pods.csv", pb);
+    free(nb);
+    free(pb);
+}
+
+static void test_replay_deterministic(void **state) {
+    (void)state;
+    char *np, *pp, err[256];
+    synth(&np, &pp);
+    struct rp_trace t = { 0 };
+    assert_int_equal(rp_load_nodes(&t, np, err, sizeof(err)), 0);
+    assert_int_equal(rp_load_pods(&t, pp, err, sizeof(err)), 0);
+    assert_int_equal(t.n_nodes, 12);
+    assert_int_equal(t.n_pods, 60);
+    struct rp_result *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    for (int pol = 0; pol < PL_POLICY_COUNT; pol++) {
+        struct rp_options o = { (enum pl_policy)pol, 42, 1.3, 95, 0 };
+        assert_int_equal(rp_run(&t, &o, a), 0);
+        assert_int_equal(rp_run(&t, &o, b), 0);
+        assert_true(a->n_pct > 100);
+        assert_int_equal(a->n_pct, b->n_pct);
+        assert_int_equal(a->n_failed, b->n_failed);
+        for (int x = 0; x < a->n_pct; x++) {
+            if (isnan(a->alloc_pct[x])) {
+                assert_true(isnan(b->alloc_pct[x]));
+                continue;
+            }
+            assert_true(a->alloc_pct[x] == b->alloc_pct[x]);
+            assert_true(a->frag_pct[x] == b->frag_pct[x]);
+            assert_true(a->alloc_pct[x] <= 100.0 + 1e-9);
+        }
+    }
+    free(a);
+    free(b);
+    rp_trace_free(&t);
+}
+
+static void expect_error(const char *nodes_text, const char *pods_text, const char *want) {
+    char *np = write_file("n.csv", nodes_text), *pp = write_file("p.csv", pods_text), err[256] = "";
+    struct rp_trace t = { 0 };
+    int rc = rp_load_nodes(&t, np, err, sizeof(err));
+    if (rc == 0)
+        rc = rp_load_pods(&t, pp, err, sizeof(err));
+    assert_true(rc < 0);
+    if (!strstr(err, want))
+        fail_msg("error '%s' does not contain '%s'", err, want);
+    rp_trace_free(&t);
+}
+
+static void test_csv_errors(void **state) {
+    (void)state;
+    const char *okn = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,2,T4\n";
+    const char *okp = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,10,1,500,\n";
+    expect_error("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,2,T4\nn1,lots,1024,2,T4\n", okp,
+                 "n.csv:3: field 'cpu_milli': 'lots' is not an integer");
+    expect_error("sn,cpu_milli,memory_mib,gpu\nn0,64000,1024,2\n", okp, "n.csv:1: field 'model': missing");
+    expect_error("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,99,T4\n", okp, "n.csv:2: field 'gpu'");
+    expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,10,1,500\n",
+                 "p.csv:2: 5 fields, the header has 6");
+    expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,-3,1,500,\n",
+                 "p.csv:2: field 'memory_mib'");
+    expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,3,2,500,\n",
+                 "p.csv:2: field 'gpu_milli'");
+    expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n", "p.csv: no pods");
+    expect_error("/nonexistent", okp, "");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gorand),
+        cmocka_unit_test(test_filter),
+        cmocka_unit_test(test_fullest_node),
+        cmocka_unit_test(test_packing_best_gpu),
+        cmocka_unit_test(test_ties_by_rank),
+        cmocka_unit_test(test_fgd),
+        cmocka_unit_test(test_random),
+        cmocka_unit_test(test_gpuslice),
+        cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_replay_deterministic),
+        cmocka_unit_test(test_csv_errors),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
