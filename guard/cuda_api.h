@@ -1,7 +1,7 @@
 /* cuda_api.h: the few CUDA driver API types and signatures the guard needs, declared by hand
  * (as nvtop declares NVML) so the guard builds without the CUDA toolkit. Layouts and values follow
- * cuda.h (CUDA 12.x); tests/unit/test_guard_abi.c checks the names and signatures against a real
- * cuda.h wherever one is installed. Shared by the guard and the simulated driver used in tests. */
+ * cuda.h (CUDA 12.x); tests/guard/check_cuda_h.sh (test guard_cuda_h) checks the names and
+ * signatures against a real cuda.h wherever one is installed. Shared by the guard and the simulated driver used in tests. */
 #ifndef GS_CUDA_API_H
 #define GS_CUDA_API_H
 

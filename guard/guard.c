@@ -17,6 +17,7 @@
  * The kernel-launch path does one relaxed atomic load when no compute limit applies. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,8 +34,8 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
-#include "limits.h"
-#include "region.h"
+#include "guard_limits.h"
+#include "guard_region.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
@@ -119,7 +120,8 @@ static void resolve_driver(void) {
 
 /* ---- region --------------------------------------------------------------------------------- */
 
-static uint64_t proc_start_time(pid_t pid) {
+/* Start time (field 22 of /proc/PID/stat) and state (field 3); 0 when unreadable. */
+static uint64_t proc_stat(pid_t pid, char *state) {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -134,6 +136,8 @@ static uint64_t proc_start_time(pid_t pid) {
     if (!p)
         return 0;
     /* fields after ')': 3 state ... 22 starttime */
+    if (state)
+        *state = p[1] == ' ' ? p[2] : '?';
     unsigned field = 2;
     for (p++; *p && field < 22; p++)
         if (*p == ' ')
@@ -141,11 +145,16 @@ static uint64_t proc_start_time(pid_t pid) {
     return strtoull(p, NULL, 10);
 }
 
+static uint64_t proc_start_time(pid_t pid) { return proc_stat(pid, NULL); }
+
 static bool slot_dead(struct gs_guard_proc_slot *s, int32_t pid) {
     if (kill(pid, 0) < 0 && errno == ESRCH)
         return true;
+    char state = '?';
     uint64_t st = atomic_load(&s->start_time);
-    uint64_t now = proc_start_time(pid);
+    uint64_t now = proc_stat(pid, &state);
+    if (state == 'Z' || state == 'X')
+        return true; /* killed but not reaped (a PID 1 that never reaps): its memory is gone */
     return now && st && now != st; /* the pid was reused */
 }
 
@@ -172,7 +181,8 @@ static unsigned reclaim_dead(void) {
 }
 
 static int map_region(const char *path) {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    /* Every process of the container, whatever its user, must be able to account. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
         glog("cannot open the region %s: %s", path, strerror(errno));
         return -errno;
@@ -194,6 +204,7 @@ static int map_region(const char *path) {
     }
     g_region = p;
     if (g_region->magic == 0) {
+        fchmod(fd, 0666); /* not narrowed by the first process's umask */
         g_region->version = GS_GUARD_REGION_VERSION;
         g_region->size = sizeof(struct gs_guard_region);
         g_region->n_devices = GS_GUARD_MAX_DEVICES;
@@ -231,6 +242,26 @@ static int claim_slot(void) {
     return -ENOSPC;
 }
 
+/* Looks for an "on-error open" line (any spacing, comments ignored) in a file that did not parse. */
+static bool says_fail_open(const char *text) {
+    for (const char *p = text; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[256], w1[32], w2[32], extra[2];
+        if (len < sizeof(line)) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+            char *hash = strchr(line, '#');
+            if (hash)
+                *hash = '\0';
+            if (sscanf(line, "%31s %31s %1s", w1, w2, extra) == 2 && !strcmp(w1, "on-error") && !strcmp(w2, "open"))
+                return true;
+        }
+        p = eol ? eol + 1 : p + len;
+    }
+    return false;
+}
+
 /* ---- initialisation ------------------------------------------------------------------------- */
 
 static void init_once(void) {
@@ -257,7 +288,7 @@ static void init_once(void) {
     char err[512];
     if (gs_guard_limits_parse(path, text, &g_limits, err, sizeof(err)) < 0) {
         /* A damaged file still says how to fail, if its on-error line survived. */
-        bool open_mode = strstr(text, "\non-error open") != NULL;
+        bool open_mode = says_fail_open(text);
         glog("%s: failing %s", err, open_mode ? "open: no limits are enforced" : "closed: allocations are refused");
         atomic_store(&g_state, open_mode ? G_OPEN : G_CLOSED);
         free(text);
@@ -345,7 +376,7 @@ struct entry {
 
 static pthread_mutex_t g_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *g_table;
-static size_t g_cap, g_count;
+static size_t g_cap, g_count, g_deleted; /* deleted entries stay as tombstones until a rebuild */
 
 static size_t slot_of(uint64_t key, uint32_t kind, size_t cap) {
     uint64_t h = (key ^ ((uint64_t)kind << 61)) * 0x9E3779B97F4A7C15ULL;
@@ -353,8 +384,8 @@ static size_t slot_of(uint64_t key, uint32_t kind, size_t cap) {
 }
 
 static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
-    if ((g_count + 1) * 2 > g_cap) {
-        size_t cap = g_cap ? g_cap * 2 : 1024;
+    if ((g_count + g_deleted + 1) * 2 > g_cap) {
+        size_t cap = g_cap ? ((g_count + 1) * 4 > g_cap ? g_cap * 2 : g_cap) : 1024;
         struct entry *t = calloc(cap, sizeof(*t));
         if (!t)
             return false;
@@ -369,6 +400,7 @@ static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t byte
         free(g_table);
         g_table = t;
         g_cap = cap;
+        g_deleted = 0;
     }
     size_t j = slot_of(key, kind, g_cap);
     while (g_table[j].key > 1)
@@ -389,6 +421,7 @@ static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
             *bytes = g_table[j].bytes;
             g_table[j].key = 1;
             g_count--;
+            g_deleted++;
             found = true;
             break;
         }
@@ -408,6 +441,11 @@ static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
 /* ---- allocation wrappers -------------------------------------------------------------------- */
 
 #define MISSING(name) CUDA_ERROR_NOT_INITIALIZED
+/* Frees and releases: never refused, whatever the guard's state. */
+#define FREE_BEGIN(name)                                                                                      \
+    int st_ = guard_state();                                                                                  \
+    if (!real_##name)                                                                                         \
+        return MISSING(name);
 #define GUARDED_BEGIN(name)                                                                                   \
     int st_ = guard_state();                                                                                  \
     if (!real_##name)                                                                                         \
@@ -496,7 +534,7 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-    GUARDED_BEGIN(cuMemFree_v2);
+    FREE_BEGIN(cuMemFree_v2);
     TRACKED_FREE(dptr, K_PTR, real_cuMemFree_v2(dptr));
 }
 
@@ -520,7 +558,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-    GUARDED_BEGIN(cuMemRelease);
+    FREE_BEGIN(cuMemRelease);
     TRACKED_FREE(handle, K_HANDLE, real_cuMemRelease(handle));
 }
 
@@ -548,11 +586,11 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
     ASYNC_ALLOC(real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-    GUARDED_BEGIN(cuMemFreeAsync);
+    FREE_BEGIN(cuMemFreeAsync);
     TRACKED_FREE(dptr, K_PTR, real_cuMemFreeAsync(dptr, hStream));
 }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-    GUARDED_BEGIN(cuMemFreeAsync);
+    FREE_BEGIN(cuMemFreeAsync);
     if (!real_cuMemFreeAsync_ptsz)
         return CUDA_ERROR_NOT_INITIALIZED;
     TRACKED_FREE(dptr, K_PTR, real_cuMemFreeAsync_ptsz(dptr, hStream));
@@ -593,7 +631,7 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPT
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray hArray) {
-    GUARDED_BEGIN(cuArrayDestroy);
+    FREE_BEGIN(cuArrayDestroy);
     TRACKED_FREE((uintptr_t)hArray, K_ARRAY, real_cuArrayDestroy(hArray));
 }
 
@@ -614,7 +652,7 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARR
 }
 
 EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
-    GUARDED_BEGIN(cuMipmappedArrayDestroy);
+    FREE_BEGIN(cuMipmappedArrayDestroy);
     TRACKED_FREE((uintptr_t)h, K_MIPMAP, real_cuMipmappedArrayDestroy(h));
 }
 
@@ -638,7 +676,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    GUARDED_BEGIN(cuDevicePrimaryCtxRelease_v2);
+    FREE_BEGIN(cuDevicePrimaryCtxRelease_v2);
     CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
     if (r == CUDA_SUCCESS && st_ == G_READY && dev >= 0 && dev < GS_GUARD_MAX_DEVICES && g_limits.context_overhead) {
         int refs = atomic_load(&g_ctx_refs[dev]);
@@ -795,6 +833,7 @@ struct hook {
     const char *name;          /* the exported versioned name (dlsym) */
     int min_version;
     void *wrapper, *wrapper_ptsz;
+    int ptsz_version;          /* the driver has the _ptsz form from this version on */
 };
 
 #define FN(f) ((void *)(f))
@@ -805,10 +844,10 @@ static const struct hook hooks[] = {
     { "cuMemFree", "cuMemFree_v2", 3020, FN(cuMemFree_v2), NULL },
     { "cuMemCreate", "cuMemCreate", 0, FN(cuMemCreate), NULL },
     { "cuMemRelease", "cuMemRelease", 0, FN(cuMemRelease), NULL },
-    { "cuMemAllocAsync", "cuMemAllocAsync", 0, FN(cuMemAllocAsync), FN(cuMemAllocAsync_ptsz) },
+    { "cuMemAllocAsync", "cuMemAllocAsync", 0, FN(cuMemAllocAsync), FN(cuMemAllocAsync_ptsz), 11020 },
     { "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, FN(cuMemAllocFromPoolAsync),
-      FN(cuMemAllocFromPoolAsync_ptsz) },
-    { "cuMemFreeAsync", "cuMemFreeAsync", 0, FN(cuMemFreeAsync), FN(cuMemFreeAsync_ptsz) },
+      FN(cuMemAllocFromPoolAsync_ptsz), 11020 },
+    { "cuMemFreeAsync", "cuMemFreeAsync", 0, FN(cuMemFreeAsync), FN(cuMemFreeAsync_ptsz), 11020 },
     { "cuArrayCreate", "cuArrayCreate_v2", 3020, FN(cuArrayCreate_v2), NULL },
     { "cuArray3DCreate", "cuArray3DCreate_v2", 3020, FN(cuArray3DCreate_v2), NULL },
     { "cuArrayDestroy", "cuArrayDestroy", 0, FN(cuArrayDestroy), NULL },
@@ -818,7 +857,7 @@ static const struct hook hooks[] = {
     { "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2", 11000, FN(cuDevicePrimaryCtxRelease_v2), NULL },
     { "cuMemGetInfo", "cuMemGetInfo_v2", 3020, FN(cuMemGetInfo_v2), NULL },
     { "cuDeviceTotalMem", "cuDeviceTotalMem_v2", 3020, FN(cuDeviceTotalMem_v2), NULL },
-    { "cuLaunchKernel", "cuLaunchKernel", 0, FN(cuLaunchKernel), FN(cuLaunchKernel_ptsz) },
+    { "cuLaunchKernel", "cuLaunchKernel", 0, FN(cuLaunchKernel), FN(cuLaunchKernel_ptsz), 7000 },
     { "cuGetProcAddress", "cuGetProcAddress_v2", 12000, FN(cuGetProcAddress_v2), NULL },
 };
 
@@ -833,7 +872,10 @@ static void *wrap_proc(const char *symbol, void *real, int cudaVersion, cuuint64
             continue;
         if (cudaVersion < hooks[i].min_version)
             return real; /* an older ABI than the wrapper's */
-        if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && hooks[i].wrapper_ptsz)
+        /* Before CUDA 7.0 (11.2 for stream-ordered allocation) the driver answers a per-thread
+         * request with the legacy-stream function. */
+        if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && hooks[i].wrapper_ptsz &&
+            cudaVersion >= hooks[i].ptsz_version)
             return hooks[i].wrapper_ptsz;
         return hooks[i].wrapper;
     }
@@ -881,13 +923,36 @@ static void *wrapper_by_name(const char *name) {
     return NULL;
 }
 
+/* dlsym(RTLD_NEXT, name) means "after the caller"; called from here, glibc would search after the
+ * guard instead, and a library loaded after the guard that looks its own "real" function up that
+ * way would get itself back. So RTLD_NEXT is answered by searching the objects that follow the
+ * caller in the link map, each with its own handle. */
+static void *dlsym_after(const void *caller, const char *name) {
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+        return real_dlsym(RTLD_NEXT, name);
+    for (struct link_map *l = lm->l_next; l; l = l->l_next) {
+        if (!l->l_name || !l->l_name[0])
+            continue;
+        void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h)
+            continue;
+        void *p = real_dlsym(h, name);
+        dlclose(h);
+        if (p)
+            return p;
+    }
+    return NULL;
+}
+
 /* dlsym(handle-of-libcuda, "cuMemAlloc_v2") would find the driver's function, not the preloaded
  * one: hooked names found in any object are answered with the wrapper. */
 EXPORT void *dlsym(void *handle, const char *name) {
     resolve_dlsym();
     if (!real_dlsym)
         return NULL;
-    void *p = real_dlsym(handle, name);
+    void *p = handle == RTLD_NEXT ? dlsym_after(__builtin_return_address(0), name) : real_dlsym(handle, name);
     if (p && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nvmlDeviceGetMemoryInfo", 23))) {
         void *w = wrapper_by_name(name);
         if (w)
@@ -980,6 +1045,58 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     return real(file, argv, guarded_env(envp));
 }
 
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+    resolve_dlsym();
+    int (*real)(int, char *const[], char *const[]) = (int (*)(int, char *const[], char *const[]))real_dlsym(RTLD_NEXT, "fexecve");
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(fd, argv, guarded_env(envp));
+}
+
+/* The variadic forms: argv collected (and envp for execle), then the execve family. */
+#define COLLECT_ARGS(first, argv, extra_after)                                                                \
+    size_t n_ = 1;                                                                                            \
+    va_list ap_;                                                                                              \
+    va_start(ap_, first);                                                                                     \
+    while (va_arg(ap_, char *))                                                                               \
+        n_++;                                                                                                 \
+    va_end(ap_);                                                                                              \
+    char **argv = calloc(n_ + 1, sizeof(char *));                                                             \
+    if (!argv) {                                                                                              \
+        errno = ENOMEM;                                                                                       \
+        return -1;                                                                                            \
+    }                                                                                                         \
+    va_start(ap_, first);                                                                                     \
+    argv[0] = (char *)first;                                                                                  \
+    for (size_t i_ = 1; i_ <= n_; i_++)                                                                       \
+        argv[i_] = va_arg(ap_, char *);                                                                       \
+    extra_after;                                                                                              \
+    va_end(ap_)
+
+EXPORT int execl(const char *path, const char *arg, ...) {
+    COLLECT_ARGS(arg, argv, (void)0);
+    int r = execve(path, argv, environ);
+    free(argv);
+    return r;
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...) {
+    COLLECT_ARGS(arg, argv, (void)0);
+    int r = execvpe(file, argv, environ);
+    free(argv);
+    return r;
+}
+
+EXPORT int execle(const char *path, const char *arg, ...) {
+    char *const *envp;
+    COLLECT_ARGS(arg, argv, envp = va_arg(ap_, char *const *));
+    int r = execve(path, argv, envp);
+    free(argv);
+    return r;
+}
+
 EXPORT int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
 EXPORT int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
 
@@ -1006,7 +1123,7 @@ static void after_fork_child(void) {
         pthread_mutex_init(&g_table_lock, NULL);
         free(g_table); /* the parent's allocations are the parent's */
         g_table = NULL;
-        g_cap = g_count = 0;
+        g_cap = g_count = g_deleted = 0;
         if (claim_slot() < 0)
             atomic_store(&g_state, g_limits.fail_closed ? G_CLOSED : G_OPEN);
     }

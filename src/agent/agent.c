@@ -28,7 +28,7 @@
 #include "core/alloc.h"
 #include "kubelet/deviceplugin.h"
 #include "mig/migapply.h"
-#include "../guard/limits.h"
+#include "../guard/guard_limits.h"
 #include "util/log.h"
 #include "util/util.h"
 

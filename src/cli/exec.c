@@ -15,7 +15,7 @@
 
 #include "cli/cli.h"
 #include "util/util.h"
-#include "../guard/limits.h"
+#include "../guard/guard_limits.h"
 
 #define GUARD_LIB_NAME "libgpuslice-guard.so"
 

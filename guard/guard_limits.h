@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "region.h"
+#include "guard_region.h"
 
 struct gs_guard_device_limit {
     int ordinal;

@@ -1,6 +1,6 @@
-/* limits.c: the guard's limits file parser and formatter (pure; see limits.h). Strict: every line
+/* guard_limits.c: the guard's limits file parser and formatter (pure; see limits.h). Strict: every line
  * is checked, numbers must fit, and errors name the line, so a damaged file is noticed. */
-#include "limits.h"
+#include "guard_limits.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,0 +1,909 @@
+/* fake_cuda.c: a simulated CUDA driver (libcuda.so.1) for the guard's tests only. It exports the
+ * driver functions the guard interposes, with the signatures of guard/cuda_api.h, plus the few a
+ * program needs around them (cuInit, devices, primary contexts) and cuGetProcAddress / _v2, which
+ * resolve base names the way the real driver does: the newest ABI version of the symbol available
+ * at the caller's cudaVersion, the _ptsz variant when the caller asks for per-thread default
+ * streams, CUDA_ERROR_NOT_FOUND with SYMBOL_NOT_FOUND or VERSION_NOT_SUFFICIENT otherwise.
+ *
+ * Memory model (per process; the guard must enforce across processes itself): each device has a
+ * capacity (FAKE_CUDA_TOTAL_MIB, default 16384) and a used byte count. Every allocation gets a
+ * distinct fake address or handle and its size is recorded; frees of unknown addresses or handles
+ * fail (CUDA_ERROR_INVALID_VALUE / INVALID_HANDLE) and are counted. FAKE_CUDA_DEVICES sets the
+ * device count (default 2); FAKE_CUDA_FAIL_ALLOC=1 makes every allocation fail with
+ * CUDA_ERROR_OUT_OF_MEMORY. Kernel launches are counted and advance a simulated GPU clock by
+ * gridX*gridY*gridZ microseconds.
+ *
+ * The library is linked with -Bsymbolic so that the addresses it hands out (cuGetProcAddress,
+ * fakeCudaSymbol) are its own functions even while a preloaded guard exports the same names.
+ * The fakeCuda* exports are ground truth for tests and do not depend on the guard. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guard/cuda_api.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define FK_MAX_DEVICES 16
+#define FK_PTR_BASE 0x7f0000000000ULL
+#define FK_HANDLE_BASE 0x5a0000000000ULL
+#define FK_ARRAY_BASE 0x3c0000000000ULL
+#define FK_MIPMAP_BASE 0x3d0000000000ULL
+#define FK_CTX_BASE 0xc7000ULL
+#define FK_POOL_BASE 0xb0000ULL
+
+/* Every exported driver function: S(name, base name for cuGetProcAddress, version it appeared in,
+ * per-thread-default-stream variant?). */
+#define FK_SYMBOLS(S)                                                                                      \
+    S(cuInit, "cuInit", 2000, 0)                                                                           \
+    S(cuDriverGetVersion, "cuDriverGetVersion", 2020, 0)                                                   \
+    S(cuDeviceGet, "cuDeviceGet", 2000, 0)                                                                 \
+    S(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)                                                       \
+    S(cuDeviceGetUuid, "cuDeviceGetUuid", 9020, 0)                                                         \
+    S(cuDeviceGetUuid_v2, "cuDeviceGetUuid", 11040, 0)                                                     \
+    S(cuCtxGetDevice, "cuCtxGetDevice", 2000, 0)                                                           \
+    S(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                                         \
+    S(cuCtxSynchronize, "cuCtxSynchronize", 2000, 0)                                                       \
+    S(cuStreamSynchronize, "cuStreamSynchronize", 2000, 0)                                                 \
+    S(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, 1)                                            \
+    S(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                                       \
+    S(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)                                     \
+    S(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, 0)                                 \
+    S(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0)                                    \
+    S(cuMemAlloc, "cuMemAlloc", 2000, 0)                                                                   \
+    S(cuMemAlloc_v2, "cuMemAlloc", 3020, 0)                                                                \
+    S(cuMemAllocPitch, "cuMemAllocPitch", 2000, 0)                                                         \
+    S(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)                                                      \
+    S(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                                                     \
+    S(cuMemFree, "cuMemFree", 2000, 0)                                                                     \
+    S(cuMemFree_v2, "cuMemFree", 3020, 0)                                                                  \
+    S(cuMemCreate, "cuMemCreate", 10020, 0)                                                                \
+    S(cuMemRelease, "cuMemRelease", 10020, 0)                                                              \
+    S(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0)                                                        \
+    S(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1)                                                   \
+    S(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0)                                        \
+    S(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 1)                                   \
+    S(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0)                                                          \
+    S(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1)                                                     \
+    S(cuArrayCreate, "cuArrayCreate", 2000, 0)                                                             \
+    S(cuArrayCreate_v2, "cuArrayCreate", 3020, 0)                                                          \
+    S(cuArray3DCreate, "cuArray3DCreate", 2000, 0)                                                         \
+    S(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0)                                                      \
+    S(cuArrayDestroy, "cuArrayDestroy", 2000, 0)                                                           \
+    S(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)                                           \
+    S(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0)                                         \
+    S(cuMemGetInfo, "cuMemGetInfo", 2000, 0)                                                               \
+    S(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)                                                            \
+    S(cuDeviceTotalMem, "cuDeviceTotalMem", 2000, 0)                                                       \
+    S(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                                                    \
+    S(cuLaunchKernel, "cuLaunchKernel", 4000, 0)                                                           \
+    S(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1)                                                      \
+    S(cuGetProcAddress, "cuGetProcAddress", 11030, 0)                                                      \
+    S(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0)
+
+enum fk_symbol_index {
+#define FK_ENUM(name, base, since, ptsz) FK_##name,
+    FK_SYMBOLS(FK_ENUM)
+#undef FK_ENUM
+    FK_N_SYMBOLS
+};
+
+/* Prototypes: the hooked functions with cuda_api.h's signatures (the compiler checks the
+ * definitions below against them), then the rest. */
+#define FK_DECLARE(name, params, args) EXPORT CUresult name params;
+GS_CUDA_HOOKED_FUNCTIONS(FK_DECLARE)
+#undef FK_DECLARE
+
+typedef struct { char bytes[16]; } CUuuid;
+typedef unsigned int CUdeviceptr_v1;
+
+EXPORT CUresult cuInit(unsigned int flags);
+EXPORT CUresult cuDriverGetVersion(int *driverVersion);
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal);
+EXPORT CUresult cuDeviceGetCount(int *count);
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+EXPORT CUresult cuCtxGetDevice(CUdevice *device);
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx);
+EXPORT CUresult cuCtxSynchronize(void);
+EXPORT CUresult cuStreamSynchronize(CUstream hStream);
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream);
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int widthInBytes,
+                                unsigned int height, unsigned int elementSizeBytes);
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream);
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const void *pAllocateArray);
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const void *pAllocateArray);
+EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                    void **kernelParams, void **extra);
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *symbolStatus);
+
+/* Test-only exports. */
+EXPORT unsigned long long fakeCudaLaunches(void);
+EXPORT unsigned long long fakeCudaUsedBytes(int dev);
+EXPORT unsigned long long fakeCudaFrees(void);
+EXPORT unsigned long long fakeCudaUnknownFrees(void);
+EXPORT unsigned long long fakeCudaAllocs(void);
+EXPORT unsigned long long fakeCudaClockUs(void);
+EXPORT unsigned long long fakeCudaCalls(const char *name);
+EXPORT void *fakeCudaSymbol(const char *name);
+EXPORT const char *fakeCudaResolveName(const char *base, int cudaVersion, unsigned long long flags);
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+enum fk_kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
+
+struct fk_alloc {
+    uint64_t key;
+    uint64_t size;
+    int dev;                           /* -1: not device memory (cuMemCreate on the host) */
+    int kind;
+};
+
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static int n_devices = 2;
+static uint64_t capacity = 16384ULL << 20;
+static bool fail_alloc;
+
+static _Atomic int initialized;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t used[FK_MAX_DEVICES];
+static int ctx_refs[FK_MAX_DEVICES];
+static struct fk_alloc *allocs;
+static size_t n_allocs, cap_allocs;
+static uint64_t next_id = 1;
+
+static _Atomic unsigned long long launches, frees, unknown_frees, n_alloc_ok, clock_us;
+static _Atomic unsigned long long calls[FK_N_SYMBOLS];
+static _Thread_local int current_device;
+
+#define HIT(name) atomic_fetch_add_explicit(&calls[FK_##name], 1, memory_order_relaxed)
+
+static void read_config(void)
+{
+    const char *s = getenv("FAKE_CUDA_DEVICES");
+    if (s && *s) {
+        long v = strtol(s, NULL, 10);
+        if (v >= 0 && v <= FK_MAX_DEVICES)
+            n_devices = (int)v;
+    }
+    s = getenv("FAKE_CUDA_TOTAL_MIB");
+    if (s && *s) {
+        unsigned long long v = strtoull(s, NULL, 10);
+        if (v > 0)
+            capacity = (uint64_t)v << 20;
+    }
+    s = getenv("FAKE_CUDA_FAIL_ALLOC");
+    fail_alloc = s && strcmp(s, "1") == 0;
+}
+
+static void config(void)
+{
+    pthread_once(&config_once, read_config);
+}
+
+static bool ready(void)
+{
+    return atomic_load(&initialized) != 0;
+}
+
+static bool valid_device(int dev)
+{
+    config();
+    return dev >= 0 && dev < n_devices;
+}
+
+static uint64_t base_of(int kind)
+{
+    switch (kind) {
+    case K_HANDLE: return FK_HANDLE_BASE;
+    case K_ARRAY: return FK_ARRAY_BASE;
+    case K_MIPMAP: return FK_MIPMAP_BASE;
+    default: return FK_PTR_BASE;
+    }
+}
+
+/* Records an allocation of `size` bytes on `dev` (-1: not device memory); returns its key. */
+static CUresult record_alloc(int kind, int dev, uint64_t size, uint64_t *key)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev >= 0 && !valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (fail_alloc)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    if (dev >= 0 && (size > capacity || used[dev] > capacity - size)) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (n_allocs == cap_allocs) {
+        size_t ncap = cap_allocs ? cap_allocs * 2 : 256;
+        struct fk_alloc *n = realloc(allocs, ncap * sizeof(*n));
+        if (!n) {
+            pthread_mutex_unlock(&lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        allocs = n;
+        cap_allocs = ncap;
+    }
+    uint64_t k = base_of(kind) + (next_id++ << 20);
+    allocs[n_allocs++] = (struct fk_alloc){ .key = k, .size = size, .dev = dev, .kind = kind };
+    if (dev >= 0)
+        used[dev] += size;
+    pthread_mutex_unlock(&lock);
+    atomic_fetch_add(&n_alloc_ok, 1);
+    *key = k;
+    return CUDA_SUCCESS;
+}
+
+static CUresult release(int kind, uint64_t key, CUresult unknown)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_allocs; i++) {
+        if (allocs[i].key == key && allocs[i].kind == kind) {
+            if (allocs[i].dev >= 0)
+                used[allocs[i].dev] -= allocs[i].size;
+            allocs[i] = allocs[--n_allocs];
+            pthread_mutex_unlock(&lock);
+            atomic_fetch_add(&frees, 1);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    atomic_fetch_add(&unknown_frees, 1);
+    return unknown;
+}
+
+static int format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+/* Bytes of one array level; 0 if the descriptor is invalid. */
+static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch)
+{
+    int fb = format_bytes(f);
+    if (fb == 0 || w == 0 || (ch != 1 && ch != 2 && ch != 4))
+        return 0;
+    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * ch * (uint64_t)fb;
+}
+
+/* ---- initialisation, devices, contexts ------------------------------------------------------- */
+
+EXPORT CUresult cuInit(unsigned int flags)
+{
+    HIT(cuInit);
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    config();
+    atomic_store(&initialized, 1);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *driverVersion)
+{
+    HIT(cuDriverGetVersion);
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = 12080;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    HIT(cuDeviceGet);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    HIT(cuDeviceGetCount);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    config();
+    *count = n_devices;
+    return CUDA_SUCCESS;
+}
+
+static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    for (int i = 0; i < 16; i++)
+        uuid->bytes[i] = (char)(0x10 * (i % 16) + dev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    HIT(cuDeviceGetUuid);
+    return device_uuid(uuid, dev);
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    HIT(cuDeviceGetUuid_v2);
+    return device_uuid(uuid, dev);
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+    HIT(cuCtxGetDevice);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = current_device;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    HIT(cuCtxSetCurrent);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx) {
+        current_device = 0;
+        return CUDA_SUCCESS;
+    }
+    uintptr_t v = (uintptr_t)ctx;
+    if (v < FK_CTX_BASE || (v - FK_CTX_BASE) % 64 != 0 || !valid_device((int)((v - FK_CTX_BASE) / 64)))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    current_device = (int)((v - FK_CTX_BASE) / 64);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    HIT(cuCtxSynchronize);
+    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+    HIT(cuStreamSynchronize);
+    (void)hStream;
+    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    HIT(cuStreamSynchronize_ptsz);
+    (void)hStream;
+    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    HIT(cuDevicePrimaryCtxRetain);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    ctx_refs[dev]++;
+    pthread_mutex_unlock(&lock);
+    *pctx = (CUcontext)(uintptr_t)(FK_CTX_BASE + 64 * (uint64_t)dev);
+    return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (ctx_refs[dev] > 0)
+        ctx_refs[dev]--;
+    else
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    HIT(cuDevicePrimaryCtxRelease);
+    return primary_release(dev);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    HIT(cuDevicePrimaryCtxRelease_v2);
+    return primary_release(dev);
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    HIT(cuDeviceGetDefaultMemPool);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = (CUmemoryPool)(uintptr_t)(FK_POOL_BASE + 64 * (uint64_t)dev);
+    return CUDA_SUCCESS;
+}
+
+/* ---- allocations ------------------------------------------------------------------------------ */
+
+/* The ABIs before CUDA 3.2 (32-bit sizes): present, as in the real driver, but unusable here. */
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    HIT(cuMemAlloc);
+    (void)dptr, (void)bytesize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int widthInBytes,
+                                unsigned int height, unsigned int elementSizeBytes)
+{
+    HIT(cuMemAllocPitch);
+    (void)dptr, (void)pitch, (void)widthInBytes, (void)height, (void)elementSizeBytes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    HIT(cuMemFree);
+    (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const void *pAllocateArray)
+{
+    HIT(cuArrayCreate);
+    (void)pHandle, (void)pAllocateArray;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const void *pAllocateArray)
+{
+    HIT(cuArray3DCreate);
+    (void)pHandle, (void)pAllocateArray;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    HIT(cuMemGetInfo);
+    (void)free, (void)total;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    HIT(cuDeviceTotalMem);
+    (void)bytes, (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult alloc_ptr(CUdeviceptr *dptr, size_t bytesize, int dev)
+{
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key;
+    CUresult r = record_alloc(K_PTR, dev, bytesize, &key);
+    if (r == CUDA_SUCCESS)
+        *dptr = key;
+    return r;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    HIT(cuMemAlloc_v2);
+    return alloc_ptr(dptr, bytesize, current_device);
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widthInBytes, size_t height,
+                                   unsigned int elementSizeBytes)
+{
+    HIT(cuMemAllocPitch_v2);
+    if (!pitch || widthInBytes == 0 || height == 0 ||
+        (elementSizeBytes != 4 && elementSizeBytes != 8 && elementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t p = (widthInBytes + 511) / 512 * 512;
+    CUresult r = alloc_ptr(dptr, p * height, current_device);
+    if (r == CUDA_SUCCESS)
+        *pitch = p;
+    return r;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    HIT(cuMemAllocManaged);
+    if (flags != 1 && flags != 2) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_ptr(dptr, bytesize, current_device);
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    HIT(cuMemFree_v2);
+    return release(K_PTR, dptr, CUDA_ERROR_INVALID_VALUE);
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags)
+{
+    HIT(cuMemCreate);
+    if (!handle || !prop || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = -1;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        if (!valid_device(prop->location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+        dev = prop->location.id;
+    } else if (prop->location.type == CU_MEM_LOCATION_TYPE_INVALID) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t key;
+    CUresult r = record_alloc(K_HANDLE, dev, size, &key);
+    if (r == CUDA_SUCCESS)
+        *handle = key;
+    return r;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    HIT(cuMemRelease);
+    return release(K_HANDLE, handle, CUDA_ERROR_INVALID_VALUE);
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    HIT(cuMemAllocAsync);
+    (void)hStream;
+    return alloc_ptr(dptr, bytesize, current_device);
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    HIT(cuMemAllocAsync_ptsz);
+    (void)hStream;
+    return alloc_ptr(dptr, bytesize, current_device);
+}
+
+static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool)
+{
+    uintptr_t v = (uintptr_t)pool;
+    if (v < FK_POOL_BASE || (v - FK_POOL_BASE) % 64 != 0 || !valid_device((int)((v - FK_POOL_BASE) / 64)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_ptr(dptr, bytesize, (int)((v - FK_POOL_BASE) / 64));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    HIT(cuMemAllocFromPoolAsync);
+    (void)hStream;
+    return alloc_from_pool(dptr, bytesize, pool);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream)
+{
+    HIT(cuMemAllocFromPoolAsync_ptsz);
+    (void)hStream;
+    return alloc_from_pool(dptr, bytesize, pool);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    HIT(cuMemFreeAsync);
+    (void)hStream;
+    return release(K_PTR, dptr, CUDA_ERROR_INVALID_VALUE);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    HIT(cuMemFreeAsync_ptsz);
+    (void)hStream;
+    return release(K_PTR, dptr, CUDA_ERROR_INVALID_VALUE);
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
+{
+    HIT(cuArrayCreate_v2);
+    if (!pHandle || !pAllocateArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
+    uint64_t n = array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels);
+    if (n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key;
+    CUresult r = record_alloc(K_ARRAY, current_device, n, &key);
+    if (r == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)key;
+    return r;
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+    HIT(cuArray3DCreate_v2);
+    if (!pHandle || !pAllocateArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pAllocateArray;
+    uint64_t n = array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
+    if (n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key;
+    CUresult r = record_alloc(K_ARRAY, current_device, n, &key);
+    if (r == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)key;
+    return r;
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    HIT(cuArrayDestroy);
+    return release(K_ARRAY, (uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                       unsigned int numMipmapLevels)
+{
+    HIT(cuMipmappedArrayCreate);
+    if (!pHandle || !pMipmappedArrayDesc || numMipmapLevels == 0 || numMipmapLevels > 32)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
+    uint64_t n = 0;
+    for (unsigned l = 0; l < numMipmapLevels; l++) {
+        size_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        uint64_t lv = array_bytes(w ? w : 1, d->Height ? (h ? h : 1) : 0, d->Depth ? (z ? z : 1) : 0, d->Format,
+                                  d->NumChannels);
+        if (lv == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        n += lv;
+    }
+    uint64_t key;
+    CUresult r = record_alloc(K_MIPMAP, current_device, n, &key);
+    if (r == CUDA_SUCCESS)
+        *pHandle = (CUmipmappedArray)(uintptr_t)key;
+    return r;
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    HIT(cuMipmappedArrayDestroy);
+    return release(K_MIPMAP, (uintptr_t)hMipmappedArray, CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* ---- memory information ----------------------------------------------------------------------- */
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    HIT(cuMemGetInfo_v2);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!free || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *free = capacity - used[current_device];
+    pthread_mutex_unlock(&lock);
+    *total = capacity;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    HIT(cuDeviceTotalMem_v2);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = capacity;
+    return CUDA_SUCCESS;
+}
+
+/* ---- kernel launches --------------------------------------------------------------------------- */
+
+static CUresult launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_add(&launches, 1);
+    atomic_fetch_add(&clock_us, (unsigned long long)gx * gy * gz);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                               unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                               unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    HIT(cuLaunchKernel);
+    (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+    return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                    void **kernelParams, void **extra)
+{
+    HIT(cuLaunchKernel_ptsz);
+    (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+    return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+/* ---- cuGetProcAddress -------------------------------------------------------------------------- */
+
+struct fk_symbol {
+    const char *name, *base;
+    int since;
+    bool per_thread;
+    void *fn;
+};
+
+static const struct fk_symbol symbols[FK_N_SYMBOLS] = {
+#define FK_ENTRY(n, b, s, p) [FK_##n] = { .name = #n, .base = b, .since = s, .per_thread = p, .fn = (void *)n },
+    FK_SYMBOLS(FK_ENTRY)
+#undef FK_ENTRY
+};
+
+/* The entry the real driver would pick: the newest version at cudaVersion, preferring the
+ * per-thread-stream variant when asked for. *status tells why there is none. */
+static const struct fk_symbol *resolve(const char *base, int cudaVersion, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *status)
+{
+    const struct fk_symbol *best = NULL;
+    bool known = false;
+    bool ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    for (int i = 0; i < FK_N_SYMBOLS; i++) {
+        const struct fk_symbol *s = &symbols[i];
+        if (strcmp(s->base, base) != 0)
+            continue;
+        known = true;
+        if (s->since > cudaVersion || (s->per_thread && !ptds))
+            continue;
+        if (!best || s->per_thread > best->per_thread ||
+            (s->per_thread == best->per_thread && s->since > best->since))
+            best = s;
+    }
+    *status = best ? CU_GET_PROC_ADDRESS_SUCCESS
+                   : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return best;
+}
+
+static CUresult get_proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *symbolStatus)
+{
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (symbolStatus)
+        *symbolStatus = st;
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fk_symbol *s = resolve(symbol, cudaVersion, flags, &st);
+    if (symbolStatus)
+        *symbolStatus = st;
+    *pfn = s ? s->fn : NULL;
+    return s ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    HIT(cuGetProcAddress);
+    return get_proc_address(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *symbolStatus)
+{
+    HIT(cuGetProcAddress_v2);
+    return get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* ---- test-only ground truth ---------------------------------------------------------------------- */
+
+EXPORT unsigned long long fakeCudaLaunches(void)
+{
+    return atomic_load(&launches);
+}
+
+EXPORT unsigned long long fakeCudaUsedBytes(int dev)
+{
+    if (dev < 0 || dev >= FK_MAX_DEVICES)
+        return 0;
+    pthread_mutex_lock(&lock);
+    unsigned long long u = used[dev];
+    pthread_mutex_unlock(&lock);
+    return u;
+}
+
+EXPORT unsigned long long fakeCudaFrees(void)
+{
+    return atomic_load(&frees);
+}
+
+EXPORT unsigned long long fakeCudaUnknownFrees(void)
+{
+    return atomic_load(&unknown_frees);
+}
+
+EXPORT unsigned long long fakeCudaAllocs(void)
+{
+    return atomic_load(&n_alloc_ok);
+}
+
+EXPORT unsigned long long fakeCudaClockUs(void)
+{
+    return atomic_load(&clock_us);
+}
+
+/* How often the driver function `name` (exact, versioned name) has run in this process. */
+EXPORT unsigned long long fakeCudaCalls(const char *name)
+{
+    for (int i = 0; i < FK_N_SYMBOLS; i++)
+        if (name && strcmp(symbols[i].name, name) == 0)
+            return atomic_load(&calls[i]);
+    return 0;
+}
+
+/* The driver's own function for the exact (versioned) name, whatever a preloaded library exports. */
+EXPORT void *fakeCudaSymbol(const char *name)
+{
+    for (int i = 0; i < FK_N_SYMBOLS; i++)
+        if (name && strcmp(symbols[i].name, name) == 0)
+            return symbols[i].fn;
+    return NULL;
+}
+
+/* The versioned name cuGetProcAddress would return for `base`, or NULL. */
+EXPORT const char *fakeCudaResolveName(const char *base, int cudaVersion, unsigned long long flags)
+{
+    CUdriverProcAddressQueryResult st;
+    const struct fk_symbol *s = base ? resolve(base, cudaVersion, flags, &st) : NULL;
+    return s ? s->name : NULL;
+}

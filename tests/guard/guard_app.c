@@ -1,0 +1,792 @@
+/* guard_app.c: a test program for the guard (tests/guard/test_guard.c runs it under
+ * LD_PRELOAD=libgpuslice-guard.so). It is linked against the simulated driver (fake_cuda.c), so
+ * its CUDA calls go through the dynamic linker exactly as a real program's do, and it exercises
+ * the driver the ways real programs do: direct calls, dlopen + dlsym, cuGetProcAddress / _v2,
+ * threads, children with an empty environment.
+ *
+ *   guard_app MODE ARGS...
+ *
+ * prints one `key=value` per line on stdout. Ground truth comes from the fake driver's test
+ * exports (fakeCuda*), which the guard does not interpose; `guard_used` is what the program sees
+ * (total - free from cuMemGetInfo_v2); `region_used` is dev[D].used of the guard's counters region
+ * when GUARD_APP_REGION names it. GUARD_APP_DEVICE selects the device (default 0). Exit status:
+ * 0 when the scenario ran (whatever CUDA returned), 2 on a usage error, 3 on an internal error. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guard/cuda_api.h"
+#include "guard/guard_region.h"
+
+/* The driver's functions, as a program compiled against cuda.h would declare them. */
+#define APP_DECLARE(name, params, args) CUresult name params;
+GS_CUDA_HOOKED_FUNCTIONS(APP_DECLARE)
+#undef APP_DECLARE
+CUresult cuInit(unsigned int flags);
+CUresult cuDriverGetVersion(int *driverVersion);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuCtxGetDevice(CUdevice *device);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus);
+
+/* The simulated driver's ground truth. */
+unsigned long long fakeCudaLaunches(void);
+unsigned long long fakeCudaUsedBytes(int dev);
+unsigned long long fakeCudaFrees(void);
+unsigned long long fakeCudaUnknownFrees(void);
+unsigned long long fakeCudaClockUs(void);
+unsigned long long fakeCudaCalls(const char *name);
+void *fakeCudaSymbol(const char *name);
+const char *fakeCudaResolveName(const char *base, int cudaVersion, unsigned long long flags);
+
+typedef CUresult (*mem_alloc_fn)(CUdeviceptr *dptr, size_t bytesize);
+typedef CUresult (*mem_alloc_async_fn)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+typedef CUresult (*mem_get_info_fn)(size_t *free, size_t *total);
+typedef CUresult (*launch_fn)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+
+#define MIB (1ULL << 20)
+
+static int device;
+static CUcontext ctx;
+static const struct gs_guard_region *region;
+
+static void kv(const char *key, long long v)
+{
+    printf("%s=%lld\n", key, v);
+}
+
+static void kv2(const char *prefix, const char *key, long long v)
+{
+    printf("%s.%s=%lld\n", prefix, key, v);
+}
+
+static unsigned long long parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s) {
+        fprintf(stderr, "guard_app: bad number '%s'\n", s);
+        exit(2);
+    }
+    if (*end == 'K' || *end == 'k')
+        v <<= 10;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20;
+    else if (*end == 'G' || *end == 'g')
+        v <<= 30;
+    return v;
+}
+
+/* total - free as the program sees it; -1 if cuMemGetInfo_v2 fails. */
+static long long guard_used(void)
+{
+    size_t fr = 0, tot = 0;
+    if (cuMemGetInfo_v2(&fr, &tot) != CUDA_SUCCESS)
+        return -1;
+    return (long long)tot - (long long)fr;
+}
+
+static long long region_used(void)
+{
+    if (!region)
+        return -1;
+    return (long long)atomic_load(&region->dev[device].used);
+}
+
+static void map_region(void)
+{
+    const char *path = getenv("GUARD_APP_REGION");
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct gs_guard_region)) {
+        void *p = mmap(NULL, sizeof(struct gs_guard_region), PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED && ((const struct gs_guard_region *)p)->magic == GS_GUARD_REGION_MAGIC)
+            region = p;
+        else if (p != MAP_FAILED)
+            munmap(p, sizeof(struct gs_guard_region));
+    }
+    close(fd);
+}
+
+/* cuInit, then the device's primary context made current, as the CUDA runtime does. */
+static void setup(void)
+{
+    const char *d = getenv("GUARD_APP_DEVICE");
+    device = d && *d ? atoi(d) : 0;
+    kv("init", cuInit(0));
+    CUresult r = cuDevicePrimaryCtxRetain(&ctx, device);
+    kv("retain", r);
+    if (r == CUDA_SUCCESS)
+        cuCtxSetCurrent(ctx);
+    map_region();
+}
+
+static void teardown(void)
+{
+    if (ctx)
+        cuDevicePrimaryCtxRelease_v2(device);
+}
+
+static void report_usage(const char *prefix)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s_fake_used", prefix);
+    kv(k, (long long)fakeCudaUsedBytes(device));
+    snprintf(k, sizeof(k), "%s_guard_used", prefix);
+    kv(k, guard_used());
+    snprintf(k, sizeof(k), "%s_region_used", prefix);
+    kv(k, region_used());
+    size_t fr = 0, tot = 0;
+    cuMemGetInfo_v2(&fr, &tot);
+    snprintf(k, sizeof(k), "%s_total", prefix);
+    kv(k, (long long)tot);
+}
+
+/* ---- alloc SIZE [COUNT] ------------------------------------------------------------------------- */
+
+static int mode_alloc(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    unsigned long long size = parse_size(argv[0]);
+    long count = argc > 1 ? (long)parse_size(argv[1]) : 1;
+    setup();
+    CUdeviceptr *p = calloc((size_t)count, sizeof(*p));
+    if (!p)
+        return 3;
+    long ok = 0;
+    CUresult first_err = CUDA_SUCCESS;
+    for (long i = 0; i < count; i++) {
+        CUresult r = cuMemAlloc_v2(&p[ok], size);
+        if (r == CUDA_SUCCESS)
+            ok++;
+        else if (first_err == CUDA_SUCCESS)
+            first_err = r;
+    }
+    kv("ok", ok);
+    kv("first_err", first_err);
+    report_usage("held");
+    long free_err = 0;
+    for (long i = 0; i < ok; i++)
+        if (cuMemFree_v2(p[i]) != CUDA_SUCCESS)
+            free_err++;
+    kv("free_err", free_err);
+    report_usage("after");
+    free(p);
+    teardown();
+    return 0;
+}
+
+/* ---- alloc-all-paths SIZE ------------------------------------------------------------------------ */
+
+struct step {
+    long long fake, guard, region;
+};
+
+static struct step snap(void)
+{
+    return (struct step){ (long long)fakeCudaUsedBytes(device), guard_used(), region_used() };
+}
+
+static void report_step(const char *name, CUresult r, struct step before)
+{
+    struct step after = snap();
+    kv2(name, "res", r);
+    kv2(name, "fake", after.fake - before.fake);
+    kv2(name, "guard", after.guard - before.guard);
+    kv2(name, "region", region ? after.region - before.region : -1);
+}
+
+static int mode_alloc_all_paths(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    size_t size = (size_t)parse_size(argv[0]);
+    setup();
+    CUdeviceptr d_alloc = 0, d_pitch = 0, d_managed = 0, d_async = 0, d_pool = 0;
+    CUmemGenericAllocationHandle h_create = 0;
+    CUarray a2 = NULL, a3 = NULL;
+    CUmipmappedArray mm = NULL;
+    size_t pitch = 0;
+    CUmemoryPool pool = NULL;
+    struct step b;
+    CUresult r;
+
+    kv("start_guard_used", guard_used());
+    b = snap();
+    r = cuMemAlloc_v2(&d_alloc, size);
+    report_step("alloc", r, b);
+
+    b = snap();
+    r = cuMemAllocPitch_v2(&d_pitch, &pitch, size / 256 + 100, 256, 16);
+    report_step("pitch", r, b);
+    kv("pitch.pitch", (long long)pitch);
+
+    b = snap();
+    r = cuMemAllocManaged(&d_managed, size, 1);
+    report_step("managed", r, b);
+
+    CUmemAllocationProp prop = { 0 };
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    b = snap();
+    r = cuMemCreate(&h_create, size, &prop, 0);
+    report_step("create", r, b);
+
+    b = snap();
+    r = cuMemAllocAsync(&d_async, size, NULL);
+    report_step("async", r, b);
+
+    cuDeviceGetDefaultMemPool(&pool, device);
+    b = snap();
+    r = cuMemAllocFromPoolAsync(&d_pool, size, pool, NULL);
+    report_step("pool", r, b);
+
+    CUDA_ARRAY_DESCRIPTOR ad = { .Width = 1024, .Height = size / 16384 ? size / 16384 : 1,
+                                 .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4 };
+    b = snap();
+    r = cuArrayCreate_v2(&a2, &ad);
+    report_step("array", r, b);
+
+    CUDA_ARRAY3D_DESCRIPTOR ad3 = { .Width = 64, .Height = 64, .Depth = size / 8192 ? size / 8192 : 1,
+                                    .Format = CU_AD_FORMAT_UNSIGNED_INT16, .NumChannels = 1 };
+    b = snap();
+    r = cuArray3DCreate_v2(&a3, &ad3);
+    report_step("array3d", r, b);
+
+    CUDA_ARRAY3D_DESCRIPTOR md = { .Width = 512, .Height = 512, .Depth = 0,
+                                   .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1 };
+    b = snap();
+    r = cuMipmappedArrayCreate(&mm, &md, 4);
+    report_step("mipmap", r, b);
+
+    report_usage("held");
+
+    /* Frees, some through another path than the allocation's own (allowed by CUDA). */
+    b = snap();
+    r = cuMipmappedArrayDestroy(mm);
+    report_step("free_mipmap", r, b);
+    b = snap();
+    r = cuArrayDestroy(a3);
+    report_step("free_array3d", r, b);
+    b = snap();
+    r = cuArrayDestroy(a2);
+    report_step("free_array", r, b);
+    b = snap();
+    r = cuMemFree_v2(d_pool);
+    report_step("free_pool", r, b);
+    b = snap();
+    r = cuMemFreeAsync(d_async, NULL);
+    report_step("free_async", r, b);
+    b = snap();
+    r = cuMemRelease(h_create);
+    report_step("free_create", r, b);
+    b = snap();
+    r = cuMemFree_v2(d_managed);
+    report_step("free_managed", r, b);
+    b = snap();
+    r = cuMemFree_v2(d_pitch);
+    report_step("free_pitch", r, b);
+    b = snap();
+    r = cuMemFree_v2(d_alloc);
+    report_step("free_alloc", r, b);
+
+    report_usage("after");
+    kv("unknown_frees", (long long)fakeCudaUnknownFrees());
+    teardown();
+    return 0;
+}
+
+/* ---- meminfo ------------------------------------------------------------------------------------- */
+
+static int mode_meminfo(int argc, char **argv)
+{
+    setup();
+    long long pre = argc > 0 ? (long long)parse_size(argv[0]) : 0;
+    CUdeviceptr p = 0;
+    if (pre > 0)
+        kv("pre_alloc", cuMemAlloc_v2(&p, (size_t)pre));
+    size_t fr = 0, tot = 0, dt = 0;
+    kv("meminfo_res", cuMemGetInfo_v2(&fr, &tot));
+    kv("free", (long long)fr);
+    kv("total", (long long)tot);
+    kv("free_le_total", fr <= tot);
+    kv("totalmem_res", cuDeviceTotalMem_v2(&dt, device));
+    kv("devtotal", (long long)dt);
+    kv("meminfo_null_res", cuMemGetInfo_v2(NULL, NULL));
+    if (p)
+        cuMemFree_v2(p);
+    teardown();
+    return 0;
+}
+
+/* ---- dlsym NAME ---------------------------------------------------------------------------------- */
+
+static void alloc_through(const char *prefix, void *fn, bool v2)
+{
+    if (!fn || !v2)
+        return;
+    struct step b = snap();
+    CUdeviceptr p = 0;
+    CUresult r = ((mem_alloc_fn)fn)(&p, MIB);
+    report_step(prefix, r, b);
+    if (r == CUDA_SUCCESS)
+        cuMemFree_v2(p);
+}
+
+static int mode_dlsym(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    setup();
+    const char *name = argv[0];
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    kv("dlopen", h != NULL);
+    if (!h)
+        return 3;
+    void *fn = dlsym(h, name);
+    void *dflt = dlsym(RTLD_DEFAULT, name);
+    void *drv = fakeCudaSymbol(name);
+    kv("null", fn == NULL);
+    kv("driver", fn != NULL && fn == drv);
+    kv("default", fn != NULL && fn == dflt);
+    kv("default_is_driver", dflt != NULL && dflt == drv);
+    unsigned long long before = fakeCudaCalls(name);
+    alloc_through("call", fn, strcmp(name, "cuMemAlloc_v2") == 0);
+    kv("call.ran", (long long)(fakeCudaCalls(name) - before));
+    /* A second handle opened by soname, and RTLD_NEXT-style global lookups. */
+    void *h2 = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    void *fn2 = h2 ? dlsym(h2, name) : NULL;
+    kv("second_handle_same", fn2 == fn);
+    /* RTLD_NEXT is relative to the caller: from the executable, the first definition after it. */
+    void *next = dlsym(RTLD_NEXT, "execve");
+    kv("rtld_next_execve_is_default", next != NULL && next == dlsym(RTLD_DEFAULT, "execve"));
+    if (h2)
+        dlclose(h2);
+    dlclose(h);
+    teardown();
+    return 0;
+}
+
+/* ---- procaddr / procaddr2 VER FLAGS ---------------------------------------------------------------- */
+
+static bool use_v2;
+
+static CUresult lookup(const char *sym, void **pfn, int ver, cuuint64_t flags, int *status)
+{
+    CUresult r;
+    *pfn = NULL;
+    if (use_v2) {
+        CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
+        r = cuGetProcAddress_v2(sym, pfn, ver, flags, &st);
+        *status = (int)st;
+    } else {
+        r = cuGetProcAddress(sym, pfn, ver, flags);
+        *status = -1;
+    }
+    return r;
+}
+
+static void *report_lookup(const char *sym, int ver, cuuint64_t flags, const char **expected)
+{
+    void *fn;
+    int st;
+    CUresult r = lookup(sym, &fn, ver, flags, &st);
+    const char *exp = fakeCudaResolveName(sym, ver, flags);
+    *expected = exp;
+    kv2(sym, "res", r);
+    kv2(sym, "status", st);
+    printf("%s.name=%s\n", sym, exp ? exp : "-");
+    kv2(sym, "null", fn == NULL);
+    kv2(sym, "driver", fn != NULL && exp && fn == fakeCudaSymbol(exp));
+    kv2(sym, "default", fn != NULL && exp && fn == dlsym(RTLD_DEFAULT, exp));
+    return fn;
+}
+
+static int mode_procaddr(int argc, char **argv, bool v2)
+{
+    if (argc < 2)
+        return 2;
+    use_v2 = v2;
+    int ver = (int)parse_size(argv[0]);
+    cuuint64_t flags = parse_size(argv[1]);
+    setup();
+    const char *exp;
+    void *fn;
+
+    /* cuMemAlloc: call the pointer; with the _v2 ABI the guard must count it. */
+    fn = report_lookup("cuMemAlloc", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp);
+        if (strcmp(exp, "cuMemAlloc_v2") == 0) {
+            alloc_through("cuMemAlloc.call", fn, true);
+        } else {
+            unsigned int p32 = 0; /* the 32-bit ABI */
+            kv2("cuMemAlloc.call", "res", ((CUresult(*)(unsigned int *, unsigned int))fn)(&p32, 4096));
+        }
+        kv2("cuMemAlloc.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+    }
+
+    /* cuMemAllocAsync (_ptsz with the per-thread flag). */
+    fn = report_lookup("cuMemAllocAsync", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp);
+        struct step b = snap();
+        CUdeviceptr p = 0;
+        CUresult r = ((mem_alloc_async_fn)fn)(&p, MIB, NULL);
+        report_step("cuMemAllocAsync.call", r, b);
+        kv2("cuMemAllocAsync.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+        if (r == CUDA_SUCCESS)
+            cuMemFreeAsync(p, NULL);
+    }
+
+    /* cuLaunchKernel (_ptsz with the per-thread flag). */
+    fn = report_lookup("cuLaunchKernel", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp), l0 = fakeCudaLaunches();
+        kv2("cuLaunchKernel.call", "res", ((launch_fn)fn)(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        kv2("cuLaunchKernel.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+        kv2("cuLaunchKernel.call", "launches", (long long)(fakeCudaLaunches() - l0));
+    }
+
+    /* cuMemGetInfo: with the _v2 ABI, total must be what the guard reports. */
+    fn = report_lookup("cuMemGetInfo", ver, flags, &exp);
+    if (fn && exp && strcmp(exp, "cuMemGetInfo_v2") == 0) {
+        size_t fr = 0, tot = 0;
+        kv2("cuMemGetInfo.call", "res", ((mem_get_info_fn)fn)(&fr, &tot));
+        kv2("cuMemGetInfo.call", "total", (long long)tot);
+        size_t fr2 = 0, tot2 = 0;
+        cuMemGetInfo_v2(&fr2, &tot2);
+        kv2("cuMemGetInfo.call", "same_as_direct", tot == tot2);
+    }
+
+    /* cuGetProcAddress itself: the pointer it returns must hand out wrappers too. */
+    fn = report_lookup("cuGetProcAddress", ver, flags, &exp);
+    if (fn && exp) {
+        void *inner = NULL;
+        CUresult r;
+        int st = -1;
+        if (strcmp(exp, "cuGetProcAddress_v2") == 0) {
+            CUdriverProcAddressQueryResult s = (CUdriverProcAddressQueryResult)-1;
+            r = ((cuGetProcAddress_v2_fn)fn)("cuMemAlloc", &inner, ver, flags, &s);
+            st = (int)s;
+        } else {
+            r = ((cuGetProcAddress_fn)fn)("cuMemAlloc", &inner, ver, flags);
+        }
+        const char *iexp = fakeCudaResolveName("cuMemAlloc", ver, flags);
+        kv2("cuGetProcAddress.inner", "res", r);
+        kv2("cuGetProcAddress.inner", "status", st);
+        kv2("cuGetProcAddress.inner", "driver", inner != NULL && iexp && inner == fakeCudaSymbol(iexp));
+        if (inner && iexp && strcmp(iexp, "cuMemAlloc_v2") == 0)
+            alloc_through("cuGetProcAddress.inner.call", inner, true);
+    }
+
+    /* Functions the guard does not wrap, an older ABI and an unknown name: untouched. */
+    report_lookup("cuDeviceGetCount", ver, flags, &exp);
+    report_lookup("cuDevicePrimaryCtxRelease", ver, flags, &exp);
+    report_lookup("cuStreamSynchronize", ver, flags, &exp);
+    report_lookup("gsNoSuchFunction", ver, flags, &exp);
+    teardown();
+    return 0;
+}
+
+/* ---- free-unknown --------------------------------------------------------------------------------- */
+
+static int mode_free_unknown(void)
+{
+    setup();
+    long long g0 = guard_used();
+    unsigned long long u0 = fakeCudaUnknownFrees(), f0 = fakeCudaFrees();
+    /* A pointer nobody allocated. */
+    kv("unknown.res", cuMemFree_v2((CUdeviceptr)0xdead00000000ULL));
+    kv("unknown.fake_unknown_frees", (long long)(fakeCudaUnknownFrees() - u0));
+    kv("unknown.guard_delta", guard_used() - g0);
+    /* A pointer the driver knows but the guard never saw (allocated behind its back). */
+    CUdeviceptr p = 0;
+    CUresult r = ((mem_alloc_fn)fakeCudaSymbol("cuMemAlloc_v2"))(&p, 3 * MIB);
+    kv("untracked.alloc", r);
+    kv("untracked.fake_used", (long long)fakeCudaUsedBytes(device));
+    long long g1 = guard_used();
+    kv("untracked.res", cuMemFree_v2(p));
+    kv("untracked.fake_frees", (long long)(fakeCudaFrees() - f0));
+    kv("untracked.fake_used_after", (long long)fakeCudaUsedBytes(device));
+    kv("untracked.guard_delta", guard_used() - g1);
+    /* The other free paths with unknown handles. */
+    u0 = fakeCudaUnknownFrees();
+    kv("release.res", cuMemRelease(0x1234ULL));
+    kv("freeasync.res", cuMemFreeAsync((CUdeviceptr)0xdead00100000ULL, NULL));
+    kv("arraydestroy.res", cuArrayDestroy((CUarray)(uintptr_t)0x4321));
+    kv("mipmapdestroy.res", cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)0x4322));
+    kv("others.fake_unknown_frees", (long long)(fakeCudaUnknownFrees() - u0));
+    size_t fr = 0, tot = 0;
+    cuMemGetInfo_v2(&fr, &tot);
+    kv("free_le_total", fr <= tot);
+    report_usage("after");
+    teardown();
+    return 0;
+}
+
+/* ---- hold SIZE SECONDS ------------------------------------------------------------------------------ */
+
+static int mode_hold(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    unsigned long long size = parse_size(argv[0]);
+    unsigned secs = (unsigned)parse_size(argv[1]);
+    setup();
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc_v2(&p, size);
+    kv("res", r);
+    report_usage("held");
+    kv("holding", 1);
+    fflush(stdout);
+    struct timespec ts = { .tv_sec = secs };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    if (r == CUDA_SUCCESS)
+        cuMemFree_v2(p);
+    teardown();
+    return 0;
+}
+
+/* ---- exec-env-i SIZE [HOW] ---------------------------------------------------------------------------- */
+
+extern char **environ;
+
+static int mode_exec_env_i(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    const char *how = argc > 1 ? argv[1] : "execve";
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 3;
+    self[n] = '\0';
+    char *child_argv[] = { self, (char *)"alloc", argv[0], NULL };
+    char *empty_env[] = { NULL };
+    fflush(stdout);
+    if (strcmp(how, "execve") == 0) {
+        execve(self, child_argv, empty_env);
+    } else if (strcmp(how, "execvpe") == 0) {
+        execvpe(self, child_argv, empty_env);
+    } else if (strcmp(how, "clearenv") == 0) {
+        clearenv();
+        execv(self, child_argv);
+    } else if (strcmp(how, "execle") == 0) {
+        execle(self, self, "alloc", argv[0], (char *)NULL, empty_env);
+    } else if (strcmp(how, "env") == 0) {
+        /* The env(1) program, as a shell user would run it. */
+        char *env_argv[] = { (char *)"env", (char *)"-i", self, (char *)"alloc", argv[0], NULL };
+        execve("/usr/bin/env", env_argv, environ);
+    } else if (strcmp(how, "posix_spawn") == 0) {
+        pid_t pid;
+        int e = posix_spawn(&pid, self, NULL, NULL, child_argv, empty_env);
+        if (e != 0) {
+            kv("spawn_errno", e);
+            return 3;
+        }
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+    } else {
+        return 2;
+    }
+    perror("guard_app: exec");
+    return 3;
+}
+
+/* ---- race THREADS COUNT SIZE [gate] ----------------------------------------------------------------- */
+
+struct race_arg {
+    long count;
+    size_t size;
+    pthread_barrier_t *barrier;
+    CUdeviceptr *ptrs;
+    long ok, oom, other;
+};
+
+static void *race_thread(void *p)
+{
+    struct race_arg *a = p;
+    cuCtxSetCurrent(ctx);
+    pthread_barrier_wait(a->barrier);
+    for (long i = 0; i < a->count; i++) {
+        CUresult r = cuMemAlloc_v2(&a->ptrs[a->ok], a->size);
+        if (r == CUDA_SUCCESS)
+            a->ok++;
+        else if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            a->oom++;
+        else
+            a->other++;
+    }
+    return NULL;
+}
+
+static void wait_stdin(bool for_eof)
+{
+    char c;
+    for (;;) {
+        ssize_t n = read(0, &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || !for_eof)
+            return;
+    }
+}
+
+static int mode_race(int argc, char **argv)
+{
+    if (argc < 3)
+        return 2;
+    int threads = (int)parse_size(argv[0]);
+    long count = (long)parse_size(argv[1]);
+    size_t size = (size_t)parse_size(argv[2]);
+    bool gate = argc > 3 && strcmp(argv[3], "gate") == 0;
+    if (threads < 1 || threads > 256 || count < 1)
+        return 2;
+    setup();
+    struct race_arg *args = calloc((size_t)threads, sizeof(*args));
+    pthread_t *tids = calloc((size_t)threads, sizeof(*tids));
+    pthread_barrier_t barrier;
+    if (!args || !tids || pthread_barrier_init(&barrier, NULL, (unsigned)threads) != 0)
+        return 3;
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct race_arg){ .count = count, .size = size, .barrier = &barrier };
+        args[i].ptrs = calloc((size_t)count, sizeof(CUdeviceptr));
+        if (!args[i].ptrs)
+            return 3;
+    }
+    if (gate) {
+        kv("ready", 1);
+        fflush(stdout);
+        wait_stdin(false);
+    }
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&tids[i], NULL, race_thread, &args[i]) != 0)
+            return 3;
+    long ok = 0, oom = 0, other = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tids[i], NULL);
+        ok += args[i].ok;
+        oom += args[i].oom;
+        other += args[i].other;
+    }
+    kv("ok", ok);
+    kv("oom", oom);
+    kv("other_err", other);
+    kv("bytes", (long long)((unsigned long long)ok * size));
+    report_usage("held");
+    kv("done", 1);
+    fflush(stdout);
+    if (gate)
+        wait_stdin(true);
+    long free_err = 0;
+    for (int i = 0; i < threads; i++) {
+        for (long j = 0; j < args[i].ok; j++)
+            if (cuMemFree_v2(args[i].ptrs[j]) != CUDA_SUCCESS)
+                free_err++;
+        free(args[i].ptrs);
+    }
+    kv("free_err", free_err);
+    report_usage("after");
+    pthread_barrier_destroy(&barrier);
+    free(args);
+    free(tids);
+    teardown();
+    return 0;
+}
+
+/* ---- launch N ------------------------------------------------------------------------------------------- */
+
+static int mode_launch(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    long n = (long)parse_size(argv[0]);
+    unsigned grid = argc > 1 ? (unsigned)parse_size(argv[1]) : 1;
+    setup();
+    unsigned long long l0 = fakeCudaLaunches(), c0 = fakeCudaClockUs();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long errs = 0;
+    for (long i = 0; i < n; i++)
+        if (cuLaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+            errs++;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    kv("launch_errors", errs);
+    kv("launches", (long long)(fakeCudaLaunches() - l0));
+    kv("gpu_us", (long long)(fakeCudaClockUs() - c0));
+    kv("wall_ns", ns);
+    teardown();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
+                        "procaddr2, free-unknown, hold, exec-env-i, race, launch)\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    int rest = argc - 2;
+    char **args = argv + 2;
+    int rc;
+    if (strcmp(mode, "alloc") == 0)
+        rc = mode_alloc(rest, args);
+    else if (strcmp(mode, "alloc-all-paths") == 0)
+        rc = mode_alloc_all_paths(rest, args);
+    else if (strcmp(mode, "meminfo") == 0)
+        rc = mode_meminfo(rest, args);
+    else if (strcmp(mode, "dlsym") == 0)
+        rc = mode_dlsym(rest, args);
+    else if (strcmp(mode, "procaddr") == 0)
+        rc = mode_procaddr(rest, args, false);
+    else if (strcmp(mode, "procaddr2") == 0)
+        rc = mode_procaddr(rest, args, true);
+    else if (strcmp(mode, "free-unknown") == 0)
+        rc = mode_free_unknown();
+    else if (strcmp(mode, "hold") == 0)
+        rc = mode_hold(rest, args);
+    else if (strcmp(mode, "exec-env-i") == 0)
+        rc = mode_exec_env_i(rest, args);
+    else if (strcmp(mode, "race") == 0)
+        rc = mode_race(rest, args);
+    else if (strcmp(mode, "launch") == 0)
+        rc = mode_launch(rest, args);
+    else
+        rc = 2;
+    if (rc == 2)
+        fprintf(stderr, "guard_app: bad arguments for mode '%s'\n", mode);
+    fflush(stdout);
+    return rc;
+}

@@ -1,0 +1,1026 @@
+/* test_guard.c: the guard's test suite (issue 5). Each test runs guard_app as child processes under
+ * LD_PRELOAD=libgpuslice-guard.so, with the simulated driver (fake_cuda.c) as libcuda.so.1, a
+ * limits file written by the test (GPUSLICE_GUARD_CONFIG) and its own counters region, both in a
+ * fresh temporary directory. guard_app prints `key=value` lines; ground truth comes from the fake
+ * driver's counters (fakeCuda*) and from the region file (guard/guard_region.h), which is the guard's
+ * documented interface.
+ *
+ * Paths: GUARD_LIB, GUARD_APP, FAKE_CUDA_DIR from the environment (meson sets them), else the
+ * build paths compiled in. Exits 77 (skipped) when the guard library has not been built, and in
+ * sanitizer builds (see main). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "guard/guard_region.h"
+
+#define MIB (1ULL << 20)
+#define FAKE_TOTAL (16384ULL * MIB) /* the fake driver's default capacity */
+#define OOM 2
+#define TIMEOUT_MS 20000
+
+static const char *guard_lib, *guard_app, *fake_dir;
+
+/* ---- fixture: a temporary directory with the limits file and the region ---------------------- */
+
+struct fx {
+    char dir[64];
+    char limits[128];
+    char region[128];
+};
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/gs-guard-test-XXXXXX");
+    if (!mkdtemp(f->dir)) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->limits, sizeof(f->limits), "%s/limits", f->dir);
+    snprintf(f->region, sizeof(f->region), "%s/region", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    unlink(f->limits);
+    unlink(f->region);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void write_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void write_file(const char *path, const char *fmt, ...)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(fp, fmt, ap);
+    va_end(ap);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* The usual limits: fail closed, one quota on device 0. */
+static void limits(struct fx *f, unsigned long long quota)
+{
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\n", f->region, quota);
+}
+
+/* ---- running guard_app ----------------------------------------------------------------------- */
+
+struct child {
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+    char out[1 << 16], err[1 << 16];
+    size_t out_len, err_len;
+    int status;
+    bool exited;
+};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Environment: the guard, the fake driver, the test's limits and region, sanitizer options, plus
+ * `extra` (NAME=VALUE entries; "NAME=" with nothing after removes NAME). */
+static char **make_env(const struct fx *f, const char *const *extra)
+{
+    static char buf[16][1024];
+    static char *env[24];
+    int n = 0;
+    snprintf(buf[n], sizeof(buf[n]), "PATH=/usr/bin:/bin");
+    snprintf(buf[++n], sizeof(buf[n]), "LD_PRELOAD=%s", guard_lib);
+    snprintf(buf[++n], sizeof(buf[n]), "LD_LIBRARY_PATH=%s", fake_dir);
+    snprintf(buf[++n], sizeof(buf[n]), "GPUSLICE_GUARD_CONFIG=%s", f->limits);
+    snprintf(buf[++n], sizeof(buf[n]), "GUARD_APP_REGION=%s", f->region);
+    const char *asan = getenv("ASAN_OPTIONS");
+    /* A preloaded library comes before the sanitizer runtime in the link order. */
+    snprintf(buf[++n], sizeof(buf[n]), "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && *asan ? ":" : "");
+    const char *ubsan = getenv("UBSAN_OPTIONS");
+    snprintf(buf[++n], sizeof(buf[n]), "UBSAN_OPTIONS=%s", ubsan ? ubsan : "");
+    n++;
+    for (int i = 0; extra && extra[i] && n < 15; i++) {
+        const char *eq = strchr(extra[i], '=');
+        size_t klen = eq ? (size_t)(eq - extra[i]) + 1 : strlen(extra[i]);
+        int j;
+        for (j = 0; j < n; j++)
+            if (!strncmp(buf[j], extra[i], klen))
+                break;
+        snprintf(buf[j], sizeof(buf[j]), "%s", extra[i]);
+        if (j == n)
+            n++;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (buf[i][strlen(buf[i]) - 1] != '=' || !strncmp(buf[i], "UBSAN_OPTIONS=", 14))
+            env[k++] = buf[i];
+    env[k] = NULL;
+    return env;
+}
+
+static void spawn(struct child *c, const struct fx *f, const char *const *extra, const char *const *args)
+{
+    int in[2], out[2], err[2];
+    assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)guard_app;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    char **env = make_env(f, extra);
+    memset(c, 0, sizeof(*c));
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        execve(guard_app, argv, env);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    c->in_fd = in[1];
+    c->out_fd = out[0];
+    c->err_fd = err[0];
+}
+
+/* Reads what the child wrote, for at most `ms`; returns false on EOF of both streams. */
+static bool pump(struct child *c, int ms)
+{
+    struct pollfd p[2] = { { .fd = c->out_fd, .events = POLLIN }, { .fd = c->err_fd, .events = POLLIN } };
+    if (c->out_fd < 0 && c->err_fd < 0)
+        return false;
+    if (poll(p, 2, ms) <= 0)
+        return true;
+    for (int i = 0; i < 2; i++) {
+        int *fd = i ? &c->err_fd : &c->out_fd;
+        char *buf = i ? c->err : c->out;
+        size_t *len = i ? &c->err_len : &c->out_len;
+        if (*fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        size_t room = sizeof(c->out) - 1 - *len;
+        char scratch[4096];
+        ssize_t r = read(*fd, room ? buf + *len : scratch, room ? room : sizeof(scratch));
+        if (r > 0 && room) {
+            *len += (size_t)r;
+            buf[*len] = '\0';
+        } else if (r == 0 || (r < 0 && errno != EINTR)) {
+            close(*fd);
+            *fd = -1;
+        }
+    }
+    return true;
+}
+
+static void dump(const struct child *c)
+{
+    fprintf(stderr, "---- guard_app stdout ----\n%s---- guard_app stderr ----\n%s--------\n", c->out, c->err);
+}
+
+/* The value of the line `key=...` in the child's output, or LLONG_MIN. */
+static long long value_of(const struct child *c, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = c->out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, key, kl) && p[kl] == '=')
+            return strtoll(p + kl + 1, NULL, 0);
+    return LLONG_MIN;
+}
+
+static const char *string_of(const struct child *c, const char *key, char *buf, size_t len)
+{
+    size_t kl = strlen(key);
+    for (const char *p = c->out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, key, kl) && p[kl] == '=') {
+            size_t n = strcspn(p + kl + 1, "\n");
+            snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), p + kl + 1);
+            return buf;
+        }
+    return NULL;
+}
+
+/* Waits until the child printed `key=`; fails the test after TIMEOUT_MS. */
+static void wait_key(struct child *c, const char *key)
+{
+    long long end = now_ms() + TIMEOUT_MS;
+    while (value_of(c, key) == LLONG_MIN) {
+        if (now_ms() > end || !pump(c, 100)) {
+            dump(c);
+            fail_msg("guard_app did not print %s", key);
+        }
+    }
+}
+
+/* Closes the child's stdin, collects its output and waits for it (killed after TIMEOUT_MS). */
+static void finish(struct child *c)
+{
+    if (c->in_fd >= 0) {
+        close(c->in_fd);
+        c->in_fd = -1;
+    }
+    long long end = now_ms() + TIMEOUT_MS;
+    while (pump(c, 100) && now_ms() < end)
+        ;
+    for (;;) {
+        pid_t r = waitpid(c->pid, &c->status, WNOHANG);
+        if (r == c->pid)
+            break;
+        if (now_ms() > end) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &c->status, 0);
+            dump(c);
+            fail_msg("guard_app timed out");
+        }
+        struct timespec ts = { 0, 5000000 };
+        nanosleep(&ts, NULL);
+    }
+    if (c->out_fd >= 0)
+        close(c->out_fd);
+    if (c->err_fd >= 0)
+        close(c->err_fd);
+    c->out_fd = c->err_fd = -1;
+    c->exited = true;
+    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0) {
+        dump(c);
+        fail_msg("guard_app exited with status 0x%x", c->status);
+    }
+}
+
+/* Runs guard_app to completion: run(c, f, extra_env, "mode", "arg", ..., NULL). */
+static struct child *run_env(struct fx *f, const char *const *extra, ...)
+{
+    static struct child c;
+    const char *args[16];
+    int n = 0;
+    va_list ap;
+    va_start(ap, extra);
+    for (const char *a; n < 15 && (a = va_arg(ap, const char *));)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    spawn(&c, f, extra, args);
+    finish(&c);
+    return &c;
+}
+
+#define run(f, ...) run_env(f, NULL, __VA_ARGS__, (const char *)NULL)
+
+static void expect_eq(const struct child *c, const char *key, long long want)
+{
+    long long v = value_of(c, key);
+    if (v != want) {
+        dump(c);
+        if (v == LLONG_MIN)
+            fail_msg("%s missing, expected %lld", key, want);
+        fail_msg("%s = %lld, expected %lld", key, v, want);
+    }
+}
+
+static void expect_ge(const struct child *c, const char *key, long long low)
+{
+    long long v = value_of(c, key);
+    if (v == LLONG_MIN || v < low) {
+        dump(c);
+        fail_msg("%s = %lld, expected at least %lld", key, v, low);
+    }
+}
+
+static void expect_ne(const struct child *c, const char *key, long long bad)
+{
+    long long v = value_of(c, key);
+    if (v == LLONG_MIN || v == bad) {
+        dump(c);
+        fail_msg("%s = %lld, expected anything else", key, v);
+    }
+}
+
+static const char *keyf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *keyf(const char *fmt, ...)
+{
+    static char k[8][128];
+    static int i;
+    i = (i + 1) % 8;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k[i], sizeof(k[i]), fmt, ap);
+    va_end(ap);
+    return k[i];
+}
+
+/* ---- the region, read by the test ----------------------------------------------------------- */
+
+static struct gs_guard_region *map_region(const struct fx *f, bool writable)
+{
+    int fd = open(f->region, (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return NULL;
+    if (writable && ftruncate(fd, sizeof(struct gs_guard_region)) < 0) {
+        close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, sizeof(struct gs_guard_region), PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static uint64_t region_used(const struct fx *f, int dev)
+{
+    struct gs_guard_region *r = map_region(f, false);
+    assert_non_null(r);
+    assert_int_equal(r->magic, GS_GUARD_REGION_MAGIC);
+    uint64_t u = atomic_load(&r->dev[dev].used);
+    munmap(r, sizeof(*r));
+    return u;
+}
+
+/* ---- every allocation path counted and freed --------------------------------------------------- */
+
+static const char *const alloc_steps[] = { "alloc", "pitch", "managed", "create", "async", "pool", "array",
+                                           "array3d", "mipmap" };
+/* Steps whose size the guard can know exactly (the array sizes are the driver's business). */
+static const bool exact_size[] = { true, true, true, true, true, true, false, false, false };
+
+static void test_all_paths_counted(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 1024 * MIB);
+    struct child *c = run(f, "alloc-all-paths", "4M");
+    expect_eq(c, "start_guard_used", 0);
+    for (size_t i = 0; i < sizeof(alloc_steps) / sizeof(alloc_steps[0]); i++) {
+        const char *s = alloc_steps[i];
+        expect_eq(c, keyf("%s.res", s), 0);
+        long long fake = value_of(c, keyf("%s.fake", s));
+        assert_true(fake > 0);
+        if (exact_size[i])
+            expect_eq(c, keyf("%s.guard", s), fake);
+        else
+            expect_ge(c, keyf("%s.guard", s), fake); /* never undercounted */
+        expect_eq(c, keyf("%s.region", s), value_of(c, keyf("%s.guard", s)));
+        expect_eq(c, keyf("free_%s.res", s), 0);
+        expect_eq(c, keyf("free_%s.guard", s), -value_of(c, keyf("%s.guard", s)));
+        expect_eq(c, keyf("free_%s.fake", s), -fake);
+    }
+    expect_eq(c, "after_fake_used", 0);
+    expect_eq(c, "after_guard_used", 0);
+    expect_eq(c, "after_region_used", 0);
+    expect_eq(c, "unknown_frees", 0);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* ---- over the quota: OUT_OF_MEMORY and nothing allocated --------------------------------------- */
+
+static void test_quota_exceeded(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "alloc", "48M", "2");
+    expect_eq(c, "ok", 1);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_fake_used", 48 * MIB);
+    expect_eq(c, "held_region_used", 48 * MIB);
+    expect_eq(c, "after_region_used", 0);
+
+    c = run(f, "alloc", "65M", "1");
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_fake_used", 0);
+
+    /* Exactly the quota fits. */
+    c = run(f, "alloc", "16M", "5");
+    expect_eq(c, "ok", 4);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_fake_used", 64 * MIB);
+}
+
+/* Every path refuses over the quota and allocates nothing. */
+static void test_quota_exceeded_all_paths(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 1 * MIB);
+    struct child *c = run(f, "alloc-all-paths", "4M");
+    for (size_t i = 0; i < sizeof(alloc_steps) / sizeof(alloc_steps[0]); i++) {
+        expect_eq(c, keyf("%s.res", alloc_steps[i]), OOM);
+        expect_eq(c, keyf("%s.fake", alloc_steps[i]), 0);
+        expect_eq(c, keyf("%s.region", alloc_steps[i]), 0);
+    }
+    expect_eq(c, "after_region_used", 0);
+}
+
+/* A reservation is rolled back when the driver's allocation fails. */
+static void test_rollback_on_driver_failure(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    static const char *const env[] = { "FAKE_CUDA_FAIL_ALLOC=1", NULL };
+    struct child *c = run_env(f, env, "alloc-all-paths", "1M", (const char *)NULL);
+    for (size_t i = 0; i < sizeof(alloc_steps) / sizeof(alloc_steps[0]); i++) {
+        expect_eq(c, keyf("%s.res", alloc_steps[i]), OOM);
+        expect_eq(c, keyf("%s.guard", alloc_steps[i]), 0);
+        expect_eq(c, keyf("%s.region", alloc_steps[i]), 0);
+    }
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* ---- 16 processes x 8 threads racing ------------------------------------------------------------- */
+
+#define RACE_PROCS 16
+
+static void test_race_never_exceeds(void **state)
+{
+    struct fx *f = *state;
+    const unsigned long long quota = 64 * MIB;
+    limits(f, quota);
+    static struct child kids[RACE_PROCS];
+    static const char *const args[] = { "race", "8", "8", "1M", "gate", NULL };
+    for (int i = 0; i < RACE_PROCS; i++)
+        spawn(&kids[i], f, NULL, args);
+    for (int i = 0; i < RACE_PROCS; i++)
+        wait_key(&kids[i], "ready");
+    for (int i = 0; i < RACE_PROCS; i++)
+        assert_int_equal(write(kids[i].in_fd, "g", 1), 1);
+    long long ok = 0, bytes = 0, fake = 0, other = 0;
+    for (int i = 0; i < RACE_PROCS; i++) {
+        wait_key(&kids[i], "done");
+        ok += value_of(&kids[i], "ok");
+        bytes += value_of(&kids[i], "bytes");
+        fake += value_of(&kids[i], "held_fake_used");
+        other += value_of(&kids[i], "other_err");
+    }
+    /* Every process holds its allocations now. */
+    struct gs_guard_region *r = map_region(f, false);
+    assert_non_null(r);
+    uint64_t held = atomic_load(&r->dev[0].used), peak = atomic_load(&r->dev[0].peak);
+    munmap(r, sizeof(*r));
+    for (int i = 0; i < RACE_PROCS; i++)
+        finish(&kids[i]);
+    fprintf(stderr, "race: %lld allocations of 1 MiB succeeded, quota 64 MiB, region used %llu peak %llu\n", ok,
+            (unsigned long long)held, (unsigned long long)peak);
+    assert_int_equal(other, 0);
+    assert_true((unsigned long long)bytes <= quota);
+    assert_true((unsigned long long)fake <= quota);
+    assert_int_equal(fake, bytes);
+    assert_true(held <= quota);
+    assert_true(peak <= quota);
+    assert_int_equal(held, (uint64_t)bytes);
+    /* Demand was 16x the quota: a reservation protocol without false refusals fills it. */
+    assert_int_equal((unsigned long long)bytes, quota);
+    for (int i = 0; i < RACE_PROCS; i++)
+        expect_eq(&kids[i], "free_err", 0);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* ---- dead processes ------------------------------------------------------------------------------- */
+
+static void sigkill_reclaim(struct fx *f, bool reap)
+{
+    limits(f, 64 * MIB);
+    struct child holder;
+    static const char *const args[] = { "hold", "64M", "60", NULL };
+    spawn(&holder, f, NULL, args);
+    wait_key(&holder, "holding");
+    expect_eq(&holder, "res", 0);
+    assert_int_equal(region_used(f, 0), 64 * MIB);
+
+    struct child *c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "first_err", OOM); /* the holder's bytes count */
+
+    kill(holder.pid, SIGKILL);
+    if (reap) {
+        int st;
+        waitpid(holder.pid, &st, 0);
+    } else {
+        struct timespec ts = { 0, 50000000 };
+        nanosleep(&ts, NULL); /* dead, but a zombie until reaped */
+    }
+    c = run(f, "alloc", "64M", "1");
+    expect_eq(c, "ok", 1);
+    expect_eq(c, "after_region_used", 0);
+    if (!reap) {
+        int st;
+        waitpid(holder.pid, &st, 0);
+    }
+    close(holder.in_fd);
+    close(holder.out_fd);
+    close(holder.err_fd);
+}
+
+static void test_sigkill_reclaimed(void **state)
+{
+    sigkill_reclaim(*state, true);
+}
+
+/* A killed process whose parent has not reaped it yet (a zombie) holds no GPU memory either. */
+static void test_sigkill_zombie_reclaimed(void **state)
+{
+    sigkill_reclaim(*state, false);
+}
+
+/* A region left by 1024 processes that all died: the slots and their bytes come back. */
+static void test_stale_region_reclaimed(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct gs_guard_region *r = map_region(f, true);
+    assert_non_null(r);
+    r->version = GS_GUARD_REGION_VERSION;
+    r->size = sizeof(*r);
+    r->n_devices = GS_GUARD_MAX_DEVICES;
+    r->magic = GS_GUARD_REGION_MAGIC;
+    long pid_max = 4194304;
+    FILE *fp = fopen("/proc/sys/kernel/pid_max", "r");
+    if (fp) {
+        if (fscanf(fp, "%ld", &pid_max) != 1)
+            pid_max = 4194304;
+        fclose(fp);
+    }
+    for (int i = 0; i < GS_GUARD_MAX_PROCS; i++) {
+        atomic_store(&r->procs[i].pid, (int32_t)(pid_max + 1 + i)); /* no such process */
+        atomic_store(&r->procs[i].start_time, 12345);
+        atomic_store(&r->procs[i].used[0], MIB);
+    }
+    atomic_store(&r->dev[0].used, GS_GUARD_MAX_PROCS * MIB);
+    munmap(r, sizeof(*r));
+    struct child *c = run(f, "alloc", "32M", "1");
+    expect_eq(c, "ok", 1);
+    expect_eq(c, "after_region_used", 0);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* ---- frees the guard did not see ----------------------------------------------------------------- */
+
+static void test_unknown_free_forwarded(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "free-unknown");
+    expect_eq(c, "unknown.res", 1); /* the driver's CUDA_ERROR_INVALID_VALUE */
+    expect_eq(c, "unknown.fake_unknown_frees", 1);
+    expect_eq(c, "unknown.guard_delta", 0);
+    expect_eq(c, "untracked.alloc", 0);
+    expect_eq(c, "untracked.res", 0); /* the driver freed it */
+    expect_eq(c, "untracked.fake_frees", 1);
+    expect_eq(c, "untracked.fake_used_after", 0);
+    expect_eq(c, "untracked.guard_delta", 0);
+    expect_eq(c, "release.res", 1);
+    expect_eq(c, "freeasync.res", 1);
+    expect_eq(c, "arraydestroy.res", 400);
+    expect_eq(c, "mipmapdestroy.res", 400);
+    expect_eq(c, "others.fake_unknown_frees", 4);
+    expect_eq(c, "free_le_total", 1);
+    expect_eq(c, "after_region_used", 0);
+}
+
+/* ---- cuGetProcAddress / _v2 ---------------------------------------------------------------------- */
+
+static void check_procaddr(struct fx *f, const char *mode, const char *ver, const char *flags)
+{
+    struct child *c = run(f, mode, ver, flags);
+    bool v2 = !strcmp(mode, "procaddr2");
+    char nb[128];
+    fprintf(stderr, "%s %s %s: cuMemAlloc -> %s, cuLaunchKernel -> %s\n", mode, ver, flags,
+            string_of(c, "cuMemAlloc.name", nb, sizeof(nb)), string_of(c, "cuLaunchKernel.name", nb, sizeof(nb)));
+    static const char *const found[] = { "cuMemAlloc", "cuMemAllocAsync", "cuLaunchKernel", "cuMemGetInfo",
+                                         "cuGetProcAddress", "cuDeviceGetCount", "cuStreamSynchronize" };
+    for (size_t i = 0; i < sizeof(found) / sizeof(found[0]); i++) {
+        expect_eq(c, keyf("%s.res", found[i]), 0);
+        expect_eq(c, keyf("%s.null", found[i]), 0);
+        expect_eq(c, keyf("%s.status", found[i]), v2 ? 0 : -1);
+    }
+    /* Hooked: a wrapper, which counts, and runs the driver function of the requested ABI. */
+    expect_eq(c, "cuMemAlloc.driver", 0);
+    expect_eq(c, "cuMemAlloc.call.res", 0);
+    expect_eq(c, "cuMemAlloc.call.ran", 1);
+    expect_eq(c, "cuMemAlloc.call.guard", MIB);
+    expect_eq(c, "cuMemAlloc.call.region", MIB);
+    expect_eq(c, "cuMemAllocAsync.driver", 0);
+    expect_eq(c, "cuMemAllocAsync.call.res", 0);
+    expect_eq(c, "cuMemAllocAsync.call.ran", 1);
+    expect_eq(c, "cuMemAllocAsync.call.region", MIB);
+    expect_eq(c, "cuLaunchKernel.call.res", 0);
+    expect_eq(c, "cuLaunchKernel.call.ran", 1);
+    expect_eq(c, "cuLaunchKernel.call.launches", 1);
+    expect_eq(c, "cuMemGetInfo.driver", 0);
+    expect_eq(c, "cuMemGetInfo.call.res", 0);
+    expect_eq(c, "cuMemGetInfo.call.total", 64 * MIB);
+    expect_eq(c, "cuGetProcAddress.driver", 0);
+    expect_eq(c, "cuGetProcAddress.inner.res", 0);
+    expect_eq(c, "cuGetProcAddress.inner.driver", 0);
+    expect_eq(c, "cuGetProcAddress.inner.call.region", MIB);
+    /* Not hooked: the driver's own function. */
+    expect_eq(c, "cuDeviceGetCount.driver", 1);
+    expect_eq(c, "cuStreamSynchronize.driver", 1);
+    /* Unknown: untouched. */
+    expect_eq(c, "gsNoSuchFunction.res", 500);
+    expect_eq(c, "gsNoSuchFunction.null", 1);
+    expect_eq(c, "gsNoSuchFunction.status", v2 ? 1 : -1);
+}
+
+static void test_procaddr_versions(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    static const char *const modes[] = { "procaddr", "procaddr2" };
+    static const char *const vers[] = { "11030", "12000", "12080" };
+    static const char *const flags[] = { "0", "1", "2" }; /* default, legacy stream, per-thread stream */
+    for (int m = 0; m < 2; m++)
+        for (int v = 0; v < 3; v++)
+            for (int fl = 0; fl < 3; fl++)
+                check_procaddr(f, modes[m], vers[v], flags[fl]);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* Older ABIs than the wrappers' pass through; symbols too new for the caller are refused. */
+static void test_procaddr_old_abi(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "procaddr2", "3000", "0");
+    expect_eq(c, "cuMemAlloc.res", 0);
+    expect_eq(c, "cuMemAlloc.driver", 1); /* the 32-bit cuMemAlloc */
+    expect_eq(c, "cuMemAlloc.call.ran", 1);
+    expect_eq(c, "cuMemAlloc.call.res", 801);
+    expect_eq(c, "cuMemGetInfo.driver", 1);
+    expect_eq(c, "cuMemAllocAsync.res", 500);
+    expect_eq(c, "cuMemAllocAsync.status", 2);
+    expect_eq(c, "cuMemAllocAsync.null", 1);
+    expect_eq(c, "cuGetProcAddress.res", 500);
+    expect_eq(c, "cuGetProcAddress.status", 2);
+    expect_eq(c, "cuLaunchKernel.res", 500);
+    expect_eq(c, "cuLaunchKernel.status", 2);
+
+    /* CUDA 10: cuDevicePrimaryCtxRelease is the v1 ABI, cuMemAllocAsync does not exist yet. */
+    c = run(f, "procaddr2", "10000", "0");
+    expect_eq(c, "cuDevicePrimaryCtxRelease.res", 0);
+    expect_eq(c, "cuDevicePrimaryCtxRelease.driver", 1);
+    expect_eq(c, "cuMemAlloc.driver", 0);
+    expect_eq(c, "cuMemAlloc.call.region", MIB);
+    expect_eq(c, "cuMemAllocAsync.status", 2);
+
+    /* cuGetProcAddress itself appeared in 11.3; _v2 in 12.0. */
+    c = run(f, "procaddr", "11020", "0");
+    expect_eq(c, "cuGetProcAddress.res", 500);
+    expect_eq(c, "cuMemAllocAsync.res", 0);
+    expect_eq(c, "cuMemAllocAsync.driver", 0);
+}
+
+/* The per-thread variant exists only since CUDA 7.0: before that the driver hands out the legacy
+ * cuLaunchKernel even with the per-thread flag, and the wrapper must call that one. */
+static void test_procaddr_ptsz_before_7(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "procaddr2", "6050", "2");
+    expect_eq(c, "cuLaunchKernel.res", 0);
+    expect_eq(c, "cuLaunchKernel.call.ran", 1);
+}
+
+/* ---- dlsym ----------------------------------------------------------------------------------------- */
+
+static void test_dlsym_wrappers(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "dlsym", "cuMemAlloc_v2");
+    expect_eq(c, "dlopen", 1);
+    expect_eq(c, "null", 0);
+    expect_eq(c, "driver", 0);
+    expect_eq(c, "default", 1);
+    expect_eq(c, "call.res", 0);
+    expect_eq(c, "call.ran", 1);
+    expect_eq(c, "call.guard", MIB);
+    expect_eq(c, "call.region", MIB);
+    expect_eq(c, "second_handle_same", 1);
+
+    static const char *const wrapped[] = { "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+                                           "cuLaunchKernel_ptsz", "cuGetProcAddress", "cuGetProcAddress_v2",
+                                           "cuMemGetInfo_v2", "cuArrayCreate_v2", "cuMemCreate" };
+    for (size_t i = 0; i < sizeof(wrapped) / sizeof(wrapped[0]); i++) {
+        c = run(f, "dlsym", wrapped[i]);
+        if (value_of(c, "driver") != 0 || value_of(c, "null") != 0) {
+            dump(c);
+            fail_msg("dlsym(libcuda, %s) is not the guard's wrapper", wrapped[i]);
+        }
+    }
+    /* Old ABIs and functions the guard does not wrap: the driver's own. */
+    static const char *const plain[] = { "cuMemAlloc", "cuMemGetInfo", "cuDeviceGetCount", "cuCtxGetDevice",
+                                         "cuDevicePrimaryCtxRelease" };
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        c = run(f, "dlsym", plain[i]);
+        if (value_of(c, "driver") != 1) {
+            dump(c);
+            fail_msg("dlsym(libcuda, %s) is not the driver's function", plain[i]);
+        }
+    }
+    c = run(f, "dlsym", "gsNoSuchFunction");
+    expect_eq(c, "null", 1);
+}
+
+/* dlsym(RTLD_NEXT, ...) means "after the caller": the guard's dlsym must not make it "after the
+ * guard". From the program, the next execve after the executable is the guard's own. */
+static void test_dlsym_rtld_next(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "dlsym", "cuDeviceGetCount");
+    expect_eq(c, "rtld_next_execve_is_default", 1);
+}
+
+/* ---- children with an empty environment keep their limits -------------------------------------- */
+
+static void env_i(struct fx *f, const char *how)
+{
+    limits(f, 64 * MIB);
+    /* Positive control: the child runs, sees the quota and can allocate under it (its
+     * environment has no GUARD_APP_REGION, so the test reads the region itself). */
+    struct child *c = run(f, "exec-env-i", "32M", how);
+    expect_eq(c, "ok", 1);
+    expect_eq(c, "held_fake_used", 32 * MIB);
+    expect_eq(c, "held_total", 64 * MIB);
+    expect_eq(c, "held_guard_used", 32 * MIB);
+    assert_int_equal(region_used(f, 0), 0);
+    /* Over the quota: refused, because the child is still guarded. */
+    c = run(f, "exec-env-i", "100M", how);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_fake_used", 0);
+}
+
+static void test_env_i_execve(void **state)
+{
+    env_i(*state, "execve");
+}
+
+static void test_env_i_program(void **state)
+{
+    env_i(*state, "env");
+}
+
+static void test_env_i_execvpe(void **state)
+{
+    env_i(*state, "execvpe");
+}
+
+static void test_env_i_clearenv(void **state)
+{
+    env_i(*state, "clearenv");
+}
+
+static void test_env_i_posix_spawn(void **state)
+{
+    env_i(*state, "posix_spawn");
+}
+
+static void test_env_i_execle(void **state)
+{
+    env_i(*state, "execle");
+}
+
+/* ---- what the workload sees ------------------------------------------------------------------------- */
+
+static void test_meminfo_reports_quota(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 256 * MIB);
+    struct child *c = run(f, "meminfo", "100M");
+    expect_eq(c, "pre_alloc", 0);
+    expect_eq(c, "meminfo_res", 0);
+    expect_eq(c, "total", 256 * MIB);
+    expect_eq(c, "free", 156 * MIB);
+    expect_eq(c, "devtotal", 256 * MIB);
+    expect_eq(c, "totalmem_res", 0);
+    expect_eq(c, "meminfo_null_res", 1);
+
+    /* A quota above the device's memory: the device's. */
+    limits(f, 2 * FAKE_TOTAL);
+    c = run(f, "meminfo");
+    expect_eq(c, "total", FAKE_TOTAL);
+    expect_eq(c, "devtotal", FAKE_TOTAL);
+    expect_eq(c, "free", FAKE_TOTAL);
+
+    /* No limit on the device: the driver's figures. */
+    limits(f, 0);
+    c = run(f, "meminfo", "1M");
+    expect_eq(c, "total", FAKE_TOTAL);
+    expect_eq(c, "free", FAKE_TOTAL - MIB);
+}
+
+/* Use above the quota (e.g. counted by another path): free is 0, never negative or wrapped. */
+static void test_meminfo_over_quota(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 256 * MIB);
+    struct gs_guard_region *r = map_region(f, true);
+    assert_non_null(r);
+    r->version = GS_GUARD_REGION_VERSION;
+    r->size = sizeof(*r);
+    r->n_devices = GS_GUARD_MAX_DEVICES;
+    r->magic = GS_GUARD_REGION_MAGIC;
+    /* Charged to this (live) test process. */
+    atomic_store(&r->procs[0].pid, (int32_t)getpid());
+    atomic_store(&r->procs[0].used[0], 512 * MIB);
+    atomic_store(&r->dev[0].used, 512 * MIB);
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)getpid());
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    assert_non_null(p);
+    unsigned field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    atomic_store(&r->procs[0].start_time, strtoull(p, NULL, 10));
+    struct child *c = run(f, "meminfo");
+    expect_eq(c, "total", 256 * MIB);
+    expect_eq(c, "free", 0);
+    expect_eq(c, "free_le_total", 1);
+    c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "first_err", OOM);
+    atomic_store(&r->procs[0].pid, 0);
+    munmap(r, sizeof(*r));
+}
+
+static void test_multi_device(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\ndevice 1 - %llu 0\n",
+               f->region, 64 * MIB, 32 * MIB);
+    static const char *const dev1[] = { "GUARD_APP_DEVICE=1", NULL };
+    struct child *c = run_env(f, dev1, "alloc", "48M", "1", (const char *)NULL);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "first_err", OOM);
+    c = run_env(f, dev1, "meminfo", (const char *)NULL);
+    expect_eq(c, "total", 32 * MIB);
+    expect_eq(c, "devtotal", 32 * MIB);
+    c = run_env(f, dev1, "alloc-all-paths", "1M", (const char *)NULL);
+    expect_eq(c, "create.res", 0);
+    expect_eq(c, "create.region", MIB); /* region_used reads the device in use */
+    expect_eq(c, "pool.region", MIB);
+    c = run(f, "alloc", "48M", "1");
+    expect_eq(c, "ok", 1);
+}
+
+static void test_context_overhead(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ncontext-overhead %llu\ndevice 0 - %llu 0\n",
+               f->region, 100 * MIB, 256 * MIB);
+    struct child *c = run(f, "alloc", "100M", "3");
+    expect_eq(c, "retain", 0);
+    expect_eq(c, "ok", 1); /* 100 MiB context + 100 MiB; a second 100 MiB would exceed 256 */
+    expect_eq(c, "held_region_used", 200 * MIB);
+    expect_eq(c, "after_region_used", 100 * MIB);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* ---- damaged or missing limits ------------------------------------------------------------------------ */
+
+static void test_limits_damaged_closed(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\ndevice zero\n", f->region,
+               64 * MIB);
+    struct child *c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "ok", 0);
+    expect_ne(c, "first_err", 0);
+    expect_eq(c, "held_fake_used", 0);
+}
+
+static void test_limits_damaged_open(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error open\nregion %s\ndevice 0 - %llu 0\ndevice zero\n", f->region,
+               64 * MIB);
+    struct child *c = run(f, "alloc", "100M", "1");
+    expect_eq(c, "ok", 1);
+    expect_eq(c, "held_fake_used", 100 * MIB);
+    /* The same with the setting spelled with other blanks (the parser accepts them). */
+    write_file(f->limits, "gpuslice-guard 1\n  on-error\topen   # run unguarded\nregion %s\ndevice zero\n", f->region);
+    c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "ok", 1);
+}
+
+static void test_limits_missing(void **state)
+{
+    struct fx *f = *state; /* no limits file written */
+    struct child *c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "ok", 0);
+    expect_ne(c, "first_err", 0);
+    expect_eq(c, "held_fake_used", 0);
+}
+
+static void test_region_unusable(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s/no/such/dir/region\ndevice 0 - %llu 0\n",
+               f->dir, 64 * MIB);
+    struct child *c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "held_fake_used", 0);
+    write_file(f->limits, "gpuslice-guard 1\non-error open\nregion %s/no/such/dir/region\ndevice 0 - %llu 0\n",
+               f->dir, 64 * MIB);
+    c = run(f, "alloc", "1M", "1");
+    expect_eq(c, "ok", 1);
+}
+
+/* ---- kernel launches ---------------------------------------------------------------------------------- */
+
+static void test_launch_passthrough(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "launch", "20000");
+    expect_eq(c, "launch_errors", 0);
+    expect_eq(c, "launches", 20000);
+    expect_eq(c, "gpu_us", 20000);
+    fprintf(stderr, "launch: %.1f ns per cuLaunchKernel through the guard (wall clock, noisy)\n",
+            (double)value_of(c, "wall_ns") / 20000.0);
+}
+
+int main(void)
+{
+    guard_lib = getenv("GUARD_LIB") ? getenv("GUARD_LIB") : GUARD_LIB_PATH;
+    guard_app = getenv("GUARD_APP") ? getenv("GUARD_APP") : GUARD_APP_PATH;
+    fake_dir = getenv("FAKE_CUDA_DIR") ? getenv("FAKE_CUDA_DIR") : FAKE_CUDA_DIR;
+    if (access(guard_lib, R_OK) != 0) {
+        fprintf(stderr, "test_guard: %s not built: skipped\n", guard_lib);
+        return 77;
+    }
+    const char *san = getenv("GUARD_TEST_SANITIZED");
+    if (san && !strcmp(san, "1") && !getenv("GUARD_TEST_UNDER_SANITIZER")) {
+        /* The sanitizer runtime resolves its interceptors with dlsym(RTLD_NEXT) while it starts,
+         * through the preloaded guard's dlsym, before the instrumented guard may run. */
+        fprintf(stderr, "test_guard: sanitizer build: skipped (GUARD_TEST_UNDER_SANITIZER=1 runs it)\n");
+        return 77;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_all_paths_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_exceeded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_exceeded_all_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rollback_on_driver_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_race_never_exceeds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_zombie_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_region_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_free_forwarded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_procaddr_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_procaddr_old_abi, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_procaddr_ptsz_before_7, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dlsym_wrappers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dlsym_rtld_next, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_execve, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_program, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_execvpe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_clearenv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_posix_spawn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_i_execle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meminfo_reports_quota, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meminfo_over_quota, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_multi_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_context_overhead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limits_damaged_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limits_damaged_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limits_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_region_unusable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_launch_passthrough, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("guard", tests, NULL, NULL);
+}
