@@ -16,22 +16,7 @@
 #include "mig/migapply.h"
 #include "util/util.h"
 
-static void gpu_from_model(const struct gs_model *m, struct gs_gpu *g) {
-    memset(g, 0, sizeof(*g));
-    snprintf(g->name, sizeof(g->name), "%s", m->key);
-    g->mig_capable = true;
-    g->mig_current = g->mig_pending = 1;
-    g->mig_mem_slices = m->mig_mem_slices;
-    for (size_t i = 0; i < m->n_profiles; i++) {
-        const struct gs_profile_spec *p = &m->profiles[i];
-        struct gs_gi_profile *q = &g->profiles[g->n_profiles++];
-        *q = (struct gs_gi_profile){ .id = p->id, .nvml_index = p->nvml_profile, .slices = p->slices,
-                                     .max_instances = p->max_instances, .mem_mib = p->mem_mib,
-                                     .placement_size = p->mem_slices, .n_starts = p->n_starts };
-        snprintf(q->name, sizeof(q->name), "%s", p->name);
-        memcpy(q->starts, p->starts, sizeof(q->starts));
-    }
-}
+static void gpu_from_model(const struct gs_model *m, struct gs_gpu *g) { gs_mig_gpu_from_model(m, g); }
 
 static double *times;
 static size_t n_times, cap_times;

@@ -54,35 +54,40 @@ static void usage(FILE *f) {
     fprintf(f, "\nExit status: 0 success, 1 failure, 2 usage error, 3 NVIDIA driver (NVML) not found.\n");
 }
 
-/* Finds libgpuslice-nvml-sim.so: $GPUSLICE_SIM_LIB, beside the executable, the installed libdir,
- * then the build tree this binary came from. */
-static const char *sim_lib_path(void) {
+const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
+                         const char *build_path) {
     static char path[PATH_MAX];
-    const char *env = getenv("GPUSLICE_SIM_LIB");
+    const char *env = getenv(env_var);
     if (env && *env)
         return env;
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {
         exe[n] = '\0';
-        char *dir = dirname(exe);
-        const char *rel[] = { "/" GS_SIM_LIB_NAME, "/../lib/gpuslice/" GS_SIM_LIB_NAME,
-                              "/src/gpu/" GS_SIM_LIB_NAME };
+        const char *dir = dirname(exe);
+        const char *rel[] = { "/", "/../lib/gpuslice/", build_subdir };
         for (size_t i = 0; i < GS_ARRAY_SIZE(rel); i++) {
-            snprintf(path, sizeof(path), "%s%s", dir, rel[i]);
+            snprintf(path, sizeof(path), "%s%s%s", dir, rel[i], name);
             if (access(path, R_OK) == 0)
                 return path;
         }
     }
-#ifdef GS_SIM_LIB_INSTALL_PATH
-    if (access(GS_SIM_LIB_INSTALL_PATH, R_OK) == 0)
-        return GS_SIM_LIB_INSTALL_PATH;
-#endif
-#ifdef GS_SIM_LIB_BUILD_PATH
-    if (access(GS_SIM_LIB_BUILD_PATH, R_OK) == 0)
-        return GS_SIM_LIB_BUILD_PATH;
-#endif
+    if (install_path && access(install_path, R_OK) == 0)
+        return install_path;
+    if (build_path && access(build_path, R_OK) == 0)
+        return build_path;
     return NULL;
+}
+
+#ifndef GS_SIM_LIB_INSTALL_PATH
+#define GS_SIM_LIB_INSTALL_PATH NULL
+#endif
+#ifndef GS_SIM_LIB_BUILD_PATH
+#define GS_SIM_LIB_BUILD_PATH NULL
+#endif
+
+static const char *sim_lib_path(void) {
+    return cli_find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/src/gpu/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH);
 }
 
 int cli_open_node(const struct cli *cli, struct gpu_node **out) {

@@ -30,7 +30,11 @@ int cmd_mig(const struct cli *cli, int argc, char **argv);
 int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 
-/* libgpuslice-guard.so: $GPUSLICE_GUARD_LIB, beside the executable, installed libdir, build tree. */
+/* A library of the project: $ENV_VAR, beside the executable, ../lib/gpuslice/ relative to it, its
+ * build subdirectory relative to it, then the given install and build paths (may be NULL). */
+const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
+                         const char *build_path);
+/* libgpuslice-guard.so (GPUSLICE_GUARD_LIB, ...). */
 const char *cli_guard_lib_path(void);
 
 /* Printing helpers shared by commands. */

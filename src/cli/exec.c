@@ -4,7 +4,6 @@
  * directory when the command ends. */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,23 +19,7 @@
 #define GUARD_LIB_NAME "libgpuslice-guard.so"
 
 const char *cli_guard_lib_path(void) {
-    static char path[PATH_MAX];
-    const char *env = getenv("GPUSLICE_GUARD_LIB");
-    if (env && *env)
-        return env;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *dir = dirname(exe);
-        const char *rel[] = { "/" GUARD_LIB_NAME, "/../lib/gpuslice/" GUARD_LIB_NAME, "/guard/" GUARD_LIB_NAME };
-        for (size_t i = 0; i < GS_ARRAY_SIZE(rel); i++) {
-            snprintf(path, sizeof(path), "%s%s", dir, rel[i]);
-            if (access(path, R_OK) == 0)
-                return path;
-        }
-    }
-    return NULL;
+    return cli_find_lib("GPUSLICE_GUARD_LIB", GUARD_LIB_NAME, "/guard/", NULL, NULL);
 }
 
 static int parse_percent(const char *s, unsigned *out) {

@@ -1060,15 +1060,9 @@ int gs_policy_parse(const char *name, const char *text, size_t len, struct gs_po
 int gs_policy_load(const char *path, struct gs_policy *out, char *err, size_t errlen) {
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
-    int r = gs_read_file(path, GS_YAML_MAX_SIZE, &text, &len);
-    if (r < 0) {
-        if (err && errlen > 0) {
-            char buf[128];
-            snprintf(err, errlen, "%s: %s", path,
-                     r == -EFBIG ? "file is larger than 1 MiB" : strerror_r(-r, buf, sizeof(buf)));
-        }
+    int r = gs_yaml_read_file(path, &text, &len, err, errlen);
+    if (r < 0)
         return r;
-    }
     return gs_policy_parse(path, text, len, out, err, errlen);
 }
 

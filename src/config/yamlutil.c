@@ -199,6 +199,15 @@ int gs_yaml_load(struct gs_yaml *y, const char *name, const char *text, size_t l
     return r;
 }
 
+int gs_yaml_read_file(const char *path, char **text, size_t *len, char *err, size_t errlen) {
+    int r = gs_read_file(path, GS_YAML_MAX_SIZE, text, len);
+    if (r < 0 && err && errlen > 0) {
+        char buf[128];
+        snprintf(err, errlen, "%s: %s", path, r == -EFBIG ? "file is larger than 1 MiB" : strerror_r(-r, buf, sizeof(buf)));
+    }
+    return r;
+}
+
 void gs_yaml_free(struct gs_yaml *y) {
     if (y->loaded)
         yaml_document_delete(&y->doc);

@@ -47,6 +47,10 @@ struct gs_yaml {
  * document at all loads fine and has no root. */
 int gs_yaml_load(struct gs_yaml *y, const char *name, const char *text, size_t len, char *err, size_t errlen);
 void gs_yaml_free(struct gs_yaml *y);
+
+/* Reads a configuration file (at most GS_YAML_MAX_SIZE) for one of the parsers; on error writes
+ * "PATH: reason" to err. The caller frees *text. */
+int gs_yaml_read_file(const char *path, char **text, size_t *len, char *err, size_t errlen);
 #define _cleanup_yaml_ _cleanup_(gs_yaml_free)
 
 /* The root node, or NULL for an empty stream. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog/catalog.h"
 #include "util/util.h"
 
 const char *gs_mig_step_name(enum gs_mig_step_kind k) {
@@ -475,4 +476,22 @@ int gs_mig_diff(const struct gs_gpu *g, const struct gs_mig_layout *want, struct
         gs_strlcpy(s->profile, profile_name(g, sol.inst[i].profile_id), sizeof(s->profile));
     }
     return 0;
+}
+
+void gs_mig_gpu_from_model(const struct gs_model *m, struct gs_gpu *g) {
+    memset(g, 0, sizeof(*g));
+    gs_strlcpy(g->name, m->key, sizeof(g->name));
+    g->mig_capable = true;
+    g->mig_current = g->mig_pending = 1;
+    g->mig_mem_slices = m->mig_mem_slices;
+    g->mem_total = m->mem_mib << 20;
+    for (size_t i = 0; i < m->n_profiles && g->n_profiles < GS_MAX_PROFILES; i++) {
+        const struct gs_profile_spec *p = &m->profiles[i];
+        struct gs_gi_profile *q = &g->profiles[g->n_profiles++];
+        *q = (struct gs_gi_profile){ .id = p->id, .nvml_index = p->nvml_profile, .slices = p->slices,
+                                     .max_instances = p->max_instances, .mem_mib = p->mem_mib,
+                                     .placement_size = p->mem_slices, .n_starts = p->n_starts };
+        gs_strlcpy(q->name, p->name, sizeof(q->name));
+        memcpy(q->starts, p->starts, sizeof(q->starts));
+    }
 }

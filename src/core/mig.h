@@ -93,4 +93,9 @@ bool gs_mig_matches(const struct gs_gpu *g, const struct gs_mig_layout *want);
 
 const char *gs_mig_step_name(enum gs_mig_step_kind k);
 
+struct gs_model;
+/* A GPU in MIG mode with the catalogue's profile table for model m (name = the catalogue key).
+ * For checking layouts where NVML cannot list profiles yet (MIG off), tests and benchmarks. */
+void gs_mig_gpu_from_model(const struct gs_model *m, struct gs_gpu *out);
+
 #endif

@@ -14,25 +14,6 @@
 /* A GPU whose MIG mode is off cannot list its profiles (NVML answers NOT_SUPPORTED), so a layout
  * for it is checked against the catalogue's table for its model, when the catalogue knows it,
  * before the mode is changed: a layout that cannot work then fails without touching the GPU. */
-static void gpu_from_catalogue(const struct gs_model *m, const struct gs_gpu *real, struct gs_gpu *g) {
-    memset(g, 0, sizeof(*g));
-    g->index = real->index;
-    gs_strlcpy(g->name, real->name, sizeof(g->name));
-    g->mig_capable = true;
-    g->mig_current = g->mig_pending = 1;
-    g->mig_mem_slices = m->mig_mem_slices;
-    g->mem_total = real->mem_total;
-    for (size_t i = 0; i < m->n_profiles && g->n_profiles < GS_MAX_PROFILES; i++) {
-        const struct gs_profile_spec *p = &m->profiles[i];
-        struct gs_gi_profile *q = &g->profiles[g->n_profiles++];
-        *q = (struct gs_gi_profile){ .id = p->id, .nvml_index = p->nvml_profile, .slices = p->slices,
-                                     .max_instances = p->max_instances, .mem_mib = p->mem_mib,
-                                     .placement_size = p->mem_slices, .n_starts = p->n_starts };
-        gs_strlcpy(q->name, p->name, sizeof(q->name));
-        memcpy(q->starts, p->starts, sizeof(q->starts));
-    }
-}
-
 /* Resolves an item's profile names on GPU g; errors point at the count's line and column. */
 static int layout_from_item(const struct gs_gpu *g, const struct gs_layout_file *file, const char *config,
                             const struct gs_layout_item *it, struct gs_mig_layout *out, char *err, size_t errlen) {
@@ -93,7 +74,10 @@ int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *
         const struct gs_gpu *table = g;
         const struct gs_model *model = NULL;
         if (!g->mig_current && (model = gs_catalog_find_pci(g->pci_device_id)) && model->mig_mem_slices) {
-            gpu_from_catalogue(model, g, shadow);
+            gs_mig_gpu_from_model(model, shadow);
+            shadow->index = g->index;
+            gs_strlcpy(shadow->name, g->name, sizeof(shadow->name));
+            shadow->mem_total = g->mem_total;
             table = shadow;
         }
         struct gs_mig_layout want;

@@ -16,27 +16,7 @@
 #include "core/mig.h"
 
 /* A GPU as NVML would report it in MIG mode, from the catalogue (the test's fixture). */
-static void gpu_from_model(const struct gs_model *m, struct gs_gpu *g) {
-    memset(g, 0, sizeof(*g));
-    snprintf(g->name, sizeof(g->name), "%s", m->key);
-    g->mig_capable = true;
-    g->mig_current = g->mig_pending = 1;
-    g->mig_mem_slices = m->mig_mem_slices;
-    g->mem_total = m->mem_mib << 20;
-    for (size_t i = 0; i < m->n_profiles; i++) {
-        const struct gs_profile_spec *p = &m->profiles[i];
-        struct gs_gi_profile *q = &g->profiles[g->n_profiles++];
-        q->id = p->id;
-        q->nvml_index = p->nvml_profile;
-        snprintf(q->name, sizeof(q->name), "%s", p->name);
-        q->slices = p->slices;
-        q->max_instances = p->max_instances;
-        q->mem_mib = p->mem_mib;
-        q->placement_size = p->mem_slices;
-        q->n_starts = p->n_starts;
-        memcpy(q->starts, p->starts, sizeof(q->starts));
-    }
-}
+static void gpu_from_model(const struct gs_model *m, struct gs_gpu *g) { gs_mig_gpu_from_model(m, g); }
 
 /* Brute force: try every start for every instance, in the given order, no symmetry breaking;
  * returns whether a valid assignment exists (caps checked separately). */
