@@ -27,6 +27,9 @@
 
 #include "core/alloc.h"
 #include "kubelet/deviceplugin.h"
+#include "kubelet/podresources.h"
+#include <dirent.h>
+#include <sys/stat.h>
 #include "mig/migapply.h"
 #include "../guard/guard_limits.h"
 #include "util/log.h"
@@ -52,6 +55,7 @@ struct agent {
     pthread_t event_thread;
     atomic_bool stop;
     bool event_thread_started;
+    unsigned long long last_gc_ns;
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -271,6 +275,88 @@ out:
     free(file);
 }
 
+/* ---- guard files of pods that are gone ------------------------------------------------------- */
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p))
+            continue;
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* True if the kubelet still assigns one of the devices listed in dir/devices. */
+static bool still_assigned(const char *dir, const struct pr_list *l) {
+    char path[PATH_MAX + 16];
+    if (snprintf(path, sizeof(path), "%s/devices", dir) >= (int)sizeof(path))
+        return true;
+    _cleanup_free_ char *text = NULL;
+    if (gs_read_file(path, 1 << 20, &text, NULL) < 0)
+        return true; /* cannot tell: keep */
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            continue;
+        *tab = '\0';
+        for (size_t i = 0; i < l->n; i++)
+            if (!strcmp(l->items[i].resource, line) && !strcmp(l->items[i].device_id, tab + 1))
+                return true;
+    }
+    return false;
+}
+
+/* The kubelet never calls Allocate again for a restarted container, so a container's guard files
+ * live as long as its pod; they are removed once PodResources no longer assigns their devices.
+ * When PodResources cannot be asked, nothing is removed. */
+static void gc_guard_files(struct agent *a) {
+    DIR *d = opendir(a->o->guard_root);
+    if (!d)
+        return;
+    struct pr_list l;
+    bool listed = false;
+    char err[512];
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        if (e->d_name[0] != 'a')
+            continue;
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof(dir), "%s/%s", a->o->guard_root, e->d_name) >= (int)sizeof(dir))
+            continue;
+        struct stat st;
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+            (unsigned long long)(now - st.st_mtime) * 1000ULL < a->o->guard_grace_ms)
+            continue;
+        if (!listed) {
+            if (pr_list(a->o->pod_resources, 5000, &l, err, sizeof(err)) < 0) {
+                log_debug("Guard files not cleaned up: %s", err);
+                break;
+            }
+            listed = true;
+        }
+        if (!still_assigned(dir, &l)) {
+            remove_tree(dir);
+            log_info("Removed the guard files of a pod that is gone: %s", dir);
+        }
+    }
+    closedir(d);
+    if (listed)
+        pr_list_free(&l);
+}
+
 /* ---- handlers called by the device plugins -------------------------------------------------- */
 
 /* Where the guard's files appear inside the container. */
@@ -282,7 +368,8 @@ out:
  * for the counters region (read-write) and the shared /etc/ld.so.preload that loads the guard in
  * every process of the container. They live as long as the pod: the kubelet reuses this answer
  * when the container restarts. */
-static int inject_guard(struct agent *a, struct gs_alloc_response *out, char *err, size_t errlen) {
+static int inject_guard(struct agent *a, const struct gs_resource *res, const char *const *ids, size_t n,
+                        struct gs_alloc_response *out, char *err, size_t errlen) {
     static unsigned long long seq;
     if (!a->o->guard_lib) {
         snprintf(err, errlen, "the resource has a VRAM quota but libgpuslice-guard.so was not found");
@@ -312,6 +399,17 @@ static int inject_guard(struct agent *a, struct gs_alloc_response *out, char *er
     if (len < 0 || (r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0) {
         snprintf(err, errlen, "cannot write %s", path);
         return len < 0 ? len : r;
+    }
+    /* Which devices the files belong to: when the kubelet no longer assigns any of them, the pod
+     * is gone and the files can go. */
+    char devices[8192];
+    size_t dl = 0;
+    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
+        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", res->name, ids[i]);
+    snprintf(path, sizeof(path), "%s/devices", dir);
+    if (dl >= sizeof(devices) || gs_write_file_atomic(path, devices, dl, false) < 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return -EIO;
     }
     char preload[256];
     snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->o->guard_root);
@@ -368,7 +466,7 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     int rc = gs_allocate(r, ids, n, &a->policy, &mm, file_exists, NULL, out, err, errlen);
     pthread_mutex_unlock(&a->lock);
     gs_mig_minors_free(&mm);
-    if (rc == 0 && out->n_guarded && (rc = inject_guard(a, out, err, errlen)) < 0)
+    if (rc == 0 && out->n_guarded && (rc = inject_guard(a, r, ids, n, out, err, errlen)) < 0)
         gs_alloc_response_free(out);
     return rc;
 }
@@ -618,6 +716,10 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
         if (reload && load_policy(a, false) > 0) {
             reconcile_mig(a);
             replan(a, true);
+        }
+        if (poll_now && a->o->guard_gc_ms && gs_now_ns() - a->last_gc_ns >= a->o->guard_gc_ms * 1000000ULL) {
+            a->last_gc_ns = gs_now_ns();
+            gc_guard_files(a);
         }
         if (poll_now) {
             refresh_inventory(a);

@@ -17,6 +17,9 @@ struct agent_options {
     const char *mig_status_path;  /* where the MIG layout status is written (JSON) */
     const char *guard_root;       /* per-allocation guard files (limits, counters) */
     const char *guard_lib;        /* libgpuslice-guard.so on the host, mounted into containers */
+    const char *pod_resources;    /* the kubelet's PodResources socket (guard files of gone pods) */
+    unsigned guard_gc_ms;         /* how often to look for them */
+    unsigned guard_grace_ms;      /* files younger than this are kept (the pod may not be listed yet) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

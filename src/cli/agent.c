@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent/agent.h"
+#include "kubelet/podresources.h"
 #include "cli/cli.h"
 #include "core/plan.h"
 #include "util/log.h"
@@ -19,7 +20,8 @@ static const char *kind_name(enum gs_dev_kind k) {
 }
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
-    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT };
+    enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -28,11 +30,15 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "poll-interval-ms", required_argument, NULL, OPT_POLL },
         { "mig-status-file", required_argument, NULL, OPT_MIG_STATUS },
         { "guard-root", required_argument, NULL, OPT_GUARD_ROOT },
+        { "pod-resources-socket", required_argument, NULL, OPT_POD_RESOURCES },
+        { "guard-gc-interval-ms", required_argument, NULL, OPT_GUARD_GC },
+        { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
-                               "/var/lib/gpuslice/guard", cli_guard_lib_path() };
+                               "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
+                               120000 };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -43,6 +49,19 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_SYSFS_ROOT: o.sysfs_root = optarg; break;
         case OPT_MIG_STATUS: o.mig_status_path = optarg; break;
         case OPT_GUARD_ROOT: o.guard_root = optarg; break;
+        case OPT_POD_RESOURCES: o.pod_resources = optarg; break;
+        case OPT_GUARD_GC:
+        case OPT_GUARD_GRACE:
+            if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
+                fprintf(stderr, "gpuslice agent: --%s: '%s' is not a number of milliseconds\n",
+                        c == OPT_GUARD_GC ? "guard-gc-interval-ms" : "guard-grace-ms", optarg);
+                return GS_EXIT_USAGE;
+            }
+            if (c == OPT_GUARD_GC)
+                o.guard_gc_ms = (unsigned)v;
+            else
+                o.guard_grace_ms = (unsigned)v;
+            break;
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
                 fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
@@ -66,8 +85,12 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            written when the policy names one (default\n"
                    "                            /run/gpuslice/mig-status.json)\n"
                    "  --guard-root DIR          per-allocation guard files for replicas with a VRAM quota\n"
-                   "                            (memoryPerReplica; default /var/lib/gpuslice/guard)\n",
-                   DEFAULT_KUBELET_DIR);
+                   "                            (memoryPerReplica; default /var/lib/gpuslice/guard)\n"
+                   "  --pod-resources-socket S  the kubelet's PodResources socket, asked which pods still\n"
+                   "                            hold their devices (default %s)\n"
+                   "  --guard-gc-interval-ms N  how often guard files of gone pods are removed (60000; 0 never)\n"
+                   "  --guard-grace-ms N        files younger than this are kept (default 120000)\n",
+                   DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }

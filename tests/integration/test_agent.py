@@ -1009,3 +1009,92 @@ def test_allocate_without_memory_per_replica_injects_nothing(h):
     h.agent(node, ts_policy(2), resources=["nvidia.com/gpu"])
     resp = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"])
     assert "GPUSLICE_GUARD_CONFIG" not in resp.envs and len(resp.mounts) == 0
+
+
+# ------------------------------------------------------------------------------- guard files of gone pods
+
+def _guard_dirs(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))) if os.path.isdir(root) else []
+
+
+def _guard_dir_of(resp):
+    conf = {m.container_path: m.host_path for m in resp.mounts}["/etc/gpuslice/guard.conf"]
+    return os.path.basename(os.path.dirname(conf))
+
+
+def _wait(cond, timeout, what, agent):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout} s\n{agent.log()}")
+        time.sleep(0.05)
+
+
+def _gc_agent(h, node, root, pr, grace_ms):
+    return h.agent(node, GUARD_POLICY, resources=["nvidia.com/gpu"],
+                   extra=["--guard-root", root, "--pod-resources-socket", pr.socket_path,
+                          "--guard-gc-interval-ms", "100", "--guard-grace-ms", grace_ms])
+
+
+GUARD_POLICY = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: 2GiB\n")
+
+
+def test_guard_files_of_gone_pods_removed(h):
+    from podresources_emulator import PodResourcesEmulator
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        pr.set([("default", "keep", "main", "nvidia.com/gpu", [f"{u[0]}::0", f"{u[0]}::1"]),
+                ("default", "other", "main", "example.com/fpga", [f"{u[1]}::2"])])
+        a = _gc_agent(h, node, root, pr, "0")
+        keep = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[0]}::1"]))
+        # same device ID as the fpga pod, but another resource: not a match
+        gone = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::2"]))
+        _wait(lambda: gone not in _guard_dirs(root), 5, f"guard dir {gone} of a gone pod not removed", a)
+        calls = pr.calls
+        _wait(lambda: pr.calls >= calls + 3, 5, "PodResources not asked again", a)
+        assert _guard_dirs(root) == [keep]
+        assert os.path.exists(os.path.join(root, "ld.so.preload"))  # shared by all pods: kept
+        a.wait_log(r"Removed the guard files of a pod that is gone: .*" + gone)
+        pr.set([])
+        _wait(lambda: _guard_dirs(root) == [], 5, f"guard dir {keep} not removed after its pod went", a)
+        assert a.alive()
+    finally:
+        pr.stop()
+
+
+def test_guard_files_kept_when_pod_resources_unavailable(h):
+    from podresources_emulator import PodResourcesEmulator
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    pr.status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    try:
+        a = _gc_agent(h, node, root, pr, "0")
+        d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"]))
+        _wait(lambda: pr.calls >= 3, 5, "PodResources not asked", a)
+        assert _guard_dirs(root) == [d]          # an error answer removes nothing
+        pr.stop()
+        settle(0.6)                              # no socket at all: nothing removed either
+        assert _guard_dirs(root) == [d] and a.alive()
+    finally:
+        pr.stop()
+
+
+def test_guard_files_kept_during_grace(h):
+    from podresources_emulator import PodResourcesEmulator
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        a = _gc_agent(h, node, root, pr, "60000")
+        d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"]))
+        settle(0.8)                              # the pod is not listed yet, but the files are new
+        assert _guard_dirs(root) == [d] and a.alive()
+    finally:
+        pr.stop()
