@@ -672,7 +672,8 @@ static int copy_resource(struct gs_resource *dst, const struct gs_resource *src)
     struct gs_device *d = malloc((src->n_devices ? src->n_devices : 1) * sizeof(*d));
     if (!d)
         return -ENOMEM;
-    memcpy(d, src->devices, src->n_devices * sizeof(*d));
+    if (src->n_devices) /* a withdrawn resource has no devices (and may have no array) */
+        memcpy(d, src->devices, src->n_devices * sizeof(*d));
     free(dst->devices);
     *dst = *src;
     dst->devices = d;

@@ -250,9 +250,9 @@ void pl_gorand_seed(struct pl_gorand *r, int64_t seed) {
     for (int i = -20; i < RNG_LEN; i++) {
         x = seedrand(x);
         if (i >= 0) {
-            int64_t u = (int64_t)x << 40;
+            int64_t u = (int64_t)((uint64_t)x << 40); /* wraps as in Go */
             x = seedrand(x);
-            u ^= (int64_t)x << 20;
+            u ^= (int64_t)((uint64_t)x << 20);
             x = seedrand(x);
             u ^= (int64_t)x;
             u ^= rng_cooked[i];
