@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/labels.h"
 #include "kubelet/deviceplugin.h"
 #include "kubelet/podresources.h"
 #include <dirent.h>
@@ -56,6 +57,8 @@ struct agent {
     atomic_bool stop;
     bool event_thread_started;
     unsigned long long last_gc_ns;
+    char mig_state[16];           /* state of the policy's MIG layout, "" before the first try */
+    char *labels;                 /* the features file as last written */
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -122,6 +125,8 @@ static void log_plan_changes(struct agent *a, const struct gs_plan *old, const s
     (void)a;
 }
 
+static void write_labels(struct agent *a);
+
 static int replan(struct agent *a, bool log_warnings) {
     struct gs_plan next;
     int r = gs_plan_build(a->inv, &a->policy, &a->health, &next);
@@ -147,6 +152,7 @@ static int replan(struct agent *a, bool log_warnings) {
         gs_plan_free(&a->plan);
     a->plan = next;
     a->plan_valid = true;
+    write_labels(a);
     return 0;
 }
 
@@ -193,7 +199,40 @@ static bool recover_quiet_gpus(struct agent *a) {
 /* ---- MIG layout ----------------------------------------------------------------------------- */
 
 /* The status the node-labels side publishes: {"state": "pending|applied|failed", ...}. */
+/* Rewrites the features file (atomically) when the labels changed. */
+static void write_labels(struct agent *a) {
+    if (!a->o->features_file || !a->o->features_file[0] || !a->plan_valid)
+        return;
+    size_t cap = 1 << 16;
+    char *text = malloc(cap);
+    int n = text ? gs_labels_format(a->inv, &a->policy, &a->plan, a->mig_state[0] ? a->mig_state : NULL, text, cap)
+                 : -ENOMEM;
+    if (n < 0) {
+        log_warn("Cannot build the node labels: %s", strerror(-n));
+        free(text);
+        return;
+    }
+    if (a->labels && !strcmp(a->labels, text)) {
+        free(text);
+        return;
+    }
+    char dir[PATH_MAX];
+    gs_strlcpy(dir, a->o->features_file, sizeof(dir));
+    gs_mkdir_p(dirname(dir), 0755);
+    int r = gs_write_file_atomic(a->o->features_file, text, (size_t)n, false);
+    if (r < 0) {
+        log_warn("Cannot write the node labels to %s: %s", a->o->features_file, strerror(-r));
+        free(text);
+        return;
+    }
+    log_info("Node labels written to %s", a->o->features_file);
+    free(a->labels);
+    a->labels = text;
+}
+
 static void write_mig_status(struct agent *a, const char *state, const char *reason) {
+    gs_strlcpy(a->mig_state, state, sizeof(a->mig_state));
+    write_labels(a);
     if (!a->o->mig_status_path)
         return;
     char dir[PATH_MAX];
@@ -740,6 +779,7 @@ out:
         if (fds[i] >= 0)
             close(fds[i]);
     free(a->inv);
+    free(a->labels);
     pthread_mutex_destroy(&a->lock);
     free(a);
     if (exit_code == 0)

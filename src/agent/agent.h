@@ -20,6 +20,7 @@ struct agent_options {
     const char *pod_resources;    /* the kubelet's PodResources socket (guard files of gone pods) */
     unsigned guard_gc_ms;         /* how often to look for them */
     unsigned guard_grace_ms;      /* files younger than this are kept (the pod may not be listed yet) */
+    const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

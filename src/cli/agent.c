@@ -1,5 +1,6 @@
 /* agent.c (cli): `gpuslice agent` (the node daemon) and `gpuslice apply` (the one-shot form:
  * what the node would advertise under a policy, without serving the kubelet). */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "agent/agent.h"
 #include "kubelet/podresources.h"
 #include "cli/cli.h"
+#include "core/labels.h"
 #include "core/plan.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -21,7 +23,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_FEATURES };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -33,12 +35,13 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "pod-resources-socket", required_argument, NULL, OPT_POD_RESOURCES },
         { "guard-gc-interval-ms", required_argument, NULL, OPT_GUARD_GC },
         { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
+        { "features-file", required_argument, NULL, OPT_FEATURES },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
-                               120000 };
+                               120000, GS_FEATURES_FILE };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -50,6 +53,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_MIG_STATUS: o.mig_status_path = optarg; break;
         case OPT_GUARD_ROOT: o.guard_root = optarg; break;
         case OPT_POD_RESOURCES: o.pod_resources = optarg; break;
+        case OPT_FEATURES: o.features_file = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
             if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
@@ -89,7 +93,10 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --pod-resources-socket S  the kubelet's PodResources socket, asked which pods still\n"
                    "                            hold their devices (default %s)\n"
                    "  --guard-gc-interval-ms N  how often guard files of gone pods are removed (60000; 0 never)\n"
-                   "  --guard-grace-ms N        files younger than this are kept (default 120000)\n",
+                   "  --guard-grace-ms N        files younger than this are kept (default 120000)\n"
+                   "  --features-file FILE      node labels for Node Feature Discovery's local source, rewritten\n"
+                   "                            when they change (default " GS_FEATURES_FILE ";\n"
+                   "                            \"\" for none)\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
@@ -175,20 +182,23 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "json", no_argument, NULL, 'j' },
+        { "labels", no_argument, NULL, 'l' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     const char *config = NULL;
-    bool as_json = false;
+    bool as_json = false, as_labels = false;
     int c;
-    while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:jlh", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config = optarg; break;
         case 'j': as_json = true; break;
+        case 'l': as_labels = true; break;
         case 'h':
-            printf("Usage: gpuslice [GLOBAL OPTIONS] apply [--config POLICY.yaml] [--json]\n\n"
+            printf("Usage: gpuslice [GLOBAL OPTIONS] apply [--config POLICY.yaml] [--json | --labels]\n\n"
                    "Reconciles once and prints every resource and device the node will advertise under the\n"
-                   "policy, without serving the kubelet. --json prints schema gpuslice.apply/v1 (docs/cli.md).\n");
+                   "policy, without serving the kubelet. --json prints schema gpuslice.apply/v1 (docs/cli.md);\n"
+                   "--labels prints the node labels the agent writes to its features file.\n");
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }
@@ -224,11 +234,21 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         gpu_node_close(node);
         return GS_EXIT_FAILURE;
     }
-    if (as_json)
+    if (as_labels) {
+        char *text = malloc(1 << 16);
+        int n = text ? gs_labels_format(inv, &policy, &plan, NULL, text, 1 << 16) : -ENOMEM;
+        if (n >= 0)
+            fwrite(text, 1, (size_t)n, stdout);
+        else
+            fprintf(stderr, "gpuslice: cannot format the labels: %s\n", strerror(-n));
+        free(text);
+        rc = n >= 0 ? GS_EXIT_OK : GS_EXIT_FAILURE;
+    } else if (as_json) {
         print_apply_json(&plan);
-    else
+    } else {
         print_apply_table(inv, &plan);
+    }
     gs_plan_free(&plan);
     gpu_node_close(node);
-    return GS_EXIT_OK;
+    return rc;
 }

@@ -147,6 +147,9 @@ class Agent:
         self.node = node
         self.policy = policy
         self.log_path = os.path.join(harness.base, f"agent{len(harness.agents)}.log")
+        self.features = os.path.join(harness.base, f"features{len(harness.agents)}")
+        if "--features-file" not in extra:  # never the node's real NFD directory
+            extra = ["--features-file", self.features, *extra]
         args = [GPUSLICE, "--sim", node.path, "--sim-state", node.state, "agent", "--config", policy,
                 "--kubelet-dir", harness.kdir, "--poll-interval-ms", str(POLL_MS), *extra]
         self.args = args
@@ -1098,3 +1101,79 @@ def test_guard_files_kept_during_grace(h):
         assert _guard_dirs(root) == [d] and a.alive()
     finally:
         pr.stop()
+
+
+# ------------------------------------------------------------------------------- node labels (NFD features file)
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_KEY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _labels(path):
+    with open(path) as f:
+        lines = f.read().splitlines()
+    out = {}
+    for line in lines:
+        k, _, v = line.partition("=")
+        assert LABEL_KEY.match(k) and len(k.split("/")[1]) <= 63, f"bad label key {k!r}"
+        assert LABEL_VALUE.match(v) and len(v) <= 63, f"bad label value {v!r} of {k}"
+        out[k] = v
+    assert list(out) == sorted(out)
+    return out
+
+
+def test_labels_time_slicing_then_reload(h):
+    node = h.node(T4X2)
+    a = h.agent(node, ts_policy(4), resources=["nvidia.com/gpu"])
+    _wait(lambda: os.path.exists(a.features), 5, "features file not written", a)
+    l = _labels(a.features)
+    assert l["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    assert l["nvidia.com/gpu.count"] == "2" and l["nvidia.com/gpu.replicas"] == "4"
+    assert l["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert l["nvidia.com/gpu.memory"] == "15360" and l["nvidia.com/gpu.family"] == "turing"
+    assert l["nvidia.com/gpu.compute.major"] == "7" and l["nvidia.com/gpu.compute.minor"] == "5"
+    assert l["nvidia.com/mig.capable"] == "false" and l["nvidia.com/mig.strategy"] == "none"
+    assert l["nvidia.com/cuda.driver-version.full"] == "580.65.06"
+    assert l["nvidia.com/cuda.runtime-version.full"] == "13.0"
+    h.write("policy.yaml", WHOLE)
+    a.signal(signal.SIGHUP)
+    _wait(lambda: _labels(a.features).get("nvidia.com/gpu.replicas") == "1", 5, "labels not updated on reload", a)
+    l = _labels(a.features)
+    assert l["nvidia.com/gpu.product"] == "Tesla-T4" and l["nvidia.com/gpu.sharing-strategy"] == "none"
+
+
+def test_labels_mig_layout_state(h):
+    node = h.node(H100_L4)
+    policy = ("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: all-balanced\n")
+    a = h.agent(node, policy, resources=["nvidia.com/mig-1g.10gb", "nvidia.com/gpu"],
+                extra=["--mig-status-file", os.path.join(h.base, "mig.json")])
+    _wait(lambda: os.path.exists(a.features) and
+          _labels(a.features).get("nvidia.com/mig.config.state") == "success", 10, "MIG state label", a)
+    l = _labels(a.features)
+    assert l["nvidia.com/mig.config"] == "all-balanced" and l["nvidia.com/mig.strategy"] == "mixed"
+    assert l["nvidia.com/mig.capable"] == "true"
+    # all-balanced on an H100-80GB: 2 x 1g.10gb, 1 x 2g.20gb, 1 x 3g.40gb per GPU, 4 H100s
+    assert l["nvidia.com/mig-1g.10gb.count"] == "8" and l["nvidia.com/mig-3g.40gb.count"] == "4"
+    assert l["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert l["nvidia.com/mig-1g.10gb.slices.gi"] == "1" and l["nvidia.com/mig-3g.40gb.slices.ci"] == "3"
+    assert l["nvidia.com/gpu.product"] == "NVIDIA-L4" and l["nvidia.com/gpu.count"] == "2"
+
+
+def test_labels_file_disabled(h):
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--features-file", ""])
+    settle(0.5)
+    assert not os.path.exists(a.features) and a.alive()
+
+
+def test_apply_labels_match_agent(h):
+    node = h.node(H100_L4)
+    policy_text = open(os.path.join(ROOT, "examples", "policies", "heterogeneous.yaml")).read()
+    a = h.agent(node, policy_text, resources=["nvidia.com/gpu.shared"])
+    _wait(lambda: os.path.exists(a.features), 5, "features file not written", a)
+    p = subprocess.run([GPUSLICE, "--sim", node.path, "--sim-state", node.state, "apply", "--config", a.policy,
+                        "--labels"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    with open(a.features) as f:
+        assert p.stdout == f.read()
+    assert _labels(a.features)["nvidia.com/gpu.shared.product"] == "NVIDIA-L4"
