@@ -4,9 +4,10 @@
 set -euo pipefail
 
 packages=(
-  gcc clang pkg-config meson ninja-build
+  gcc clang libclang-rt-14-dev pkg-config meson ninja-build
   libyaml-dev libjansson-dev libcmocka-dev
-  python3 python3-pytest
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf
 )
 
 missing=()
