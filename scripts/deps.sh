@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   gcc clang libclang-rt-14-dev pkg-config meson ninja-build
   libyaml-dev libjansson-dev libcmocka-dev
-  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
+  prometheus
   python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf
 )
 

@@ -27,6 +27,8 @@
 
 #include "core/alloc.h"
 #include "core/labels.h"
+#include "core/metrics.h"
+#include "agent/metrics_http.h"
 #include "kubelet/deviceplugin.h"
 #include "kubelet/podresources.h"
 #include <dirent.h>
@@ -59,6 +61,8 @@ struct agent {
     unsigned long long last_gc_ns;
     char mig_state[16];           /* state of the policy's MIG layout, "" before the first try */
     char *labels;                 /* the features file as last written */
+    struct gs_metrics_counters counters; /* under lock (Allocate counts come from the gRPC thread) */
+    struct metrics_http *metrics;
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -162,6 +166,7 @@ static void refresh_inventory(struct agent *a) {
         return;
     int r = agent_read_inventory(a->node, a->o->sysfs_root, fresh);
     if (r < 0) {
+        a->counters.reconcile_errors++;
         log_error("Failed to read the GPUs: %s", gpu_node_error(a->node));
         free(fresh);
         return;
@@ -507,6 +512,9 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     gs_mig_minors_free(&mm);
     if (rc == 0 && out->n_guarded && (rc = inject_guard(a, r, ids, n, out, err, errlen)) < 0)
         gs_alloc_response_free(out);
+    pthread_mutex_lock(&a->lock);
+    gs_metrics_count_alloc(&a->counters, r->name, rc == 0);
+    pthread_mutex_unlock(&a->lock);
     return rc;
 }
 
@@ -568,6 +576,27 @@ static int load_policy(struct agent *a, bool initial) {
     return 1;
 }
 
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+/* Renders the metrics from the state the main loop holds now and hands them to the HTTP thread:
+ * a scrape sees the state of the last loop iteration (at most one poll interval old). */
+static void publish_metrics(struct agent *a) {
+    if (!a->metrics || !a->plan_valid)
+        return;
+    size_t cap = 1 << 20;
+    char *text = malloc(cap);
+    if (!text)
+        return;
+    pthread_mutex_lock(&a->lock);
+    int n = gs_metrics_format(a->inv, &a->plan, &a->health, &a->counters, text, cap);
+    pthread_mutex_unlock(&a->lock);
+    if (n >= 0)
+        metrics_http_publish(a->metrics, text, (size_t)n);
+    else
+        log_warn("Cannot render the metrics: %s", strerror(-n));
+    free(text);
+}
+
 /* ---- NVML event thread ---------------------------------------------------------------------- */
 
 static void *event_thread(void *arg) {
@@ -593,6 +622,9 @@ static void handle_xid(struct agent *a, const struct gpu_event *ev) {
         log_warn("Xid %llu on an unknown device: ignored", ev->xid);
         return;
     }
+    pthread_mutex_lock(&a->lock);
+    a->counters.xid_total[ev->gpu]++;
+    pthread_mutex_unlock(&a->lock);
     if (gs_policy_xid_ignored(&a->policy, ev->xid)) {
         log_info("GPU %u: Xid %llu is an application error (ignored by policy): devices stay Healthy", ev->gpu,
                  ev->xid);
@@ -710,6 +742,15 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     reconcile_mig(a); /* before serving: nothing to withdraw yet */
     if (replan(a, true) < 0 || dp_manager_start(a->dp) < 0)
         goto out;
+    if (o->metrics_address && o->metrics_address[0]) {
+        char err[256];
+        a->metrics = metrics_http_start(o->metrics_address, err, sizeof(err));
+        if (a->metrics)
+            log_info("Serving metrics on %s (port %u) at /metrics", o->metrics_address, metrics_http_port(a->metrics));
+        else
+            log_error("No metrics: %s; the device plugins run without them", err);
+        publish_metrics(a);
+    }
     if (gpu_events_open(node, &a->events) == 0) {
         if (pthread_create(&a->event_thread, NULL, event_thread, a) == 0)
             a->event_thread_started = true;
@@ -752,7 +793,13 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
                     handle_xid(a, &ev);
             }
         }
-        if (reload && load_policy(a, false) > 0) {
+        int lr = reload ? load_policy(a, false) : 0;
+        if (lr != 0) {
+            pthread_mutex_lock(&a->lock);
+            lr < 0 ? a->counters.policy_reload_errors++ : a->counters.policy_reloads++;
+            pthread_mutex_unlock(&a->lock);
+        }
+        if (lr > 0) {
             reconcile_mig(a);
             replan(a, true);
         }
@@ -761,16 +808,21 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
             gc_guard_files(a);
         }
         if (poll_now) {
+            unsigned long long t0 = gs_now_ns();
             refresh_inventory(a);
             recover_quiet_gpus(a);
-            replan(a, false);
+            if (replan(a, false) < 0)
+                a->counters.reconcile_errors++;
+            a->counters.reconcile_seconds = (double)(gs_now_ns() - t0) / 1e9;
         }
+        publish_metrics(a);
     }
 out:
     atomic_store(&a->stop, true);
     if (a->event_thread_started)
         pthread_join(a->event_thread, NULL);
     gpu_events_close(a->events);
+    metrics_http_stop(a->metrics);
     dp_manager_free(a->dp);
     if (a->plan_valid)
         gs_plan_free(&a->plan);

@@ -21,6 +21,7 @@ struct agent_options {
     unsigned guard_gc_ms;         /* how often to look for them */
     unsigned guard_grace_ms;      /* files younger than this are kept (the pod may not be listed yet) */
     const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
+    const char *metrics_address;  /* Prometheus metrics, "HOST:PORT" or ":PORT" (NULL or "": none) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -23,7 +23,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_FEATURES };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_FEATURES, OPT_METRICS };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -36,12 +36,13 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "guard-gc-interval-ms", required_argument, NULL, OPT_GUARD_GC },
         { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
         { "features-file", required_argument, NULL, OPT_FEATURES },
+        { "metrics-address", required_argument, NULL, OPT_METRICS },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
-                               120000, GS_FEATURES_FILE };
+                               120000, GS_FEATURES_FILE, ":9402" };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -54,6 +55,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_GUARD_ROOT: o.guard_root = optarg; break;
         case OPT_POD_RESOURCES: o.pod_resources = optarg; break;
         case OPT_FEATURES: o.features_file = optarg; break;
+        case OPT_METRICS: o.metrics_address = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
             if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
@@ -96,7 +98,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --guard-grace-ms N        files younger than this are kept (default 120000)\n"
                    "  --features-file FILE      node labels for Node Feature Discovery's local source, rewritten\n"
                    "                            when they change (default " GS_FEATURES_FILE ";\n"
-                   "                            \"\" for none)\n",
+                   "                            \"\" for none)\n"
+                   "  --metrics-address ADDR    Prometheus metrics at http://ADDR/metrics, HOST:PORT or :PORT\n"
+                   "                            (default :9402; \"\" for none)\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

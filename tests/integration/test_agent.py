@@ -150,6 +150,8 @@ class Agent:
         self.features = os.path.join(harness.base, f"features{len(harness.agents)}")
         if "--features-file" not in extra:  # never the node's real NFD directory
             extra = ["--features-file", self.features, *extra]
+        if "--metrics-address" not in extra:  # a free port: agents run side by side
+            extra = ["--metrics-address", "127.0.0.1:0", *extra]
         args = [GPUSLICE, "--sim", node.path, "--sim-state", node.state, "agent", "--config", policy,
                 "--kubelet-dir", harness.kdir, "--poll-interval-ms", str(POLL_MS), *extra]
         self.args = args
@@ -1157,6 +1159,13 @@ def test_labels_mig_layout_state(h):
     assert l["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
     assert l["nvidia.com/mig-1g.10gb.slices.gi"] == "1" and l["nvidia.com/mig-3g.40gb.slices.ci"] == "3"
     assert l["nvidia.com/gpu.product"] == "NVIDIA-L4" and l["nvidia.com/gpu.count"] == "2"
+    text = _scrape(a)
+    mig = [k for k in _samples(text) if k.startswith("gpuslice_mig_device_memory_bytes{")]
+    assert len(mig) == 16 and sum('GPU_I_PROFILE="1g.10gb"' in k for k in mig) == 8
+    promtool = shutil.which("promtool")
+    if promtool:
+        p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_labels_file_disabled(h):
@@ -1177,3 +1186,82 @@ def test_apply_labels_match_agent(h):
     with open(a.features) as f:
         assert p.stdout == f.read()
     assert _labels(a.features)["nvidia.com/gpu.shared.product"] == "NVIDIA-L4"
+
+
+# ------------------------------------------------------------------------------- Prometheus metrics
+
+def _scrape(agent, path="/metrics"):
+    import urllib.request
+    line = agent.wait_log(r"Serving metrics on .* \(port \d+\)")
+    port = int(re.search(r"\(port (\d+)\)", line).group(1))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return r.read().decode()
+
+
+def _samples(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_scraped_and_valid(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    policy = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+              "    - name: nvidia.com/gpu\n      replicas: 2\n      memoryPerReplica: 4GiB\n")
+    a = h.agent(node, policy, resources=["nvidia.com/gpu"], extra=["--guard-root", os.path.join(h.base, "g")])
+    h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"])
+    with pytest.raises(grpc.RpcError):
+        h.kubelet.allocate("nvidia.com/gpu", ["GPU-no-such-device::0"])
+    node.run("sim", "xid", "1", "79")
+    h.kubelet.wait_for("nvidia.com/gpu", lambda devs: _gpu_health(devs, u[1]) == {UNHEALTHY}, timeout=5)
+    deadline = time.monotonic() + 5
+    while True:  # the text is re-rendered every loop iteration (the poll is 200 ms)
+        text = _scrape(a)
+        s = _samples(text)
+        if s.get(f'gpuslice_gpu_healthy{{gpu="1",UUID="{u[1]}"}}') == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert s[f'gpuslice_gpu_info{{gpu="0",UUID="{u[0]}",model_name="Tesla T4",mode="time-slicing"}}'] == 1
+    assert s[f'gpuslice_gpu_memory_total_bytes{{gpu="0",UUID="{u[0]}"}}'] == 15360 * 2**20
+    assert s[f'gpuslice_gpu_healthy{{gpu="0",UUID="{u[0]}"}}'] == 1
+    assert s[f'gpuslice_gpu_healthy{{gpu="1",UUID="{u[1]}"}}'] == 0
+    assert s[f'gpuslice_gpu_xid_errors_total{{gpu="1",UUID="{u[1]}"}}'] == 1
+    assert s['gpuslice_resource_devices{resource="nvidia.com/gpu",health="healthy"}'] == 2
+    assert s['gpuslice_resource_devices{resource="nvidia.com/gpu",health="unhealthy"}'] == 2
+    assert s[f'gpuslice_replica_memory_quota_bytes{{resource="nvidia.com/gpu",device="{u[0]}::1"}}'] == 4 * 2**30
+    assert s['gpuslice_allocations_total{resource="nvidia.com/gpu"}'] == 1
+    assert s['gpuslice_allocation_errors_total{resource="nvidia.com/gpu"}'] == 1
+    promtool = shutil.which("promtool")
+    if promtool:
+        p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+    import urllib.error
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _scrape(a, "/other")
+    assert e.value.code == 404
+
+
+def test_metrics_port_in_use_keeps_serving_kubelet(h):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        node = h.node(T4X2)
+        a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"],
+                    extra=["--metrics-address", f"127.0.0.1:{s.getsockname()[1]}"])
+        a.wait_log(r"No metrics: cannot serve metrics on 127\.0\.0\.1:\d+")
+        assert a.alive()
+    finally:
+        s.close()
+
+
+def test_metrics_bad_address(h):
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--metrics-address", "localhost:99999"])
+    a.wait_log(r"metrics address 'localhost:99999': expected HOST:PORT or :PORT")

@@ -1,0 +1,145 @@
+/* metrics.c: Prometheus text exposition of the node's GPUs, slices and the agent's counters. */
+#include "core/metrics.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+struct out {
+    char *buf;
+    size_t len, off;
+    bool full;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...) {
+    if (o->full)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(o->buf + o->off, o->len - o->off, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= o->len - o->off)
+        o->full = true;
+    else
+        o->off += (size_t)w;
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static const char *esc(const char *in, char *out, size_t len) {
+    size_t n = 0;
+    for (; *in && n + 2 < len; in++) {
+        if (*in == '\\' || *in == '"' || *in == '\n') {
+            out[n++] = '\\';
+            out[n++] = *in == '\n' ? 'n' : *in;
+        } else {
+            out[n++] = *in;
+        }
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static void header(struct out *o, const char *name, const char *type, const char *help) {
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void gs_metrics_count_alloc(struct gs_metrics_counters *c, const char *resource, bool ok) {
+    unsigned i = 0;
+    while (i < c->n_resources && strcmp(c->res[i].name, resource))
+        i++;
+    if (i == c->n_resources) {
+        if (c->n_resources == GS_PLAN_MAX_RESOURCES)
+            return;
+        c->n_resources++;
+        snprintf(c->res[i].name, sizeof(c->res[i].name), "%s", resource);
+    }
+    if (ok)
+        c->res[i].allocations++;
+    else
+        c->res[i].errors++;
+}
+
+int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan, const struct gs_health *health,
+                      const struct gs_metrics_counters *c, char *buf, size_t len) {
+    struct out o = { buf, len, 0, false };
+    char e1[2 * GS_UUID_LEN], e2[2 * GS_UUID_LEN], e3[2 * GS_RESOURCE_NAME_MAX];
+#define GPU_LABELS "gpu=\"%u\",UUID=\"%s\""
+#define GPU_ARGS(i) (i), esc(inv->gpus[i].uuid, e1, sizeof(e1))
+
+    header(&o, "gpuslice_gpu_info", "gauge", "A GPU of the node (always 1), with its model and sharing mode.");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        put(&o, "gpuslice_gpu_info{" GPU_LABELS ",model_name=\"%s\",mode=\"%s\"} 1\n", GPU_ARGS(i),
+            esc(inv->gpus[i].name, e2, sizeof(e2)), i < plan->n_gpus ? gs_mode_name(plan->gpus[i].mode) : "unknown");
+    header(&o, "gpuslice_gpu_memory_total_bytes", "gauge", "GPU memory in total.");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        put(&o, "gpuslice_gpu_memory_total_bytes{" GPU_LABELS "} %llu\n", GPU_ARGS(i), inv->gpus[i].mem_total);
+    header(&o, "gpuslice_gpu_memory_used_bytes", "gauge", "GPU memory in use, as NVML reports it.");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        put(&o, "gpuslice_gpu_memory_used_bytes{" GPU_LABELS "} %llu\n", GPU_ARGS(i), inv->gpus[i].mem_used);
+    header(&o, "gpuslice_gpu_utilization_ratio", "gauge",
+           "Fraction of the last sample period a kernel ran (NVML utilization.gpu / 100).");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        if (inv->gpus[i].util_valid)
+            put(&o, "gpuslice_gpu_utilization_ratio{" GPU_LABELS "} %.2f\n", GPU_ARGS(i), inv->gpus[i].util_gpu / 100.0);
+    header(&o, "gpuslice_gpu_healthy", "gauge", "1 if the GPU is healthy (no critical Xid, not lost), else 0.");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        put(&o, "gpuslice_gpu_healthy{" GPU_LABELS "} %d\n", GPU_ARGS(i),
+            !inv->gpus[i].lost && !(health && i < GS_MAX_GPUS && health->unhealthy[i]));
+    header(&o, "gpuslice_gpu_xid_errors_total", "counter", "Xid events seen on the GPU since the agent started.");
+    for (unsigned i = 0; i < inv->n_gpus && i < GS_MAX_GPUS; i++)
+        put(&o, "gpuslice_gpu_xid_errors_total{" GPU_LABELS "} %llu\n", GPU_ARGS(i), c->xid_total[i]);
+    header(&o, "gpuslice_gpu_processes", "gauge", "Compute processes on the GPU.");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        put(&o, "gpuslice_gpu_processes{" GPU_LABELS "} %u\n", GPU_ARGS(i), inv->gpus[i].n_procs);
+
+    header(&o, "gpuslice_mig_device_memory_bytes", "gauge", "Memory of a MIG device (GPU instance).");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        for (unsigned k = 0; k < inv->gpus[i].n_mig; k++) {
+            const struct gs_mig_device *m = &inv->gpus[i].mig[k];
+            put(&o, "gpuslice_mig_device_memory_bytes{" GPU_LABELS ",GPU_I_ID=\"%u\",GPU_I_PROFILE=\"%s\",mig_uuid=\"%s\"} %llu\n",
+                GPU_ARGS(i), m->gi_id, esc(m->profile, e2, sizeof(e2)), esc(m->uuid, e3, sizeof(e3)), m->mem_mib << 20);
+        }
+
+    header(&o, "gpuslice_resource_devices", "gauge", "Devices advertised to the kubelet, by resource and health.");
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        unsigned healthy = 0;
+        for (unsigned k = 0; k < r->n_devices; k++)
+            healthy += r->devices[k].healthy;
+        esc(r->name, e3, sizeof(e3));
+        put(&o, "gpuslice_resource_devices{resource=\"%s\",health=\"healthy\"} %u\n", e3, healthy);
+        put(&o, "gpuslice_resource_devices{resource=\"%s\",health=\"unhealthy\"} %u\n", e3, r->n_devices - healthy);
+    }
+    header(&o, "gpuslice_replica_memory_quota_bytes", "gauge",
+           "VRAM the guard allows one time-sliced replica (memoryPerReplica).");
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        for (unsigned k = 0; k < r->n_devices; k++)
+            if (r->devices[k].kind == GS_DEV_REPLICA && r->devices[k].quota)
+                put(&o, "gpuslice_replica_memory_quota_bytes{resource=\"%s\",device=\"%s\"} %llu\n",
+                    esc(r->name, e3, sizeof(e3)), esc(r->devices[k].id, e1, sizeof(e1)), r->devices[k].quota);
+    }
+    header(&o, "gpuslice_allocations_total", "counter", "Allocate calls answered, by resource.");
+    for (unsigned i = 0; i < c->n_resources; i++)
+        put(&o, "gpuslice_allocations_total{resource=\"%s\"} %llu\n", esc(c->res[i].name, e3, sizeof(e3)),
+            c->res[i].allocations);
+    header(&o, "gpuslice_allocation_errors_total", "counter", "Allocate calls refused, by resource.");
+    for (unsigned i = 0; i < c->n_resources; i++)
+        put(&o, "gpuslice_allocation_errors_total{resource=\"%s\"} %llu\n", esc(c->res[i].name, e3, sizeof(e3)),
+            c->res[i].errors);
+    header(&o, "gpuslice_reconcile_duration_seconds", "gauge", "Time the last inventory read and plan took.");
+    put(&o, "gpuslice_reconcile_duration_seconds %.6f\n", c->reconcile_seconds);
+    header(&o, "gpuslice_reconcile_errors_total", "counter", "Inventory reads or plans that failed.");
+    put(&o, "gpuslice_reconcile_errors_total %llu\n", c->reconcile_errors);
+    header(&o, "gpuslice_policy_reloads_total", "counter", "Policy reloads, by result.");
+    put(&o, "gpuslice_policy_reloads_total{result=\"applied\"} %llu\n", c->policy_reloads);
+    put(&o, "gpuslice_policy_reloads_total{result=\"rejected\"} %llu\n", c->policy_reload_errors);
+#undef GPU_LABELS
+#undef GPU_ARGS
+    if (o.full)
+        return -ENOSPC;
+    return (int)o.off;
+}

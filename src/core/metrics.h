@@ -1,0 +1,33 @@
+/* metrics.h: the agent's Prometheus metrics in the text exposition format (version 0.0.4),
+ * rendered from the inventory, the plan and the agent's counters. Pure: the HTTP side is
+ * src/agent/metrics_http.c. */
+#ifndef GS_METRICS_H
+#define GS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/inventory.h"
+#include "core/plan.h"
+
+struct gs_metrics_counters {
+    unsigned long long xid_total[GS_MAX_GPUS];     /* every Xid seen, ignored ones included */
+    unsigned n_resources;
+    struct {
+        char name[GS_RESOURCE_NAME_MAX];
+        unsigned long long allocations, errors;    /* Allocate calls answered / refused */
+    } res[GS_PLAN_MAX_RESOURCES];
+    double reconcile_seconds;                      /* the last inventory read + plan */
+    unsigned long long reconcile_errors;
+    unsigned long long policy_reloads, policy_reload_errors;
+};
+
+/* Counts one Allocate of resource (creating its entry). */
+void gs_metrics_count_alloc(struct gs_metrics_counters *c, const char *resource, bool ok);
+
+/* Renders every metric; returns the length, or -ENOSPC / -ENOMEM. Label values are escaped as
+ * the format requires. */
+int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan, const struct gs_health *health,
+                      const struct gs_metrics_counters *c, char *buf, size_t len);
+
+#endif
