@@ -343,6 +343,7 @@ struct pl_online {
     size_t n_tg;
     unsigned version;
     double since_rebuild;
+    double cpu_per_milli; /* the GPU pods' mean CPU (milli-core) per milli-GPU: what idle GPUs need */
 };
 
 void pl_cluster_free(struct pl_cluster *c) {
@@ -758,9 +759,40 @@ static int64_t score_fgd(const struct pl_cluster *c, const struct pl_node *n, co
  *     its idle GPUs for that spec, as CPU does. The paper's filter enforces memory, its scorers
  *     ignore it, and memory was the only shortage in most of BestFit's and many of FGD's failures.
  *  3. Inside a node, the GPU is chosen on the exact increase (FGD truncates it first), the fuller
- *     GPU on equal increases. Between nodes FGD's 101 levels and seeded-rank ties are kept. */
+ *     GPU on equal increases. Between nodes FGD's 101 levels and seeded-rank ties are kept.
+ *  4. CPU that cannot feed the node's idle GPUs at the observed CPU-per-GPU rate is fragment too
+ *     (gs_frag). Each node's fragmentation is cached and kept current outside the decision:
+ *     pl_observe recomputes every node when the estimate changes, pl_commit the node it changed. */
 
 #define ONLINE_THRESHOLD 95
+
+/* gpuslice's fragmentation of a node state: FGD's measure under the online estimate (memory
+ * included), plus the GPU that the node's CPU cannot feed. FGD checks the CPU of one target pod at a
+ * time, so a node with 8 idle GPUs and 12 free cores looks healthy although one typical pod takes the
+ * cores and strands the rest; with memory in the measure, most refusals before 100 % arrived were
+ * such pods (a fitting GPU somewhere, the CPU nowhere beside it). The GPU pods of the estimate need
+ * cpu_per_milli cores per milli-GPU on average, so of the node's free GPU only cpu_left / cpu_per_milli
+ * can be fed; the remainder counts as fragment (weight 1, in the same milli-GPU unit; 0.5-3 measured
+ * the same). */
+static double gs_frag(const struct pl_online *o, const struct pl_node *n, int64_t cpu_left, int64_t mem_left,
+                      const int *free_) {
+    double f = frag_of(o->tg, o->n_tg, o->tg_mem, cpu_left, mem_left, free_, n->n_gpu, n->model);
+    if (o->cpu_per_milli > 0) {
+        double left = 0;
+        for (int g = 0; g < n->n_gpu; g++)
+            left += free_[g];
+        double fed = (double)(cpu_left > 0 ? cpu_left : 0) / o->cpu_per_milli;
+        if (fed < left)
+            f += left - fed;
+    }
+    return f;
+}
+
+/* the node's cached fragmentation under the current estimate (version + 1; 0 means stale) */
+static void gs_refresh_node(const struct pl_online *o, struct pl_node *n) {
+    n->gfrag = gs_frag(o, n, n->cpu_left, n->mem_left, n->gpu_free);
+    n->gver = o->version + 1;
+}
 
 static struct pl_online *online_get(struct pl_cluster *c) {
     if (!c->online)
@@ -805,6 +837,13 @@ static void online_rebuild(struct pl_online *o) {
     }
     for (size_t j = 0; j < i; j++)
         tg[j].p /= cum;
+    double sc = 0, sg = 0; /* all GPU pods seen, not only the targets */
+    for (size_t j = 0; j < o->n; j++)
+        if (o->keys[j].milli > 0) {
+            sc += (double)o->keys[j].cpu * o->keys[j].cnt;
+            sg += (double)o->keys[j].milli * o->keys[j].num * o->keys[j].cnt;
+        }
+    o->cpu_per_milli = sg > 0 ? sc / sg : 0;
     free(k);
     free(o->tg);
     free(o->tg_mem);
@@ -843,13 +882,16 @@ void pl_observe(struct pl_cluster *c, const struct pl_pod *p) {
     o->total += 1;
     o->since_rebuild += 1;
     /* refresh often while the estimate is young, then every 2 % of what has been seen */
-    if (o->n_tg == 0 || o->since_rebuild >= 0.02 * o->total + 8)
+    if (o->n_tg == 0 || o->since_rebuild >= 0.02 * o->total + 8) {
+        unsigned v = o->version;
         online_rebuild(o);
-}
-
-static double gs_frag(const struct pl_online *o, const struct pl_node *n, int64_t cpu_left, int64_t mem_left,
-                      const int *free_) {
-    return frag_of(o->tg, o->n_tg, o->tg_mem, cpu_left, mem_left, free_, n->n_gpu, n->model);
+        /* the estimate changed: every node's cached fragmentation is recomputed here, outside the
+         * decision path (a real scheduler does this when it refreshes the estimate, not when a pod
+         * waits for its decision) */
+        if (o->version != v)
+            for (size_t j = 0; j < c->n_nodes; j++)
+                gs_refresh_node(o, &c->nodes[j]);
+    }
 }
 
 /* returns -(increase of fragmentation) and the GPU for a sharing pod */
@@ -857,10 +899,8 @@ static double score_gpuslice(struct pl_cluster *c, struct pl_node *n, const stru
     struct pl_online *o = online_get(c);
     if (!o)
         return 0;
-    if (n->gver != o->version + 1) {
-        n->gfrag = gs_frag(o, n, n->cpu_left, n->mem_left, n->gpu_free);
-        n->gver = o->version + 1;
-    }
+    if (n->gver != o->version + 1) /* only when pl_observe/pl_commit did not keep it current */
+        gs_refresh_node(o, n);
     double before = n->gfrag;
     int free_[PL_MAX_GPUS];
     int64_t cpu_left = n->cpu_left - p->cpu, mem_left = n->mem_left - p->mem;
@@ -1018,4 +1058,6 @@ void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_cho
     n->frag = pl_node_frag(c, n);
     c->frag_sum += n->frag;
     n->gver = 0;
+    if (c->online && c->online->n_tg) /* gpuslice: keep the node's cached fragmentation current */
+        gs_refresh_node(c->online, n);
 }

@@ -213,6 +213,33 @@ static void test_gpuslice(void **state) {
     pl_cluster_free(&c);
 }
 
+/* gpuslice: CPU that cannot feed the idle GPUs counts as fragmentation. The GPU pods seen need 12
+ * cores per GPU; a CPU-only pod on node 0 would leave 12 cores for 8 GPUs, so it goes to node 1.
+ * FGD checks one target pod at a time (12 cores still fit one) and takes the rank order. The cached
+ * per-node fragmentation is kept current by pl_observe and pl_commit, not by the decision. */
+static void test_gpuslice_cpu_strand(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(24000, 1 << 20, 8, 0, NULL), mknode(200000, 1 << 20, 8, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    struct pl_pod gp = mkpod(12000, 1000, 1, 1000);
+    for (int i = 0; i < 20; i++)
+        pl_observe(&c, &gp);
+    struct pl_pod p = mkpod(12000, 1000, 0, 0);
+    pl_observe(&c, &p);
+    assert_true(c.nodes[0].gver != 0 && c.nodes[0].gver == c.nodes[1].gver);
+    unsigned v = c.nodes[0].gver;
+    struct pl_choice ch;
+    assert_int_equal(pl_schedule(&c, PL_GPUSLICE, &p, NULL, &ch), 0);
+    assert_int_equal(ch.node, 1);
+    pl_commit(&c, &p, &ch);
+    assert_int_equal(c.nodes[1].gver, v);
+    assert_int_equal(pl_set_targets(&c, &gp, NULL, 1, 95), 0);
+    assert_int_equal(pl_schedule(&c, PL_FGD, &p, NULL, &ch), 0);
+    assert_int_equal(ch.node, 0);
+    pl_cluster_free(&c);
+}
+
 static void test_policy_names(void **state) {
     (void)state;
     enum pl_policy p;
@@ -346,6 +373,7 @@ int main(void) {
         cmocka_unit_test(test_fgd),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_gpuslice),
+        cmocka_unit_test(test_gpuslice_cpu_strand),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replay_deterministic),
         cmocka_unit_test(test_csv_errors),
