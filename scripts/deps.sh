@@ -8,7 +8,7 @@ packages=(
   libyaml-dev libjansson-dev libcmocka-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
   prometheus
-  python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf
+  python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema
 )
 
 missing=()

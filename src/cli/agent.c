@@ -223,15 +223,10 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
             fprintf(stderr, "gpuslice: warning: %s: %s\n", config, policy.warnings[i]);
     }
     struct gpu_node *node;
-    int rc = cli_open_node(cli, &node);
+    _cleanup_free_ struct gs_inventory *inv = NULL;
+    int rc = cli_read_node(cli, &node, &inv);
     if (rc != GS_EXIT_OK)
         return rc;
-    _cleanup_free_ struct gs_inventory *inv = calloc(1, sizeof(*inv));
-    if (!inv || agent_read_inventory(node, "/sys", inv) < 0) {
-        fprintf(stderr, "gpuslice: failed to read the node: %s\n", inv ? gpu_node_error(node) : "out of memory");
-        gpu_node_close(node);
-        return GS_EXIT_FAILURE;
-    }
     struct gs_plan plan;
     if (gs_plan_build(inv, &policy, NULL, &plan) < 0) {
         fprintf(stderr, "gpuslice: out of memory\n");
@@ -255,4 +250,19 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
     gs_plan_free(&plan);
     gpu_node_close(node);
     return rc;
+}
+
+int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv) {
+    int rc = cli_open_node(cli, node);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    *inv = calloc(1, sizeof(**inv));
+    if (!*inv || agent_read_inventory(*node, "/sys", *inv) < 0) {
+        fprintf(stderr, "gpuslice: failed to read the node: %s\n", *inv ? gpu_node_error(*node) : "out of memory");
+        gpu_node_close(*node);
+        free(*inv);
+        *inv = NULL;
+        return GS_EXIT_FAILURE;
+    }
+    return GS_EXIT_OK;
 }

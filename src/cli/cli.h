@@ -21,6 +21,9 @@ struct cli {
 /* Opens the NVML backend per the global options. On failure prints the error and returns the
  * exit code to use; on success returns GS_EXIT_OK. */
 int cli_open_node(const struct cli *cli, struct gpu_node **out);
+/* Opens the node and reads its inventory (NUMA from /sys); prints the error. Returns an exit code;
+ * on success the caller closes *node and frees *inv. */
+int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv);
 
 int cmd_inspect(const struct cli *cli, int argc, char **argv);
 int cmd_sim(const struct cli *cli, int argc, char **argv);
@@ -29,6 +32,7 @@ int cmd_apply(const struct cli *cli, int argc, char **argv);
 int cmd_mig(const struct cli *cli, int argc, char **argv);
 int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
+int cmd_cdi(const struct cli *cli, int argc, char **argv);
 
 /* A library of the project: $ENV_VAR, beside the executable, ../lib/gpuslice/ relative to it, its
  * build subdirectory relative to it, then the given install and build paths (may be NULL). */

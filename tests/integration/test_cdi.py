@@ -1,0 +1,130 @@
+"""`gpuslice cdi generate` on simulated nodes: the spec validates against the CDI JSON schema
+(python3-jsonschema, Draft 7) and its device nodes match the node (GPU minors, majors from
+/proc/devices, MIG capability minors from mig-minors); bad inputs are clear errors.
+
+Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import jsonschema
+import pytest
+
+ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
+SCHEMA_DIR = os.path.join(ROOT, "tests", "data", "cdi-schema")
+PROC_DEVICES = ("Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia\n195 nvidia-frontend\n"
+                "235 nvidia-caps\n509 nvidia-uvm\n\nBlock devices:\n  8 sd\n259 blkext\n")
+
+
+def validator():
+    with open(os.path.join(SCHEMA_DIR, "schema.json")) as f:
+        schema = json.load(f)
+    with open(os.path.join(SCHEMA_DIR, "defs.json")) as f:
+        defs = json.load(f)
+    resolver = jsonschema.RefResolver(base_uri="file://" + SCHEMA_DIR + "/", referrer=schema,
+                                      store={"file://" + SCHEMA_DIR + "/defs.json": defs, "defs.json": defs})
+    return jsonschema.Draft7Validator(schema, resolver=resolver)
+
+
+@pytest.fixture
+def tmp():
+    d = tempfile.mkdtemp(prefix="gs-cdi-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run(tmp, node, *args, proc=PROC_DEVICES, minors=None):
+    procdir = os.path.join(tmp, "proc")
+    os.makedirs(os.path.join(procdir, "driver", "nvidia-caps"), exist_ok=True)
+    if proc is not None:
+        with open(os.path.join(procdir, "devices"), "w") as f:
+            f.write(proc)
+    if minors is not None:
+        with open(os.path.join(procdir, "driver", "nvidia-caps", "mig-minors"), "w") as f:
+            f.write(minors)
+    return subprocess.run([GPUSLICE, "--sim", os.path.join(ROOT, "examples", "nodes", node), "--sim-state",
+                           os.path.join(tmp, "state"), *args, "--proc-root", procdir],
+                          capture_output=True, text=True, timeout=60)
+
+
+def sim(tmp, node, *args):
+    p = subprocess.run([GPUSLICE, "--sim", os.path.join(ROOT, "examples", "nodes", node), "--sim-state",
+                        os.path.join(tmp, "state"), "sim", *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def inspect(tmp, node):
+    p = subprocess.run([GPUSLICE, "--sim", os.path.join(ROOT, "examples", "nodes", node), "--sim-state",
+                        os.path.join(tmp, "state"), "inspect", "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def nodes(dev):
+    return [(n["path"], n["major"], n["minor"]) for n in dev["containerEdits"]["deviceNodes"]]
+
+
+def test_schema_rejects_bad_documents():
+    v = validator()
+    assert list(v.iter_errors({"cdiVersion": "0.6.0"}))                       # no kind, no devices
+    assert not list(v.iter_errors({"cdiVersion": "0.6.0", "kind": "a.com/b", "devices": [
+        {"name": "x", "containerEdits": {}}]}))
+
+
+def test_whole_gpus(tmp):
+    p = run(tmp, "t4x2.yaml", "cdi", "generate")
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)
+    validator().validate(spec)
+    assert spec["cdiVersion"] == "0.6.0" and spec["kind"] == "nvidia.com/gpu"
+    inv = inspect(tmp, "t4x2.yaml")
+    devs = {d["name"]: d for d in spec["devices"]}
+    assert len(devs) == len(spec["devices"]) == 4
+    for i, g in enumerate(inv["gpus"]):
+        want = [(f"/dev/nvidia{g['minor']}", 195, g["minor"])]
+        assert nodes(devs[str(i)]) == want and nodes(devs[g["uuid"]]) == want
+    assert nodes(spec) == [("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 509, 0), ("/dev/nvidia-uvm-tools", 509, 1)]
+
+
+def test_mig_devices(tmp):
+    node = "a100-mixed.yaml"
+    sim(tmp, node, "mig-create", "--gpu", "0", "--profile", "3g.20gb", "--start", "4")
+    sim(tmp, node, "mig-create", "--gpu", "0", "--profile", "1g.5gb", "--start", "0")
+    inv = inspect(tmp, node)
+    g0 = inv["gpus"][0]
+    migs = g0["mig"]["devices"]
+    assert len(migs) == 2
+    minors = "".join(f"gpu{g0['minor']}/gi{m['gi_id']}/access {10 + 3 * k}\n"
+                     f"gpu{g0['minor']}/gi{m['gi_id']}/ci{m['ci_id']}/access {11 + 3 * k}\n"
+                     for k, m in enumerate(migs))
+    p = run(tmp, node, "cdi", "generate", "--kind", "example.com/gpu", minors="config 1\nmonitor 2\n" + minors)
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)
+    validator().validate(spec)
+    assert spec["kind"] == "example.com/gpu"
+    devs = {d["name"]: d for d in spec["devices"]}
+    for k, m in enumerate(migs):
+        want = [(f"/dev/nvidia{g0['minor']}", 195, g0["minor"]),
+                (f"/dev/nvidia-caps/nvidia-cap{10 + 3 * k}", 235, 10 + 3 * k),
+                (f"/dev/nvidia-caps/nvidia-cap{11 + 3 * k}", 235, 11 + 3 * k)]
+        assert nodes(devs[m["uuid"]]) == want
+        assert nodes(devs[f"0:{m['gi_id']}:{m['ci_id']}"]) == want
+    # a MIG device whose minors are missing is an error naming it, not a spec without its caps
+    p = run(tmp, node, "cdi", "generate", minors="config 1\n")
+    assert p.returncode == 1 and re.search(r"MIG device MIG-\S+ \(GPU 0, GI \d+, CI \d+\): its capability minors", p.stderr)
+
+
+def test_bad_inputs(tmp):
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", proc="Character devices:\n  1 mem\n")
+    assert p.returncode == 1 and "devices: no nvidia-frontend character device" in p.stderr
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", proc="Character devices:\n  1 mem\nxyz nvidia\n")
+    assert p.returncode == 1 and re.search(r"/devices:3: malformed line 'xyz nvidia'", p.stderr)
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--kind", "nokind")
+    assert p.returncode == 1 and "CDI kind 'nokind': expected VENDOR/CLASS" in p.stderr
+    os.unlink(os.path.join(tmp, "proc", "devices"))
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", proc=None)
+    assert p.returncode == 1 and "cannot read" in p.stderr
