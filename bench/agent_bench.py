@@ -9,7 +9,8 @@ On a simulated node of 8 x H100-SXM5-80GB with 64 time-sliced replicas each (512
     simulated NVML library) to the ListAndWatch message marking the GPU's replicas Unhealthy;
   - kubelet restart -> re-registered: from the restart (sockets removed, kubelet.sock re-created)
     to the Register call of the last resource;
-  - the agent's resident memory (VmRSS, VmHWM) at the end.
+  - the agent's resident memory (VmRSS, VmHWM, and smaps_rollup's shared/private split) at the end.
+The agent runs as deployed: metrics served (on a free port), labels written (to the temp dir).
 Prints a markdown table. Bounded: every wait has a timeout, the agent is stopped at the end."""
 import argparse
 import ctypes
@@ -58,7 +59,9 @@ def main():
     kubelet = KubeletEmulator(kdir).start()
     env = dict(os.environ, GPUSLICE_SIM_LIB=args.sim_lib)
     agent = subprocess.Popen([args.gpuslice, "--sim", node, "--sim-state", state, "--log-level", "warn", "agent",
-                              "--config", policy, "--kubelet-dir", kdir], env=env,
+                              "--config", policy, "--kubelet-dir", kdir,
+                              "--features-file", os.path.join(base, "features"),
+                              "--metrics-address", "127.0.0.1:0"], env=env,
                              stderr=open(os.path.join(base, "agent.log"), "w"))
     print(f"agent log: {base}/agent.log", file=sys.stderr)
     try:
@@ -116,6 +119,8 @@ def main():
 
         status = open(f"/proc/{agent.pid}/status").read()
         rss = {k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines() if ":" in line)}
+        rollup = open(f"/proc/{agent.pid}/smaps_rollup").read()
+        rss.update({k: v.strip() for k, v in (line.split(":", 1) for line in rollup.splitlines()[1:] if ":" in line)})
     finally:
         agent.send_signal(signal.SIGTERM)
         try:
@@ -135,6 +140,8 @@ def main():
     print(f"| kubelet restart -> re-registered, max | {max(rereg):.1f} ms |")
     print(f"| agent VmRSS at the end | {rss.get('VmRSS')} |")
     print(f"| agent VmHWM (peak RSS) | {rss.get('VmHWM')} |")
+    for k in ("Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty", "Anonymous"):
+        print(f"| agent {k} (smaps_rollup) | {rss.get(k)} |")
     shutil.rmtree(base, ignore_errors=True)
 
 
