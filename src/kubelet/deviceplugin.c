@@ -5,10 +5,10 @@
  * restart, socket deleted) shuts the old server down completely before binding the same path
  * again, because gRPC unlinks a unix socket's path when its listener is destroyed. */
 #include "kubelet/deviceplugin.h"
+#include "kubelet/pbmsg.h"
 
 #include <errno.h>
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -109,33 +109,6 @@ void dp_socket_name(const char *resource, char *buf, size_t len) {
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-static grpc_byte_buffer *pack(const ProtobufCMessage *msg) {
-    size_t len = protobuf_c_message_get_packed_size(msg);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return NULL;
-    protobuf_c_message_pack(msg, buf);
-    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
-    free(buf);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
-    return bb;
-}
-
-static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
-    if (!bb)
-        return NULL;
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb))
-        return NULL;
-    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *msg =
-        protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-    grpc_slice_unref(s);
-    return msg;
-}
-
 static grpc_byte_buffer *pack_device_list(const struct gs_resource *r) {
     V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
     size_t n = r->n_devices;
@@ -165,7 +138,7 @@ static grpc_byte_buffer *pack_device_list(const struct gs_resource *r) {
     }
     resp.n_devices = n;
     resp.devices = ptrs;
-    bb = pack(&resp.base);
+    bb = gs_pb_pack(&resp.base);
 out:
     free(devs);
     free(ptrs);
@@ -241,7 +214,7 @@ static void send_unary(struct dp_call *c, const ProtobufCMessage *msg, grpc_stat
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     size_t n = 0;
-    grpc_byte_buffer *bb = msg ? pack(msg) : NULL;
+    grpc_byte_buffer *bb = msg ? gs_pb_pack(msg) : NULL;
     grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (bb) {
@@ -343,7 +316,7 @@ static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, cons
 static void handle_allocate(struct dp_call *c) {
     struct dp_plugin *p = c->p;
     V1beta1__AllocateRequest *req =
-        (V1beta1__AllocateRequest *)unpack(&v1beta1__allocate_request__descriptor, c->recv);
+        (V1beta1__AllocateRequest *)gs_pb_unpack(&v1beta1__allocate_request__descriptor, c->recv);
     if (!req) {
         send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed AllocateRequest");
         return;
@@ -408,7 +381,7 @@ static void handle_allocate(struct dp_call *c) {
 
 static void handle_preferred(struct dp_call *c) {
     struct dp_plugin *p = c->p;
-    V1beta1__PreferredAllocationRequest *req = (V1beta1__PreferredAllocationRequest *)unpack(
+    V1beta1__PreferredAllocationRequest *req = (V1beta1__PreferredAllocationRequest *)gs_pb_unpack(
         &v1beta1__preferred_allocation_request__descriptor, c->recv);
     if (!req) {
         send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed PreferredAllocationRequest");
@@ -534,7 +507,7 @@ static void register_start(struct dp_plugin *p) {
     req.endpoint = p->endpoint;
     req.resource_name = p->resource;
     req.options = &opts;
-    grpc_byte_buffer *bb = pack(&req.base);
+    grpc_byte_buffer *bb = gs_pb_pack(&req.base);
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -580,9 +553,7 @@ static void register_done(struct dp_call *c, bool ok) {
         p->reg_ino = now;
     } else {
         char details[256];
-        size_t dl = GRPC_SLICE_LENGTH(c->status_details);
-        snprintf(details, sizeof(details), "%.*s", (int)(dl < 200 ? dl : 200),
-                 (const char *)GRPC_SLICE_START_PTR(c->status_details));
+        gs_grpc_details(c->status_details, details, sizeof(details));
         log_warn("Failed to register %s with the kubelet at %s: %s (status %d); retrying in %u ms", p->resource,
                  p->m->kubelet_sock, details[0] ? details : "no answer", (int)c->status, p->backoff_ms);
         p->reg = R_WAIT;

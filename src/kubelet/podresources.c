@@ -1,10 +1,10 @@
 /* podresources.c: PodResources v1 List over the gRPC core C API: one unary call on its own
  * completion queue (it is called rarely, from the agent's main thread). */
 #include "kubelet/podresources.h"
+#include "kubelet/pbmsg.h"
 
 #include <errno.h>
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -54,12 +54,7 @@ int pr_list(const char *socket_path, unsigned timeout_ms, struct pr_list *out, c
                                                grpc_slice_from_static_string("/v1.PodResourcesLister/List"), NULL,
                                                deadline, NULL);
     V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
-    size_t len = v1__list_pod_resources_request__get_packed_size(&req);
-    uint8_t buf[16];
-    v1__list_pod_resources_request__pack(&req, buf);
-    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
+    grpc_byte_buffer *send = gs_pb_pack(&req.base);
     grpc_byte_buffer *recv = NULL;
     grpc_metadata_array init_md, trail_md;
     grpc_metadata_array_init(&init_md);
@@ -82,32 +77,23 @@ int pr_list(const char *socket_path, unsigned timeout_ms, struct pr_list *out, c
     ops[5].data.recv_status_on_client.status_details = &details;
     int r = 0;
     void *tag = &r;
-    if (grpc_call_start_batch(call, ops, 6, tag, NULL) != GRPC_CALL_OK ||
+    if (!send || !call || grpc_call_start_batch(call, ops, 6, tag, NULL) != GRPC_CALL_OK ||
         grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_OP_COMPLETE) {
         snprintf(err, errlen, "PodResources List on %s: the call could not be made", socket_path);
         r = -EIO;
         goto out;
     }
     if (status != GRPC_STATUS_OK) {
-        size_t dl = GRPC_SLICE_LENGTH(details);
-        snprintf(err, errlen, "PodResources List on %s: status %d: %.*s", socket_path, (int)status,
-                 (int)(dl < 200 ? dl : 200), (const char *)GRPC_SLICE_START_PTR(details));
+        char text[256];
+        gs_grpc_details(details, text, sizeof(text));
+        snprintf(err, errlen, "PodResources List on %s: status %d: %s", socket_path, (int)status, text);
         r = status == GRPC_STATUS_UNAVAILABLE ? -ENOTCONN : -EIO;
         goto out;
     }
-    grpc_byte_buffer_reader reader;
-    if (!recv || !grpc_byte_buffer_reader_init(&reader, recv)) {
-        snprintf(err, errlen, "PodResources List on %s: no answer", socket_path);
-        r = -EPROTO;
-        goto out;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
     V1__ListPodResourcesResponse *resp =
-        v1__list_pod_resources_response__unpack(NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-    grpc_slice_unref(all);
+        (V1__ListPodResourcesResponse *)gs_pb_unpack(&v1__list_pod_resources_response__descriptor, recv);
     if (!resp) {
-        snprintf(err, errlen, "PodResources List on %s: malformed answer", socket_path);
+        snprintf(err, errlen, "PodResources List on %s: %s", socket_path, recv ? "malformed answer" : "no answer");
         r = -EPROTO;
         goto out;
     }
@@ -130,11 +116,13 @@ int pr_list(const char *socket_path, unsigned timeout_ms, struct pr_list *out, c
 out:
     if (recv)
         grpc_byte_buffer_destroy(recv);
-    grpc_byte_buffer_destroy(send);
+    if (send)
+        grpc_byte_buffer_destroy(send);
     grpc_metadata_array_destroy(&init_md);
     grpc_metadata_array_destroy(&trail_md);
     grpc_slice_unref(details);
-    grpc_call_unref(call);
+    if (call)
+        grpc_call_unref(call);
     grpc_channel_destroy(ch);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN)
