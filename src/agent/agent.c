@@ -204,6 +204,17 @@ static bool recover_quiet_gpus(struct agent *a) {
 /* ---- MIG layout ----------------------------------------------------------------------------- */
 
 /* The status the node-labels side publishes: {"state": "pending|applied|failed", ...}. */
+/* Writes a file other components read (atomically, creating its directory); logs a failure. */
+static int write_state_file(const char *path, const char *text, size_t len, const char *what) {
+    char dir[PATH_MAX];
+    gs_strlcpy(dir, path, sizeof(dir));
+    gs_mkdir_p(dirname(dir), 0755);
+    int r = gs_write_file_atomic(path, text, len, false);
+    if (r < 0)
+        log_warn("Cannot write %s to %s: %s", what, path, strerror(-r));
+    return r;
+}
+
 /* Rewrites the features file (atomically) when the labels changed. */
 static void write_labels(struct agent *a) {
     if (!a->o->features_file || !a->o->features_file[0] || !a->plan_valid)
@@ -221,12 +232,7 @@ static void write_labels(struct agent *a) {
         free(text);
         return;
     }
-    char dir[PATH_MAX];
-    gs_strlcpy(dir, a->o->features_file, sizeof(dir));
-    gs_mkdir_p(dirname(dir), 0755);
-    int r = gs_write_file_atomic(a->o->features_file, text, (size_t)n, false);
-    if (r < 0) {
-        log_warn("Cannot write the node labels to %s: %s", a->o->features_file, strerror(-r));
+    if (write_state_file(a->o->features_file, text, (size_t)n, "the node labels") < 0) {
         free(text);
         return;
     }
@@ -240,18 +246,13 @@ static void write_mig_status(struct agent *a, const char *state, const char *rea
     write_labels(a);
     if (!a->o->mig_status_path)
         return;
-    char dir[PATH_MAX];
-    gs_strlcpy(dir, a->o->mig_status_path, sizeof(dir));
-    gs_mkdir_p(dirname(dir), 0755);
     json_t *j = json_pack("{s:s,s:s,s:s,s:I}", "state", state, "config", a->policy.mig_config, "reason",
                           reason ? reason : "", "updated", (json_int_t)time(NULL));
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)
         return;
-    int r = gs_write_file_atomic(a->o->mig_status_path, text, strlen(text), false);
-    if (r < 0)
-        log_warn("Cannot write the MIG status to %s: %s", a->o->mig_status_path, strerror(-r));
+    write_state_file(a->o->mig_status_path, text, strlen(text), "the MIG status");
     free(text);
 }
 
@@ -476,6 +477,18 @@ static int inject_guard(struct agent *a, const struct gs_resource *res, const ch
     return 0;
 }
 
+int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/driver/nvidia-caps/mig-minors", proc_root);
+    _cleanup_free_ char *text = NULL;
+    int r = gs_read_file(path, 1 << 20, &text, NULL);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
+        return r;
+    }
+    return gs_mig_minors_parse(path, text, mm, err, errlen);
+}
+
 static bool file_exists(const char *path, void *ctx) {
     (void)ctx;
     return access(path, F_OK) == 0;
@@ -494,15 +507,7 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         need_minors |= d && d->kind == GS_DEV_MIG;
     }
     if (need_minors) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/driver/nvidia-caps/mig-minors", a->o->proc_root);
-        _cleanup_free_ char *text = NULL;
-        int rr = gs_read_file(path, 1 << 20, &text, NULL);
-        if (rr < 0) {
-            snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rr));
-            return rr;
-        }
-        rr = gs_mig_minors_parse(path, text, &mm, err, errlen);
+        int rr = agent_read_mig_minors(a->o->proc_root, &mm, err, errlen);
         if (rr < 0)
             return rr;
     }

@@ -5,6 +5,7 @@
 #define GS_AGENT_H
 
 #include "config/policy.h"
+#include "core/alloc.h"
 #include "core/plan.h"
 #include "gpu/gpu.h"
 
@@ -29,5 +30,9 @@ int agent_run(struct gpu_node *node, const struct agent_options *o);
 
 /* Reads the inventory and fills NUMA nodes from sysfs: shared by `agent` and `apply`. */
 int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct gs_inventory *inv);
+
+/* Reads and parses PROC_ROOT/driver/nvidia-caps/mig-minors (Allocate's device specs, CDI specs).
+ * Returns 0 or -errno with "cannot read PATH: ..." or the parser's PATH:LINE error in err. */
+int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen);
 
 #endif

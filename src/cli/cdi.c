@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent.h"
 #include "cdi/cdi.h"
 #include "cli/cli.h"
 #include "util/util.h"
@@ -23,15 +24,7 @@ static int read_majors(const char *proc_root, struct gs_dev_majors *maj, struct 
         fprintf(stderr, "gpuslice: %s\n", err);
         return r;
     }
-    if (!need_minors)
-        return 0;
-    snprintf(path, sizeof(path), "%s/driver/nvidia-caps/mig-minors", proc_root);
-    _cleanup_free_ char *minors = NULL;
-    if ((r = gs_read_file(path, 1 << 20, &minors, NULL)) < 0) {
-        fprintf(stderr, "gpuslice: cannot read %s: %s\n", path, strerror(-r));
-        return r;
-    }
-    if ((r = gs_mig_minors_parse(path, minors, mm, err, sizeof(err))) < 0) {
+    if (need_minors && (r = agent_read_mig_minors(proc_root, mm, err, sizeof(err))) < 0) {
         fprintf(stderr, "gpuslice: %s\n", err);
         return r;
     }
