@@ -129,22 +129,6 @@ int cli_open_node(const struct cli *cli, struct gpu_node **out) {
     return GS_EXIT_OK;
 }
 
-const char *cli_arch_name(unsigned arch) {
-    switch (arch) {
-    case 2: return "kepler";
-    case 3: return "maxwell";
-    case 4: return "pascal";
-    case 5: return "volta";
-    case 6: return "turing";
-    case 7: return "ampere";
-    case 8: return "ada";
-    case 9: return "hopper";
-    case 10: return "blackwell";
-    case 13: return "rubin";
-    default: return "unknown";
-    }
-}
-
 int main(int argc, char **argv) {
     struct cli cli = { 0 };
     enum { OPT_SIM = 256, OPT_SIM_STATE, OPT_NVML_LIB, OPT_LOG_LEVEL, OPT_VERSION };

@@ -42,6 +42,5 @@ const char *cli_find_lib(const char *env_var, const char *name, const char *buil
 const char *cli_guard_lib_path(void);
 
 /* Printing helpers shared by commands. */
-const char *cli_arch_name(unsigned arch);
 
 #endif

@@ -79,7 +79,7 @@ static json_t *inventory_json(const struct gs_inventory *inv, const char *lib) {
         json_object_set_new(jg, "minor", json_integer(g->minor));
         json_object_set_new(jg, "pci_bus_id", json_string(g->bus_id));
         json_object_set_new(jg, "pci_device_id", json_string(pci));
-        json_object_set_new(jg, "architecture", json_string(cli_arch_name(g->arch)));
+        json_object_set_new(jg, "architecture", json_string(gs_arch_name(g->arch)));
         json_object_set_new(jg, "compute_capability", json_string(cc));
         json_object_set_new(jg, "memory", json_pack("{s:I,s:I}", "total_mib", (json_int_t)(g->mem_total >> 20),
                                                     "used_mib", (json_int_t)(g->mem_used >> 20)));
@@ -116,7 +116,7 @@ static void print_table(const struct gs_inventory *inv, const char *lib) {
         }
         printf("  %s  %s  %s\n", g->name, g->uuid, g->bus_id);
         printf("  memory      %llu MiB total, %llu MiB used\n", g->mem_total >> 20, g->mem_used >> 20);
-        printf("  arch        %s, compute capability %d.%d\n", cli_arch_name(g->arch), g->cc_major, g->cc_minor);
+        printf("  arch        %s, compute capability %d.%d\n", gs_arch_name(g->arch), g->cc_major, g->cc_minor);
         printf("  health      %s\n", health(g));
         if (g->util_valid)
             printf("  utilization gpu %u%%, memory %u%%\n", g->util_gpu, g->util_mem);

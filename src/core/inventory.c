@@ -33,3 +33,19 @@ const struct gs_gi_profile *gs_gpu_profile_by_name(const struct gs_gpu *g, const
             return &g->profiles[i];
     return NULL;
 }
+
+const char *gs_arch_name(unsigned arch) {
+    switch (arch) {
+    case 2: return "kepler";
+    case 3: return "maxwell";
+    case 4: return "pascal";
+    case 5: return "volta";
+    case 6: return "turing";
+    case 7: return "ampere";
+    case 8: return "ada";
+    case 9: return "hopper";
+    case 10: return "blackwell";
+    case 13: return "rubin";
+    default: return "unknown";
+    }
+}

@@ -97,4 +97,7 @@ int gs_mig_profile_name(unsigned slices, unsigned long long mem_mib, unsigned lo
 const struct gs_gi_profile *gs_gpu_profile_by_id(const struct gs_gpu *g, unsigned id);
 const struct gs_gi_profile *gs_gpu_profile_by_name(const struct gs_gpu *g, const char *name);
 
+/* The NVML architecture number's name: "turing", "ampere", "ada", "hopper", ... or "unknown". */
+const char *gs_arch_name(unsigned arch);
+
 #endif

@@ -72,12 +72,10 @@ static void addf(struct labels *ls, const char *prefix, const char *suffix, cons
     add(ls, key, "%s", raw);
 }
 
-/* GFD's family names (ada is "ada-lovelace" there). */
+/* GFD's family names: the architecture's, except "ada-lovelace" and "undefined". */
 static const char *family(unsigned arch) {
-    static const char *const names[] = { [2] = "kepler", [3] = "maxwell", [4] = "pascal", [5] = "volta",
-                                         [6] = "turing", [7] = "ampere", [8] = "ada-lovelace", [9] = "hopper",
-                                         [10] = "blackwell", [13] = "rubin" };
-    return arch < sizeof(names) / sizeof(names[0]) && names[arch] ? names[arch] : "undefined";
+    const char *name = gs_arch_name(arch);
+    return !strcmp(name, "ada") ? "ada-lovelace" : !strcmp(name, "unknown") ? "undefined" : name;
 }
 
 static const struct gs_mig_device *mig_device(const struct gs_gpu *g, const char *uuid) {
