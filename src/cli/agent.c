@@ -211,6 +211,10 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice apply: unexpected argument '%s'\n", argv[optind]);
         return GS_EXIT_USAGE;
     }
+    if (as_json && as_labels) {
+        fprintf(stderr, "gpuslice apply: --json and --labels cannot be combined\n");
+        return GS_EXIT_USAGE;
+    }
     struct gs_policy policy;
     gs_policy_init(&policy);
     if (config) {

@@ -696,8 +696,9 @@ def test_sighup_reload(h):
     settle(1.0)
     assert agent.alive() and agent.pid == pid
     assert len(h.latest("nvidia.com/gpu")) == 4
-    h.write("policy.yaml", TS4)
+    # t before the write: the file watch may reload before the signal arrives
     t = time.monotonic()
+    h.write("policy.yaml", TS4)
     agent.signal(signal.SIGHUP)
     msg = h.kubelet.wait_for("nvidia.com/gpu", _count(8), after=t, timeout=5)
     u = node.uuids()
@@ -1265,3 +1266,15 @@ def test_metrics_bad_address(h):
     node = h.node(T4X2)
     a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--metrics-address", "localhost:99999"])
     a.wait_log(r"metrics address 'localhost:99999': expected HOST:PORT or :PORT")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["agent", "--guard-gc-interval-ms", "abc"], "--guard-gc-interval-ms: 'abc' is not a number of milliseconds"),
+    (["agent", "--guard-grace-ms", "-5"], "--guard-grace-ms: '-5' is not a number of milliseconds"),
+    (["apply", "--json", "--labels"], "--json and --labels cannot be combined"),
+])
+def test_bad_command_line(h, args, message):
+    node = h.node(T4X2)
+    p = subprocess.run([GPUSLICE, "--sim", node.path, "--sim-state", node.state, *args],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and message in p.stderr, (p.returncode, p.stderr)
