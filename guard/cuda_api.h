@@ -18,6 +18,7 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_UNKNOWN = 999,
 };
@@ -28,6 +29,7 @@ typedef unsigned long long cuuint64_t;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
@@ -136,5 +138,13 @@ typedef CUresult (*cuDeviceGet_fn)(CUdevice *device, int ordinal);
 typedef CUresult (*cuGetProcAddress_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 typedef CUresult (*cuGetProcAddress_v2_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                            CUdriverProcAddressQueryResult *symbolStatus);
+/* The compute pacer times the container's kernels with events (CU_EVENT_DEFAULT = 0: timing on). */
+#define CU_EVENT_DEFAULT 0
+typedef CUresult (*cuEventCreate_fn)(CUevent *phEvent, unsigned int Flags);
+typedef CUresult (*cuEventRecord_fn)(CUevent hEvent, CUstream hStream);
+typedef CUresult (*cuEventQuery_fn)(CUevent hEvent);
+typedef CUresult (*cuEventSynchronize_fn)(CUevent hEvent);
+typedef CUresult (*cuEventElapsedTime_fn)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+typedef CUresult (*cuEventDestroy_v2_fn)(CUevent hEvent);
 
 #endif

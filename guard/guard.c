@@ -31,6 +31,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -54,6 +55,12 @@ static cuMemFreeAsync_fn real_cuMemFreeAsync_ptsz;
 static cuCtxGetDevice_fn real_cuCtxGetDevice;
 static cuGetProcAddress_fn real_cuGetProcAddress;
 static cuGetProcAddress_v2_fn real_cuGetProcAddress_v2;
+static cuEventCreate_fn real_cuEventCreate;
+static cuEventRecord_fn real_cuEventRecord, real_cuEventRecord_ptsz;
+static cuEventQuery_fn real_cuEventQuery;
+static cuEventSynchronize_fn real_cuEventSynchronize;
+static cuEventElapsedTime_fn real_cuEventElapsedTime;
+static cuEventDestroy_v2_fn real_cuEventDestroy;
 
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym;
@@ -63,7 +70,7 @@ static dlsym_fn real_dlsym;
 enum guard_state { G_UNINIT = 0, G_READY, G_OPEN, G_CLOSED };
 static _Atomic int g_state;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static _Atomic bool g_pacing; /* some device has a compute limit (not enforced yet: see docs) */
+static _Atomic bool g_pacing; /* some device has a compute limit and the pacer can time kernels */
 static struct gs_guard_limits g_limits;
 static struct gs_guard_region *g_region;
 static struct gs_guard_proc_slot *g_slot;
@@ -116,6 +123,13 @@ static void resolve_driver(void) {
     real_cuCtxGetDevice = (cuCtxGetDevice_fn)cuda_sym("cuCtxGetDevice");
     real_cuGetProcAddress = (cuGetProcAddress_fn)cuda_sym("cuGetProcAddress");
     real_cuGetProcAddress_v2 = (cuGetProcAddress_v2_fn)cuda_sym("cuGetProcAddress_v2");
+    real_cuEventCreate = (cuEventCreate_fn)cuda_sym("cuEventCreate");
+    real_cuEventRecord = (cuEventRecord_fn)cuda_sym("cuEventRecord");
+    real_cuEventRecord_ptsz = (cuEventRecord_fn)cuda_sym("cuEventRecord_ptsz");
+    real_cuEventQuery = (cuEventQuery_fn)cuda_sym("cuEventQuery");
+    real_cuEventSynchronize = (cuEventSynchronize_fn)cuda_sym("cuEventSynchronize");
+    real_cuEventElapsedTime = (cuEventElapsedTime_fn)cuda_sym("cuEventElapsedTime");
+    real_cuEventDestroy = (cuEventDestroy_v2_fn)cuda_sym("cuEventDestroy_v2");
 }
 
 /* ---- region --------------------------------------------------------------------------------- */
@@ -300,10 +314,17 @@ static void init_once(void) {
         return;
     }
     reclaim_dead();
+    bool want_pacing = false;
     for (unsigned i = 0; i < g_limits.n_devices; i++) {
         g_dev_index[g_limits.dev[i].ordinal] = (int)i;
-        if (g_limits.dev[i].compute_pct)
+        want_pacing |= g_limits.dev[i].compute_pct != 0;
+    }
+    if (want_pacing) {
+        if (real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuEventSynchronize &&
+            real_cuEventElapsedTime && real_cuEventDestroy)
             atomic_store(&g_pacing, true);
+        else
+            glog("%s: the driver has no event timing: compute limits are not enforced", path);
     }
     atomic_store(&g_state, G_READY);
 }
@@ -788,21 +809,152 @@ EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, guard_nvmlMemory_v2_t *m) 
     return r;
 }
 
-/* ---- kernel launches: the hot path ------------------------------------------------------------ */
+/* ---- compute shares: the pacer ---------------------------------------------------------------- *
+ *
+ * With a compute limit of P % on a device, the container may use P % of every PACING_WINDOW_NS of
+ * GPU time there. The time a kernel takes is measured with a pair of events around its launch
+ * (on the launch's stream; harvested without waiting when they have completed) and added to the
+ * container's counter in the shared region, so all its processes draw on one budget. A launch
+ * that finds the window's budget spent sleeps until the next window. At each new window the
+ * grant for the time that passed is subtracted from the counter, saturating at zero: time used
+ * beyond the grant (measured late, kernels still in flight) is carried as debt, unused time is
+ * not banked, so the long-run share converges to P %. At most PACING_INFLIGHT timed launches per
+ * process are in flight: the next one waits for the oldest, which bounds how far the container
+ * can run ahead of its measurements.
+ *
+ * What is measured is the time between the events, i.e. the time the container's work occupies
+ * its stream. Under time-slicing with a busy neighbour that includes slices the GPU gave the
+ * neighbour, so the share converges to P % of the container's wall-clock occupancy, which is at
+ * most P % of the GPU (docs/guard.md). */
+#define PACING_WINDOW_NS 100000000ULL
+#define PACING_INFLIGHT 8
 
-static void pace(void) {
-    /* Compute shares are parsed from the limits file but not enforced by this version. */
+struct timed_launch {
+    CUevent start, end;
+    int dev;
+};
+
+static pthread_mutex_t g_pace_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct timed_launch g_inflight[PACING_INFLIGHT];
+static int g_n_inflight;
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
+
+static unsigned device_compute(int dev) {
+    int i = dev >= 0 && dev < GS_GUARD_MAX_DEVICES ? g_dev_index[dev] : UNLIMITED_DEVICE;
+    return i < 0 ? 0 : g_limits.dev[i].compute_pct;
+}
+
+/* Adds the GPU time of finished timed launches to the container's counters (under g_pace_lock);
+ * with `wait`, first waits for the oldest one. A launch whose events fail (context destroyed)
+ * is dropped uncounted. */
+static void harvest(bool wait) {
+    if (wait && g_n_inflight)
+        real_cuEventSynchronize(g_inflight[0].end);
+    int kept = 0;
+    for (int i = 0; i < g_n_inflight; i++) {
+        struct timed_launch t = g_inflight[i];
+        CUresult r = real_cuEventQuery(t.end);
+        if (r == CUDA_ERROR_NOT_READY) {
+            g_inflight[kept++] = t;
+            continue;
+        }
+        float ms = 0;
+        if (r == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, t.start, t.end) == CUDA_SUCCESS && ms > 0)
+            atomic_fetch_add(&g_region->dev[t.dev].busy_ns, (uint64_t)((double)ms * 1e6));
+        real_cuEventDestroy(t.start);
+        real_cuEventDestroy(t.end);
+    }
+    g_n_inflight = kept;
+}
+
+/* How long a launch on `dev` must wait at `now` for the container to stay within `pct` %. */
+static uint64_t pacing_delay(int dev, unsigned pct, uint64_t now) {
+    struct gs_guard_dev_counters *c = &g_region->dev[dev];
+    uint64_t ws = atomic_load(&c->window_start_ns);
+    if (now < ws) /* another process opened the window a moment after our clock read */
+        now = ws;
+    if (now - ws >= PACING_WINDOW_NS) {
+        /* One process wins the new window and takes the elapsed grant off the counter. */
+        if (atomic_compare_exchange_strong(&c->window_start_ns, &ws, now)) {
+            uint64_t elapsed = ws ? now - ws : PACING_WINDOW_NS;
+            uint64_t grant = elapsed / 100 * pct;
+            uint64_t b = atomic_load(&c->busy_ns);
+            while (!atomic_compare_exchange_weak(&c->busy_ns, &b, b > grant ? b - grant : 0))
+                ;
+        }
+        ws = atomic_load(&c->window_start_ns);
+        if (now < ws)
+            now = ws;
+    }
+    if (atomic_load(&c->busy_ns) < PACING_WINDOW_NS / 100 * pct)
+        return 0;
+    uint64_t end = ws + PACING_WINDOW_NS;
+    return end > now ? end - now : 1000000;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                              unsigned int, unsigned int, CUstream, void **, void **);
+
+/* A launch on a device with a compute limit: wait for budget, then launch between two events. */
+static CUresult paced_launch(launch_fn real, cuEventRecord_fn record, CUfunction f, unsigned int gx, unsigned int gy,
+                             unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
+                             CUstream s, void **params, void **extra) {
+    int dev = current_device();
+    unsigned pct = guard_state() == G_READY ? device_compute(dev) : 0;
+    if (!pct || !record)
+        return real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    pthread_mutex_lock(&g_pace_lock);
+    harvest(g_n_inflight == PACING_INFLIGHT);
+    for (uint64_t delay; (delay = pacing_delay(dev, pct, mono_ns())) != 0;) {
+        pthread_mutex_unlock(&g_pace_lock);
+        struct timespec ts = { .tv_sec = (time_t)(delay / 1000000000ULL), .tv_nsec = (long)(delay % 1000000000ULL) };
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g_pace_lock);
+        harvest(false);
+    }
+    if (g_n_inflight == PACING_INFLIGHT) /* other threads launched while this one slept */
+        harvest(true);
+    CUevent start = NULL, end = NULL;
+    bool timed = g_n_inflight < PACING_INFLIGHT && real_cuEventCreate(&start, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+                 real_cuEventCreate(&end, CU_EVENT_DEFAULT) == CUDA_SUCCESS && record(start, s) == CUDA_SUCCESS;
+    CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    if (timed && r == CUDA_SUCCESS && record(end, s) == CUDA_SUCCESS) {
+        g_inflight[g_n_inflight++] = (struct timed_launch){ start, end, dev };
+    } else {
+        if (start)
+            real_cuEventDestroy(start);
+        if (end)
+            real_cuEventDestroy(end);
+    }
+    pthread_mutex_unlock(&g_pace_lock);
+    return r;
+}
+
+/* Per-thread-default-stream launches are timed on the same kind of stream. */
+static cuEventRecord_fn ptsz_record(void) {
+    return real_cuEventRecord_ptsz ? real_cuEventRecord_ptsz : real_cuEventRecord;
+}
+
+/* ---- kernel launches: the hot path ------------------------------------------------------------ */
 
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                                unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
                                void **extra) {
     if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        pace();
+        return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params,
+                            extra);
     if (__builtin_expect(!real_cuLaunchKernel, 0)) {
         guard_state();
         if (!real_cuLaunchKernel)
             return CUDA_ERROR_NOT_INITIALIZED;
+        if (atomic_load(&g_pacing))
+            return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params,
+                                extra);
     }
     return real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
@@ -811,11 +963,14 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int 
                                     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
                                     void **extra) {
     if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        pace();
+        return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
     if (__builtin_expect(!real_cuLaunchKernel_ptsz, 0)) {
         guard_state();
         if (!real_cuLaunchKernel_ptsz)
             return CUDA_ERROR_NOT_INITIALIZED;
+        if (atomic_load(&g_pacing))
+            return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params,
+                                extra);
     }
     return real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
@@ -1121,6 +1276,8 @@ static void after_fork_child(void) {
         for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
             atomic_store(&g_ctx_refs[d], 0);
         pthread_mutex_init(&g_table_lock, NULL);
+        pthread_mutex_init(&g_pace_lock, NULL);
+        g_n_inflight = 0; /* the parent's timed launches are the parent's */
         free(g_table); /* the parent's allocations are the parent's */
         g_table = NULL;
         g_cap = g_count = g_deleted = 0;

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include "mig/migapply.h"
 #include "../guard/guard_limits.h"
+#include "agent/guard_reconcile.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -59,6 +60,7 @@ struct agent {
     atomic_bool stop;
     bool event_thread_started;
     unsigned long long last_gc_ns;
+    unsigned long long last_guard_reconcile_ns;
     char mig_state[16];           /* state of the policy's MIG layout, "" before the first try */
     char *labels;                 /* the features file as last written */
     struct gs_metrics_counters counters; /* under lock (Allocate counts come from the gRPC thread) */
@@ -400,6 +402,22 @@ static void gc_guard_files(struct agent *a) {
     closedir(d);
     if (listed)
         pr_list_free(&l);
+}
+
+/* Compares the guard's counters with NVML's per-process memory (guard_reconcile.h) and publishes
+ * both in the metrics. */
+static void reconcile_guard_counters(struct agent *a) {
+    struct gs_guard_usage *now = calloc(GS_METRICS_MAX_GUARD, sizeof(*now));
+    if (!now)
+        return;
+    size_t n = 0;
+    guard_reconcile(a->o->guard_root, a->o->proc_root, a->inv, a->counters.guard, a->counters.n_guard, now,
+                    GS_METRICS_MAX_GUARD, &n);
+    pthread_mutex_lock(&a->lock);
+    memcpy(a->counters.guard, now, n * sizeof(*now));
+    a->counters.n_guard = (unsigned)n;
+    pthread_mutex_unlock(&a->lock);
+    free(now);
 }
 
 /* ---- handlers called by the device plugins -------------------------------------------------- */
@@ -815,6 +833,11 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
         if (poll_now) {
             unsigned long long t0 = gs_now_ns();
             refresh_inventory(a);
+            if (a->o->guard_reconcile_ms &&
+                t0 - a->last_guard_reconcile_ns >= a->o->guard_reconcile_ms * 1000000ULL) {
+                a->last_guard_reconcile_ns = t0;
+                reconcile_guard_counters(a);
+            }
             recover_quiet_gpus(a);
             if (replan(a, false) < 0)
                 a->counters.reconcile_errors++;

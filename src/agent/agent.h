@@ -21,6 +21,7 @@ struct agent_options {
     const char *pod_resources;    /* the kubelet's PodResources socket (guard files of gone pods) */
     unsigned guard_gc_ms;         /* how often to look for them */
     unsigned guard_grace_ms;      /* files younger than this are kept (the pod may not be listed yet) */
+    unsigned guard_reconcile_ms;  /* how often the guard's counters are compared with NVML (0: never) */
     const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
     const char *metrics_address;  /* Prometheus metrics, "HOST:PORT" or ":PORT" (NULL or "": none) */
 };

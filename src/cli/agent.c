@@ -23,7 +23,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_FEATURES, OPT_METRICS };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -35,6 +35,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "pod-resources-socket", required_argument, NULL, OPT_POD_RESOURCES },
         { "guard-gc-interval-ms", required_argument, NULL, OPT_GUARD_GC },
         { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
+        { "guard-reconcile-interval-ms", required_argument, NULL, OPT_GUARD_RECONCILE },
         { "features-file", required_argument, NULL, OPT_FEATURES },
         { "metrics-address", required_argument, NULL, OPT_METRICS },
         { "help", no_argument, NULL, 'h' },
@@ -42,7 +43,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
-                               120000, GS_FEATURES_FILE, ":9402" };
+                               120000, 30000, GS_FEATURES_FILE, ":9402" };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -58,15 +59,21 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_METRICS: o.metrics_address = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
+        case OPT_GUARD_RECONCILE:
             if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
                 fprintf(stderr, "gpuslice agent: --%s: '%s' is not a number of milliseconds\n",
-                        c == OPT_GUARD_GC ? "guard-gc-interval-ms" : "guard-grace-ms", optarg);
+                        c == OPT_GUARD_GC      ? "guard-gc-interval-ms"
+                        : c == OPT_GUARD_GRACE ? "guard-grace-ms"
+                                               : "guard-reconcile-interval-ms",
+                        optarg);
                 return GS_EXIT_USAGE;
             }
             if (c == OPT_GUARD_GC)
                 o.guard_gc_ms = (unsigned)v;
-            else
+            else if (c == OPT_GUARD_GRACE)
                 o.guard_grace_ms = (unsigned)v;
+            else
+                o.guard_reconcile_ms = (unsigned)v;
             break;
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
@@ -96,6 +103,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            hold their devices (default %s)\n"
                    "  --guard-gc-interval-ms N  how often guard files of gone pods are removed (60000; 0 never)\n"
                    "  --guard-grace-ms N        files younger than this are kept (default 120000)\n"
+                   "  --guard-reconcile-interval-ms N\n"
+                   "                            how often the guard's counters are compared with NVML's\n"
+                   "                            per-process memory, logged and exported (30000; 0 never)\n"
                    "  --features-file FILE      node labels for Node Feature Discovery's local source, rewritten\n"
                    "                            when they change (default " GS_FEATURES_FILE ";\n"
                    "                            \"\" for none)\n"

@@ -73,7 +73,8 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
                    "every process it starts, together get at most SIZE of GPU memory per GPU; beyond that\n"
                    "CUDA returns out-of-memory, and cuMemGetInfo reports SIZE as the total.\n\n"
                    "  --vram SIZE      memory quota per GPU (8GiB, 512MiB, ...)\n"
-                   "  --compute PCT    compute share (accepted; this version does not enforce it yet)\n"
+                   "  --compute PCT    compute share: kernel launches are paced so that the command gets at\n"
+                   "                   most PCT %% of each GPU's time (measured with CUDA events)\n"
                    "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N)\n");
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

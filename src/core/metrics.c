@@ -122,6 +122,19 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
                 put(&o, "gpuslice_replica_memory_quota_bytes{resource=\"%s\",device=\"%s\"} %llu\n",
                     esc(r->name, e3, sizeof(e3)), esc(r->devices[k].id, e1, sizeof(e1)), r->devices[k].quota);
     }
+    header(&o, "gpuslice_guard_memory_limit_bytes", "gauge", "VRAM quota of a guarded allocation on a GPU.");
+    for (unsigned i = 0; i < c->n_guard; i++)
+        put(&o, "gpuslice_guard_memory_limit_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
+            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].limit);
+    header(&o, "gpuslice_guard_memory_used_bytes", "gauge", "VRAM the guard counted for the allocation (all its processes).");
+    for (unsigned i = 0; i < c->n_guard; i++)
+        put(&o, "gpuslice_guard_memory_used_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
+            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].counted);
+    header(&o, "gpuslice_guard_memory_nvml_bytes", "gauge",
+           "VRAM NVML reports for the allocation's processes (includes what no hook sees, such as contexts).");
+    for (unsigned i = 0; i < c->n_guard; i++)
+        put(&o, "gpuslice_guard_memory_nvml_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
+            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].nvml);
     header(&o, "gpuslice_allocations_total", "counter", "Allocate calls answered, by resource.");
     for (unsigned i = 0; i < c->n_resources; i++)
         put(&o, "gpuslice_allocations_total{resource=\"%s\"} %llu\n", esc(c->res[i].name, e3, sizeof(e3)),

@@ -10,6 +10,18 @@
 #include "core/inventory.h"
 #include "core/plan.h"
 
+/* One guarded allocation's use of one GPU, from the agent's reconcile of the guard's counters with
+ * NVML's per-process memory (src/agent/guard_reconcile.h). */
+#define GS_METRICS_MAX_GUARD 256
+struct gs_guard_usage {
+    char allocation[64];                           /* the directory under the guard root */
+    char uuid[GS_UUID_LEN];                        /* the GPU */
+    unsigned long long limit;                      /* the quota */
+    unsigned long long counted;                    /* what the guard counted (its region) */
+    unsigned long long nvml;                       /* NVML's used memory of the processes that map the region */
+    unsigned processes;                            /* how many such processes NVML lists */
+};
+
 struct gs_metrics_counters {
     unsigned long long xid_total[GS_MAX_GPUS];     /* every Xid seen, ignored ones included */
     unsigned n_resources;
@@ -20,6 +32,8 @@ struct gs_metrics_counters {
     double reconcile_seconds;                      /* the last inventory read + plan */
     unsigned long long reconcile_errors;
     unsigned long long policy_reloads, policy_reload_errors;
+    unsigned n_guard;
+    struct gs_guard_usage guard[GS_METRICS_MAX_GUARD];
 };
 
 /* Counts one Allocate of resource (creating its entry). */

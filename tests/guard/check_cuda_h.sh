@@ -39,7 +39,7 @@ int main(void)
     O(CUmemAllocationProp, location) O(CUmemAllocationProp, win32HandleMetaData) O(CUmemAllocationProp, allocFlags)
     V(CUDA_SUCCESS) V(CUDA_ERROR_INVALID_VALUE) V(CUDA_ERROR_OUT_OF_MEMORY) V(CUDA_ERROR_NOT_INITIALIZED)
     V(CUDA_ERROR_INVALID_DEVICE) V(CUDA_ERROR_INVALID_CONTEXT) V(CUDA_ERROR_INVALID_HANDLE) V(CUDA_ERROR_NOT_FOUND)
-    V(CUDA_ERROR_NOT_SUPPORTED) V(CUDA_ERROR_UNKNOWN)
+    V(CUDA_ERROR_NOT_SUPPORTED) V(CUDA_ERROR_UNKNOWN) V(CUDA_ERROR_NOT_READY) V(CU_EVENT_DEFAULT)
     V(CU_GET_PROC_ADDRESS_DEFAULT) V(CU_GET_PROC_ADDRESS_LEGACY_STREAM) V(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
     V(CU_GET_PROC_ADDRESS_SUCCESS) V(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) V(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
     V(CU_AD_FORMAT_UNSIGNED_INT8) V(CU_AD_FORMAT_UNSIGNED_INT16) V(CU_AD_FORMAT_UNSIGNED_INT32)
@@ -72,6 +72,14 @@ for inc in /usr/local/cuda*/include; do
 GS_CUDA_HOOKED_FUNCTIONS(CHECK)
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxGetDevice), cuCtxGetDevice_fn), "cuCtxGetDevice");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuDeviceGet), cuDeviceGet_fn), "cuDeviceGet");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventCreate), cuEventCreate_fn), "cuEventCreate");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventRecord), cuEventRecord_fn), "cuEventRecord");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventQuery), cuEventQuery_fn), "cuEventQuery");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventSynchronize), cuEventSynchronize_fn),
+               "cuEventSynchronize");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventElapsedTime), cuEventElapsedTime_fn),
+               "cuEventElapsedTime");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventDestroy_v2), cuEventDestroy_v2_fn), "cuEventDestroy_v2");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuGetProcAddress_v2), cuGetProcAddress_v2_fn),
                "cuGetProcAddress_v2");
 /* cuda.h >= 12 names the 4-argument ABI only under __CUDA_API_VERSION_INTERNAL. */

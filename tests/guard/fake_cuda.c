@@ -10,8 +10,15 @@
  * distinct fake address or handle and its size is recorded; frees of unknown addresses or handles
  * fail (CUDA_ERROR_INVALID_VALUE / INVALID_HANDLE) and are counted. FAKE_CUDA_DEVICES sets the
  * device count (default 2); FAKE_CUDA_FAIL_ALLOC=1 makes every allocation fail with
- * CUDA_ERROR_OUT_OF_MEMORY. Kernel launches are counted and advance a simulated GPU clock by
- * gridX*gridY*gridZ microseconds.
+ * CUDA_ERROR_OUT_OF_MEMORY.
+ *
+ * Time model: each device of the process is a GPU that runs kernels one after another in real
+ * (CLOCK_MONOTONIC) time: a launch takes gridX*gridY*gridZ microseconds of GPU time and starts
+ * when the previous one ends (launches return at once, as the real driver's queue does). Events
+ * take the time at which the device reaches them, so cuEventQuery says CUDA_ERROR_NOT_READY until
+ * then, cuEventSynchronize / cuCtxSynchronize / cuStreamSynchronize wait for it, and
+ * cuEventElapsedTime gives the GPU time between two events. All streams of a device share its one
+ * queue. fakeCudaClockUs is the total GPU time launched.
  *
  * The library is linked with -Bsymbolic so that the addresses it hands out (cuGetProcAddress,
  * fakeCudaSymbol) are its own functions even while a preloaded guard exports the same names.
@@ -22,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "guard/cuda_api.h"
 
@@ -80,6 +88,14 @@
     S(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                                                    \
     S(cuLaunchKernel, "cuLaunchKernel", 4000, 0)                                                           \
     S(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1)                                                      \
+    S(cuEventCreate, "cuEventCreate", 2000, 0)                                                             \
+    S(cuEventRecord, "cuEventRecord", 2000, 0)                                                             \
+    S(cuEventRecord_ptsz, "cuEventRecord", 7000, 1)                                                        \
+    S(cuEventQuery, "cuEventQuery", 2000, 0)                                                               \
+    S(cuEventSynchronize, "cuEventSynchronize", 2000, 0)                                                   \
+    S(cuEventElapsedTime, "cuEventElapsedTime", 2000, 0)                                                   \
+    S(cuEventDestroy, "cuEventDestroy", 2000, 0)                                                           \
+    S(cuEventDestroy_v2, "cuEventDestroy", 4000, 0)                                                        \
     S(cuGetProcAddress, "cuGetProcAddress", 11030, 0)                                                      \
     S(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0)
 
@@ -131,6 +147,14 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *symbolStatus);
+EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+EXPORT CUresult cuEventQuery(CUevent hEvent);
+EXPORT CUresult cuEventSynchronize(CUevent hEvent);
+EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+EXPORT CUresult cuEventDestroy(CUevent hEvent);
+EXPORT CUresult cuEventDestroy_v2(CUevent hEvent);
 
 /* Test-only exports. */
 EXPORT unsigned long long fakeCudaLaunches(void);
@@ -170,6 +194,12 @@ static uint64_t next_id = 1;
 static _Atomic unsigned long long launches, frees, unknown_frees, n_alloc_ok, clock_us;
 static _Atomic unsigned long long calls[FK_N_SYMBOLS];
 static _Thread_local int current_device;
+static uint64_t busy_until_ns[FK_MAX_DEVICES]; /* when each device's queue runs dry (under `lock`) */
+/* The end times of the launches queued on each device (a ring, under `lock`): as the real driver,
+ * a launch waits while FK_QUEUE_DEPTH launches are still pending. */
+#define FK_QUEUE_DEPTH 1024
+static uint64_t queue_end[FK_MAX_DEVICES][FK_QUEUE_DEPTH];
+static unsigned queue_head[FK_MAX_DEVICES], queue_len[FK_MAX_DEVICES];
 
 #define HIT(name) atomic_fetch_add_explicit(&calls[FK_##name], 1, memory_order_relaxed)
 
@@ -395,24 +425,58 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+    for (uint64_t n = now_ns(); n < t; n = now_ns()) {
+        struct timespec ts = { .tv_sec = (time_t)((t - n) / 1000000000ULL), .tv_nsec = (long)((t - n) % 1000000000ULL) };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The time at which the current device's queue reaches a point enqueued now. */
+static uint64_t queue_tail(void)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t t = busy_until_ns[current_device];
+    pthread_mutex_unlock(&lock);
+    uint64_t n = now_ns();
+    return t > n ? t : n;
+}
+
+/* Waits until the current device has run everything launched so far. */
+static CUresult drain(void)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    sleep_until(queue_tail());
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuCtxSynchronize(void)
 {
     HIT(cuCtxSynchronize);
-    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return drain();
 }
 
 EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     HIT(cuStreamSynchronize);
     (void)hStream;
-    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return drain();
 }
 
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     HIT(cuStreamSynchronize_ptsz);
     (void)hStream;
-    return ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return drain();
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -752,8 +816,29 @@ static CUresult launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsig
         return CUDA_ERROR_NOT_INITIALIZED;
     if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    uint64_t us = (uint64_t)gx * gy * gz;
+    int d = current_device;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        uint64_t n = now_ns();
+        while (queue_len[d] && queue_end[d][queue_head[d]] <= n) {
+            queue_head[d] = (queue_head[d] + 1) % FK_QUEUE_DEPTH;
+            queue_len[d]--;
+        }
+        if (queue_len[d] < FK_QUEUE_DEPTH) {
+            uint64_t *tail = &busy_until_ns[d];
+            *tail = (*tail > n ? *tail : n) + us * 1000;
+            queue_end[d][(queue_head[d] + queue_len[d]++) % FK_QUEUE_DEPTH] = *tail;
+            break;
+        }
+        uint64_t oldest = queue_end[d][queue_head[d]];
+        pthread_mutex_unlock(&lock);
+        sleep_until(oldest);
+        pthread_mutex_lock(&lock);
+    }
+    pthread_mutex_unlock(&lock);
     atomic_fetch_add(&launches, 1);
-    atomic_fetch_add(&clock_us, (unsigned long long)gx * gy * gz);
+    atomic_fetch_add(&clock_us, us);
     return CUDA_SUCCESS;
 }
 
@@ -774,6 +859,115 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
     HIT(cuLaunchKernel_ptsz);
     (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
     return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+/* ---- events ------------------------------------------------------------------------------------ */
+
+#define FK_EVENT_MAGIC 0x45564e54u
+
+struct CUevent_st {
+    unsigned magic;
+    bool recorded;
+    uint64_t at_ns;                    /* when the device reaches the event */
+};
+
+static bool valid_event(CUevent e)
+{
+    return e && e->magic == FK_EVENT_MAGIC;
+}
+
+EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    HIT(cuEventCreate);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phEvent || Flags > 0xf)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUevent e = calloc(1, sizeof(*e));
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = FK_EVENT_MAGIC;
+    *phEvent = e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent e)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!valid_event(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->at_ns = queue_tail();
+    e->recorded = true;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    HIT(cuEventRecord);
+    (void)hStream;
+    return event_record(hEvent);
+}
+
+EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    HIT(cuEventRecord_ptsz);
+    (void)hStream;
+    return event_record(hEvent);
+}
+
+/* As the driver: an event never recorded counts as complete. */
+EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+    HIT(cuEventQuery);
+    if (!valid_event(hEvent))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return !hEvent->recorded || now_ns() >= hEvent->at_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+    HIT(cuEventSynchronize);
+    if (!valid_event(hEvent))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (hEvent->recorded)
+        sleep_until(hEvent->at_ns);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    HIT(cuEventElapsedTime);
+    if (!pMilliseconds)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_event(hStart) || !valid_event(hEnd) || !hStart->recorded || !hEnd->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t n = now_ns();
+    if (n < hStart->at_ns || n < hEnd->at_ns)
+        return CUDA_ERROR_NOT_READY;
+    *pMilliseconds = (float)(((double)hEnd->at_ns - (double)hStart->at_ns) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_destroy(CUevent e)
+{
+    if (!valid_event(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = 0;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy(CUevent hEvent)
+{
+    HIT(cuEventDestroy);
+    return event_destroy(hEvent);
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    HIT(cuEventDestroy_v2);
+    return event_destroy(hEvent);
 }
 
 /* ---- cuGetProcAddress -------------------------------------------------------------------------- */

@@ -45,6 +45,11 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
 
+CUresult cuCtxSynchronize(void);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                             unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+
 /* The simulated driver's ground truth. */
 unsigned long long fakeCudaLaunches(void);
 unsigned long long fakeCudaUsedBytes(int dev);
@@ -749,12 +754,80 @@ static int mode_launch(int argc, char **argv)
     return 0;
 }
 
+struct pace_arg {
+    long long until_ns;
+    unsigned grid;
+    bool ptsz;
+    long launches, errors;
+};
+
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void *pace_thread(void *p)
+{
+    struct pace_arg *a = p;
+    cuCtxSetCurrent(ctx);
+    while (mono_ns() < a->until_ns) {
+        CUresult r = a->ptsz ? cuLaunchKernel_ptsz(NULL, a->grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL)
+                             : cuLaunchKernel(NULL, a->grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+        a->launches++;
+        a->errors += r != CUDA_SUCCESS;
+    }
+    cuCtxSynchronize();
+    return NULL;
+}
+
+/* pace MS GRID [THREADS] [ptsz]: THREADS threads launch kernels of GRID microseconds of GPU time
+ * back to back for MS milliseconds, then wait for the GPU. gpu_us / wall_ns is the share of GPU
+ * time the process got on the simulated driver's clock. */
+static int mode_pace(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    long long ms = (long long)parse_size(argv[0]);
+    unsigned grid = (unsigned)parse_size(argv[1]);
+    int threads = argc > 2 ? (int)parse_size(argv[2]) : 1;
+    bool ptsz = argc > 3 && strcmp(argv[3], "ptsz") == 0;
+    if (threads < 1 || threads > 64 || grid == 0)
+        return 2;
+    setup();
+    unsigned long long c0 = fakeCudaClockUs();
+    long long t0 = mono_ns();
+    struct pace_arg args[64];
+    pthread_t tid[64];
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct pace_arg){ .until_ns = t0 + ms * 1000000LL, .grid = grid, .ptsz = ptsz };
+        if (pthread_create(&tid[i], NULL, pace_thread, &args[i]) != 0)
+            return 3;
+    }
+    long launches = 0, errors = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tid[i], NULL);
+        launches += args[i].launches;
+        errors += args[i].errors;
+    }
+    long long wall = mono_ns() - t0;
+    kv("launches", launches);
+    kv("launch_errors", errors);
+    kv("gpu_us", (long long)(fakeCudaClockUs() - c0));
+    kv("wall_ns", wall);
+    kv("share_permille", (long long)((double)(fakeCudaClockUs() - c0) * 1000.0 * 1000.0 / (double)wall));
+    kv("events_created", (long long)fakeCudaCalls("cuEventCreate"));
+    teardown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
-                        "procaddr2, free-unknown, hold, exec-env-i, race, launch)\n");
+                        "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace)\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -783,6 +856,8 @@ int main(int argc, char **argv)
         rc = mode_race(rest, args);
     else if (strcmp(mode, "launch") == 0)
         rc = mode_launch(rest, args);
+    else if (strcmp(mode, "pace") == 0)
+        rc = mode_pace(rest, args);
     else
         rc = 2;
     if (rc == 2)

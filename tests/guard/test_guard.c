@@ -974,6 +974,76 @@ static void test_launch_passthrough(void **state)
             (double)value_of(c, "wall_ns") / 20000.0);
 }
 
+/* ---- compute shares ------------------------------------------------------------------------------ */
+
+#define PACE_MS "1500"
+
+static void compute_limits(struct fx *f, unsigned pct)
+{
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - 0 %u\n", f->region, pct);
+}
+
+static void expect_between(const struct child *c, const char *key, long long low, long long high)
+{
+    long long v = value_of(c, key);
+    if (v == LLONG_MIN || v < low || v > high) {
+        dump(c);
+        fail_msg("%s = %lld, expected %lld..%lld", key, v, low, high);
+    }
+}
+
+/* A process that would keep the simulated GPU busy all the time gets its limit, measured on the
+ * driver's clock (GPU time launched over wall time), whatever the kernel size or thread count. */
+static void test_pacer_converges(void **state)
+{
+    struct fx *f = *state;
+    compute_limits(f, 30);
+    struct child *c = run(f, "pace", PACE_MS, "1000");
+    expect_eq(c, "launch_errors", 0);
+    expect_between(c, "share_permille", 270, 330);
+    expect_ge(c, "events_created", 2);
+    unlink(f->region);
+    compute_limits(f, 70);
+    c = run(f, "pace", PACE_MS, "200", "4", "ptsz");
+    expect_eq(c, "launch_errors", 0);
+    expect_between(c, "share_permille", 650, 750);
+    unlink(f->region);
+    compute_limits(f, 10);
+    c = run(f, "pace", PACE_MS, "5000", "2");
+    expect_between(c, "share_permille", 70, 130);
+}
+
+/* The limit is the container's: three processes sharing one region get it together. */
+static void test_pacer_container_wide(void **state)
+{
+    struct fx *f = *state;
+    compute_limits(f, 40);
+    static struct child kids[3];
+    static const char *const args[] = { "pace", PACE_MS, "1000", NULL };
+    for (int i = 0; i < 3; i++)
+        spawn(&kids[i], f, NULL, args);
+    long long total = 0;
+    for (int i = 0; i < 3; i++) {
+        finish(&kids[i]);
+        expect_eq(&kids[i], "launch_errors", 0);
+        expect_ge(&kids[i], "share_permille", 50); /* nobody starves */
+        total += value_of(&kids[i], "share_permille");
+    }
+    fprintf(stderr, "pacer: three processes under one 40%% limit got %lld permille together\n", total);
+    assert_true(total >= 360 && total <= 440);
+}
+
+/* No compute limit: no pacing (the GPU stays busy) and no events, i.e. nothing on the launch path. */
+static void test_pacer_off_without_limit(void **state)
+{
+    struct fx *f = *state;
+    compute_limits(f, 0);
+    struct child *c = run(f, "pace", "500", "1000");
+    expect_eq(c, "launch_errors", 0);
+    expect_ge(c, "share_permille", 950);
+    expect_eq(c, "events_created", 0);
+}
+
 int main(void)
 {
     guard_lib = getenv("GUARD_LIB") ? getenv("GUARD_LIB") : GUARD_LIB_PATH;
@@ -1021,6 +1091,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_unusable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_launch_passthrough, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pacer_converges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pacer_container_wide, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pacer_off_without_limit, setup, teardown),
     };
     return cmocka_run_group_tests_name("guard", tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -1104,6 +1105,100 @@ def test_guard_files_kept_during_grace(h):
         assert _guard_dirs(root) == [d] and a.alive()
     finally:
         pr.stop()
+
+
+# ------------------------------------------------------------------------------- guard counters vs NVML
+
+# guard/guard_region.h, version 1: header (4 x u32), 16 device counters (5 x u64), 1024 process
+# slots (i32 pid, u32 pad, u64 start time, 16 x u64 used).
+REGION_SIZE = 16 + 16 * 5 * 8 + 1024 * (8 + 8 + 16 * 8)
+
+
+def _write_region(path, used0):
+    import struct
+    buf = bytearray(REGION_SIZE)
+    struct.pack_into("<IIII", buf, 0, 0x47534752, 1, REGION_SIZE, 16)
+    struct.pack_into("<Q", buf, 16, used0)          # dev[0].used
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(buf)
+
+
+def _mapper(path):
+    """A process that maps the region as a guarded container process does (until killed)."""
+    code = ("import mmap, sys, time\n"
+            "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 0)\n"
+            "print('mapped', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "mapped"
+    return p
+
+
+def test_guard_counters_reconciled_with_nvml(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    a = h.agent(node, GUARD_POLICY, resources=["nvidia.com/gpu"],
+                extra=["--guard-root", root, "--guard-reconcile-interval-ms", "100", "--guard-gc-interval-ms", "0"])
+    d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"]))
+    other = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::2"]))
+    region = os.path.join(root, d, "state", "region")
+    _write_region(region, 1 << 30)                      # the guard counted 1 GiB
+    _write_region(os.path.join(root, other, "state", "region"), 0)
+    procs = [_mapper(region), _mapper(region)]
+    bystander = subprocess.Popen(["sleep", "60"])       # on the GPU, but not in the container
+    try:
+        node.run("sim", "process", "add", "--gpu", "0", "--pid", str(procs[0].pid), "--mem", "1GiB")
+        node.run("sim", "process", "add", "--gpu", "0", "--pid", str(procs[1].pid), "--mem", "512MiB")
+        node.run("sim", "process", "add", "--gpu", "0", "--pid", str(bystander.pid), "--mem", "4GiB")
+        line = a.wait_log(r"Guard reconcile: allocation " + d + " on " + u[0] + r": .*")
+        assert "the guard counted 1024 MiB, NVML reports 1536 MiB" in line, line
+        assert f"{procs[0].pid}" in line and f"{procs[1].pid}" in line and str(bystander.pid) not in line
+        assert "+512 MiB allocated through paths the guard does not see" in line
+        m = _samples(_scrape(a))
+        key = 'allocation="%s",UUID="%s"' % (d, u[0])
+        assert m["gpuslice_guard_memory_used_bytes{%s}" % key] == 1 << 30
+        assert m["gpuslice_guard_memory_nvml_bytes{%s}" % key] == 1536 << 20
+        assert m["gpuslice_guard_memory_limit_bytes{%s}" % key] == 2 << 30
+        okey = 'allocation="%s",UUID="%s"' % (other, u[0])
+        assert m["gpuslice_guard_memory_nvml_bytes{%s}" % okey] == 0   # no process of its own
+        assert "Guard reconcile: allocation " + other not in a.log()
+        # The counts agree again once the untracked memory is gone; said once.
+        node.run("sim", "process", "remove", "--pid", str(procs[1].pid))
+        a.wait_log(r"Guard reconcile: allocation " + d + r" .*agrees with NVML again \(1024 MiB\)")
+        settle(0.5)
+        assert len(re.findall(r"allocation " + d + " on", a.log())) == 2   # not repeated every pass
+        assert a.alive()
+    finally:
+        for p in procs + [bystander]:
+            p.kill()
+            p.wait()
+
+
+def test_guard_reconcile_skips_damaged_regions(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    a = h.agent(node, GUARD_POLICY, resources=["nvidia.com/gpu"],
+                extra=["--guard-root", root, "--guard-reconcile-interval-ms", "100"])
+    d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"]))
+    region = os.path.join(root, d, "state", "region")
+    os.makedirs(os.path.dirname(region), exist_ok=True)
+    with open(region, "wb") as f:                       # a container wrote garbage over its region
+        f.write(b"\xff" * REGION_SIZE)
+    p = _mapper(region)
+    try:
+        node.run("sim", "process", "add", "--gpu", "0", "--pid", str(p.pid), "--mem", "1GiB")
+        settle(0.6)
+        assert "Guard reconcile: allocation" not in a.log() and a.alive()
+        with open(region, "r+b") as f:                  # truncated
+            f.truncate(100)
+        settle(0.4)
+        assert a.alive()
+        assert "gpuslice_guard_memory_used_bytes{" not in _scrape(a)
+    finally:
+        p.kill()
+        p.wait()
 
 
 # ------------------------------------------------------------------------------- node labels (NFD features file)
