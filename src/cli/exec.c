@@ -37,8 +37,39 @@ static int parse_percent(const char *s, unsigned *out) {
     return 0;
 }
 
+static volatile sig_atomic_t g_child;
+
+/* SIGTERM, SIGHUP, SIGUSR1/2 sent to `gpuslice exec` (by a service manager, `timeout`, kill) go to
+ * the command, which decides when to exit; exec then cleans up and exits with its status. */
+static void forward_signal(int sig) {
+    if (g_child > 0)
+        kill((pid_t)g_child, sig);
+}
+
+/* The UUID of GPU `index`, so that NVML lookups inside (nvidia-smi) find the quota on the right GPU
+ * although CUDA numbers it 0. Returns an exit code; prints the error. */
+static int device_uuid(const struct cli *cli, unsigned index, char *uuid, size_t len) {
+    struct gpu_node *node;
+    struct gs_inventory *inv;
+    int rc = cli_read_node(cli, &node, &inv);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    if (index >= inv->n_gpus) {
+        fprintf(stderr, "gpuslice exec: --device %u: the node has %u GPU%s", index, inv->n_gpus,
+                inv->n_gpus == 1 ? "" : "s");
+        if (inv->n_gpus)
+            fprintf(stderr, " (0-%u)", inv->n_gpus - 1);
+        fputc('\n', stderr);
+        rc = GS_EXIT_USAGE;
+    } else {
+        gs_strlcpy(uuid, inv->gpus[index].uuid, len);
+    }
+    free(inv);
+    gpu_node_close(node);
+    return rc;
+}
+
 int cmd_exec(const struct cli *cli, int argc, char **argv) {
-    (void)cli;
     static const struct option opts[] = {
         { "vram", required_argument, NULL, 'v' },   { "compute", required_argument, NULL, 'c' },
         { "device", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
@@ -75,7 +106,11 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
                    "  --vram SIZE      memory quota per GPU (8GiB, 512MiB, ...)\n"
                    "  --compute PCT    compute share: kernel launches are paced so that the command gets at\n"
                    "                   most PCT %% of each GPU's time (measured with CUDA events)\n"
-                   "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N)\n");
+                   "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N; its UUID is read from\n"
+                   "                   NVML so that nvidia-smi inside shows the quota on that GPU)\n\n"
+                   "SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are passed on to COMMAND; the exit status is\n"
+                   "COMMAND's (128+N when a signal N ended it). The limits and counters live in a private\n"
+                   "directory under $XDG_RUNTIME_DIR (or /tmp), removed when COMMAND ends.\n");
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }
@@ -93,6 +128,12 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GUARD_LIB_NAME);
         return GS_EXIT_FAILURE;
     }
+    char uuid[96] = "";
+    if (device != ~0ULL) {
+        int urc = device_uuid(cli, (unsigned)device, uuid, sizeof(uuid));
+        if (urc != GS_EXIT_OK)
+            return urc;
+    }
     const char *rt = getenv("XDG_RUNTIME_DIR");
     char dir[200];
     if (snprintf(dir, sizeof(dir), "%s/gpuslice-exec-XXXXXX", rt && *rt ? rt : "/tmp") >= (int)sizeof(dir))
@@ -107,6 +148,8 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     unsigned n = device == ~0ULL ? GS_GUARD_MAX_DEVICES : 1;
     for (unsigned i = 0; i < n; i++)
         l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)i, "", vram, compute };
+    if (device != ~0ULL) /* CUDA ordinal 0 is GPU `device` (CUDA_VISIBLE_DEVICES) */
+        gs_strlcpy(l.dev[0].uuid, uuid, sizeof(l.dev[0].uuid));
     char text[4096], conf[256];
     int len = gs_guard_limits_format(&l, text, sizeof(text));
     snprintf(conf, sizeof(conf), "%s/limits", dir);
@@ -115,12 +158,21 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: cannot write %s\n", conf);
         goto out;
     }
+    /* Forwarding is set up before the fork, with the signals blocked until the pid is known. */
+    sigset_t fwd, saved;
+    sigemptyset(&fwd);
+    int forwarded[] = { SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        sigaddset(&fwd, forwarded[i]);
+    sigprocmask(SIG_BLOCK, &fwd, &saved);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "gpuslice exec: fork: %s\n", strerror(errno));
+        sigprocmask(SIG_SETMASK, &saved, NULL);
         goto out;
     }
     if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &saved, NULL);
         const char *old = getenv("LD_PRELOAD");
         char preload[PATH_MAX * 2];
         snprintf(preload, sizeof(preload), "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
@@ -135,9 +187,15 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
     }
-    /* The command owns the terminal's signals; we only wait for it. */
+    /* The command owns the terminal's signals (the terminal sends them to the whole group). */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
+    g_child = pid;
+    struct sigaction sa = { .sa_handler = forward_signal };
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        sigaction(forwarded[i], &sa, NULL);
+    sigprocmask(SIG_SETMASK, &saved, NULL);
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
