@@ -16,12 +16,15 @@
 #include "util/util.h"
 
 #define MAX_REPLICAS 1024
+#define MAX_PERCENT 100
 #define MAX_GPU_INDEX 63
 #define MAX_XID 65535
 #define MAX_QUIET_S (7u * 24 * 3600)
 #define DEFAULT_QUIET_S 300
 #define DEFAULT_PREFIX "nvidia.com/"
 #define SHARED_SUFFIX ".shared" /* NVIDIA's DefaultSharedResourceNameSuffix */
+#define GS_XSTR(x) #x
+#define GS_STR(x) GS_XSTR(x)
 
 /* NVIDIA's hard-coded "application errors" (internal/rm/health.go): faults of one process, not
  * of the GPU. */
@@ -43,13 +46,17 @@ static const char *const gfd_keys[] = { "oneshot", "noTimestamp", "sleepInterval
 static const char *const resources_keys[] = { "gpus", "mig", NULL };
 static const char *const rename_rule_keys[] = { "pattern", "name", NULL };
 static const char *const sharing_keys[] = { "timeSlicing", "mps", NULL };
+/* sharing.timeSlicing and sharing.mps share these keys; their resources differ in the gpuslice additions. */
 static const char *const ts_keys[] = { "renameByDefault", "failRequestsGreaterThanOne", "resources", NULL };
 static const char *const ts_resource_keys[] = { "name", "rename", "devices", "replicas", "memoryPerReplica", NULL };
+static const char *const mps_resource_keys[] = { "name", "rename", "devices", "replicas", "computePerReplica",
+                                                 "pinnedMemoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
-static const char *const gpuslice_keys[] = { "gpus", "health", "mig", NULL };
+static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", NULL };
+static const char *const gpuslice_mps_keys[] = { "exclusiveProcess", NULL };
 static const char *const mig_keys[] = { "config", "layoutFile", "force", NULL };
 static const char *const rule_keys[] = { "index", "uuid", "model", "mode", "replicas", "resourceName",
-                                          "memoryPerReplica", NULL };
+                                          "memoryPerReplica", "computePerReplica", "pinnedMemoryPerReplica", NULL };
 static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod", NULL };
 
 /* Same order as the enums in policy.h. */
@@ -61,7 +68,7 @@ static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };
  * that the message can say they are not supported rather than unknown. */
 static const char *const list_values[] = { "envvar", "volume-mounts", "cdi-annotations", "cdi-cri", NULL };
 /* Index + 1 = enum gs_gpu_mode. */
-static const char *const mode_values[] = { "whole", "time-slicing", "mig", "disabled", NULL };
+static const char *const mode_values[] = { "whole", "time-slicing", "mig", "disabled", "mps", NULL };
 
 /* ---- warnings ---- */
 
@@ -203,40 +210,94 @@ static int parse_resource_name(struct gs_yaml *y, const yaml_node_t *node, const
 
 /* ---- integers, durations, GPU references ---- */
 
-/* memoryPerReplica: auto (GPU memory / replicas) or a size such as 8GiB; enforced by the guard. */
+/* A per-replica limit's text in *s, NULL for "auto". */
+static int scalar_or_auto(struct gs_yaml *y, const yaml_node_t *node, const char *path, const char **s) {
+    int r = gs_yaml_scalar(y, node, path, s);
+    if (r == 0 && !strcmp(*s, "auto"))
+        *s = NULL;
+    return r;
+}
+
+/* memoryPerReplica (the guard's VRAM quota) and MPS's pinnedMemoryPerReplica: auto (GPU memory
+ * / replicas) or a size such as 8GiB. */
 static int parse_memory_per_replica(struct gs_yaml *y, const yaml_node_t *node, const char *path,
                                     unsigned long long *out) {
     const char *s;
-    int r = gs_yaml_scalar(y, node, path, &s);
+    int r = scalar_or_auto(y, node, path, &s);
     if (r < 0)
         return r;
-    if (!strcmp(s, "auto")) {
-        *out = GS_MEMORY_AUTO;
-        return 0;
-    }
-    unsigned long long v;
-    if (gs_parse_size(s, &v) < 0 || v < (1ULL << 20) || v > (1ULL << 50))
+    unsigned long long v = GS_MEMORY_AUTO;
+    if (s && (gs_parse_size(s, &v) < 0 || v < (1ULL << 20) || v > (1ULL << 50)))
         return gs_yaml_error(y, node, path, "expected auto or a size from 1MiB to 1PiB such as 8GiB, got '%.64s'", s);
     *out = v;
     return 0;
 }
 
-/* "replicas:" in both `sharing` and `gpuslice`; the >= 2 wording is NVIDIA's. */
-static int parse_replicas(struct gs_yaml *y, const yaml_node_t *node, const char *path, unsigned *out) {
+/* "replicas:" in both `sharing` and `gpuslice`; the >= 2 wording is NVIDIA's. MPS allows fewer:
+ * a control daemon's server takes at most GS_MPS_MAX_REPLICAS clients per device. */
+static int parse_replicas(struct gs_yaml *y, const yaml_node_t *node, const char *path, bool mps, unsigned *out) {
     const char *s;
     int r = gs_yaml_scalar(y, node, path, &s);
     if (r < 0)
         return r;
+    unsigned max = mps ? GS_MPS_MAX_REPLICAS : MAX_REPLICAS;
     size_t len = strlen(s);
     if (len == 0 || strspn(s, "0123456789") != len || (s[0] == '0' && len > 1))
-        return gs_yaml_error(y, node, path, "expected a number of replicas in 2..%d, got '%.64s'", MAX_REPLICAS, s);
+        return gs_yaml_error(y, node, path, "expected a number of replicas in 2..%u, got '%.64s'", max, s);
     /* More than 5 digits is over the limit whatever they are; no need to convert them. */
-    unsigned long long v = len > 5 ? MAX_REPLICAS + 1 : strtoull(s, NULL, 10);
+    unsigned long long v = len > 5 ? max + 1ULL : strtoull(s, NULL, 10);
     if (v < 2)
         return gs_yaml_error(y, node, path, "number of replicas must be >= 2 (got %llu)", v);
-    if (v > MAX_REPLICAS)
-        return gs_yaml_error(y, node, path, "number of replicas must be <= %d (got %.64s)", MAX_REPLICAS, s);
+    if (v > max)
+        return gs_yaml_error(y, node, path, "number of replicas must be <= %u (got %.64s)%s", max, s,
+                             mps ? ": an MPS server takes at most " GS_STR(GS_MPS_MAX_REPLICAS) " clients per device"
+                                 : "");
     *out = (unsigned)v;
+    return 0;
+}
+
+/* computePerReplica: auto (100% / replicas) or a whole percentage, "25%" or 25. */
+static int parse_compute_per_replica(struct gs_yaml *y, const yaml_node_t *node, const char *path, unsigned *out) {
+    const char *s;
+    int r = scalar_or_auto(y, node, path, &s);
+    if (r < 0)
+        return r;
+    if (!s) {
+        *out = GS_COMPUTE_AUTO;
+        return 0;
+    }
+    size_t digits = strspn(s, "0123456789"), len = strlen(s);
+    bool ok = digits > 0 && digits <= 3 && s[0] != '0' && (len == digits || (len == digits + 1 && s[digits] == '%'));
+    unsigned v = ok ? (unsigned)strtoul(s, NULL, 10) : 0;
+    if (!ok || v > MAX_PERCENT)
+        return gs_yaml_error(y, node, path, "expected auto or a percentage from 1%% to 100%% such as 25%%, got '%.64s'",
+                             s);
+    *out = v;
+    return 0;
+}
+
+/* The MPS limits of a sharing.mps resource or a `mode: mps` rule (replicas already parsed):
+ * computePerReplica, whose total over the replicas must fit in the GPU, and pinnedMemoryPerReplica.
+ * Both default to auto. */
+static int parse_mps_limits(struct gs_yaml *y, const yaml_node_t *map, const char *path, unsigned replicas,
+                            unsigned *compute, unsigned long long *pinned) {
+    char p[GS_YAML_PATH_MAX];
+    int r;
+    *compute = GS_COMPUTE_AUTO;
+    *pinned = GS_MEMORY_AUTO;
+    const yaml_node_t *node = gs_yaml_map_get(y, map, "computePerReplica");
+    if (node) {
+        gs_yaml_path_key(p, path, "computePerReplica");
+        if ((r = parse_compute_per_replica(y, node, p, compute)) < 0)
+            return r;
+        if (*compute != GS_COMPUTE_AUTO && replicas * *compute > MAX_PERCENT)
+            return gs_yaml_error(y, node, p, "%u replicas x %u%% = %u%% does not fit in one GPU (at most 100%%)",
+                                 replicas, *compute, replicas * *compute);
+    }
+    node = gs_yaml_map_get(y, map, "pinnedMemoryPerReplica");
+    if (node &&
+        (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "pinnedMemoryPerReplica"), pinned)) < 0)
+        return r;
     return 0;
 }
 
@@ -512,8 +573,8 @@ static int parse_flags(struct gs_yaml *y, const yaml_node_t *map, struct gs_poli
     if ((r = parse_root_path(y, map, "nvidiaDevRoot", true, p->dev_root, sizeof(p->dev_root))) < 0)
         return r;
 
-    const char *s;
-    if ((r = opt_string(y, map, path, "mpsRoot", &s)) < 0) /* only meaningful with MPS */
+    /* Where the MPS control daemons' pipe and log directories go; empty keeps the default. */
+    if ((r = parse_root_path(y, map, "mpsRoot", true, p->mps_root, sizeof(p->mps_root))) < 0)
         return r;
     static const char *const extras[] = { "gdrcopyEnabled", "gdsEnabled", "mofedEnabled", NULL };
     for (size_t i = 0; extras[i]; i++) {
@@ -670,10 +731,21 @@ static int parse_devices(struct gs_yaml *y, const yaml_node_t *node, const char 
                          s);
 }
 
-static int parse_ts_resource(struct gs_yaml *y, const yaml_node_t *entry, const char *path, bool rename_by_default,
-                             struct gs_ts_resource *res) {
+/* sharing.timeSlicing or sharing.mps: the same NVIDIA form (ReplicatedResources), with gpuslice's
+ * additions per resource (memoryPerReplica for time-slicing; computePerReplica and
+ * pinnedMemoryPerReplica for MPS). */
+struct replicated {
+    const char *path;                    /* "sharing.timeSlicing" or "sharing.mps" */
+    bool mps;
+    bool *present, *rename_by_default, *fail_gt_one;
+    unsigned *n_resources;
+    struct gs_ts_resource *resources;
+};
+
+static int parse_replicated_resource(struct gs_yaml *y, const yaml_node_t *entry, const char *path,
+                                     const struct replicated *rr, struct gs_ts_resource *res) {
     char p[GS_YAML_PATH_MAX];
-    int r = gs_yaml_check_keys(y, entry, path, ts_resource_keys);
+    int r = gs_yaml_check_keys(y, entry, path, rr->mps ? mps_resource_keys : ts_resource_keys);
     if (r < 0)
         return r;
     *res = (struct gs_ts_resource){ .devices_all = true };
@@ -688,7 +760,7 @@ static int parse_ts_resource(struct gs_yaml *y, const yaml_node_t *entry, const 
     if (node) {
         if ((r = parse_resource_name(y, node, gs_yaml_path_key(p, path, "rename"), res->rename)) < 0)
             return r;
-    } else if (rename_by_default) {
+    } else if (*rr->rename_by_default) {
         /* The advertised name is NAME.shared, which must still be a valid resource name. */
         char shared[GS_RESOURCE_NAME_MAX * 2];
         snprintf(shared, sizeof(shared), "%s%s", res->name, SHARED_SUFFIX);
@@ -701,13 +773,20 @@ static int parse_ts_resource(struct gs_yaml *y, const yaml_node_t *entry, const 
 
     node = gs_yaml_map_get(y, entry, "replicas");
     if (!node)
-        return gs_yaml_error(y, entry, path, "missing required key 'replicas' (2..%d)", MAX_REPLICAS);
-    if ((r = parse_replicas(y, node, gs_yaml_path_key(p, path, "replicas"), &res->replicas)) < 0)
+        return gs_yaml_error(y, entry, path, "missing required key 'replicas' (2..%d)",
+                             rr->mps ? GS_MPS_MAX_REPLICAS : MAX_REPLICAS);
+    if ((r = parse_replicas(y, node, gs_yaml_path_key(p, path, "replicas"), rr->mps, &res->replicas)) < 0)
         return r;
-    node = gs_yaml_map_get(y, entry, "memoryPerReplica");
-    if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
-                                              &res->memory_per_replica)) < 0)
-        return r;
+    if (rr->mps) {
+        if ((r = parse_mps_limits(y, entry, path, res->replicas, &res->compute_per_replica,
+                                  &res->pinned_per_replica)) < 0)
+            return r;
+    } else {
+        node = gs_yaml_map_get(y, entry, "memoryPerReplica");
+        if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
+                                                  &res->memory_per_replica)) < 0)
+            return r;
+    }
 
     node = gs_yaml_map_get(y, entry, "devices");
     if (node && (r = parse_devices(y, node, gs_yaml_path_key(p, path, "devices"), res)) < 0)
@@ -715,16 +794,17 @@ static int parse_ts_resource(struct gs_yaml *y, const yaml_node_t *entry, const 
     return 0;
 }
 
-static int parse_time_slicing(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
-    const char *path = "sharing.timeSlicing";
+static int parse_replicated(struct gs_yaml *y, const yaml_node_t *map, const struct replicated *rr) {
+    const char *path = rr->path;
     int r = gs_yaml_check_keys(y, map, path, ts_keys);
     if (r < 0)
         return r;
-    if ((r = opt_bool(y, map, path, "renameByDefault", &p->ts_rename_by_default)) < 0 ||
-        (r = opt_bool(y, map, path, "failRequestsGreaterThanOne", &p->ts_fail_requests_gt_one)) < 0)
+    if ((r = opt_bool(y, map, path, "renameByDefault", rr->rename_by_default)) < 0 ||
+        (r = opt_bool(y, map, path, "failRequestsGreaterThanOne", rr->fail_gt_one)) < 0)
         return r;
 
-    const char *lpath = "sharing.timeSlicing.resources";
+    char lpath[GS_YAML_PATH_MAX];
+    gs_yaml_path_key(lpath, path, "resources");
     const yaml_node_t *list = gs_yaml_map_get(y, map, "resources");
     if (!list)
         return gs_yaml_error(y, map, path, "missing required key 'resources'");
@@ -738,12 +818,12 @@ static int parse_time_slicing(struct gs_yaml *y, const yaml_node_t *map, struct 
                              GS_POLICY_MAX_RESOURCES);
     for (size_t i = 0; i < n; i++) {
         char ip[GS_YAML_PATH_MAX];
-        if ((r = parse_ts_resource(y, gs_yaml_seq_at(y, list, i), gs_yaml_path_index(ip, lpath, i),
-                                   p->ts_rename_by_default, &p->ts_resources[i])) < 0)
+        if ((r = parse_replicated_resource(y, gs_yaml_seq_at(y, list, i), gs_yaml_path_index(ip, lpath, i), rr,
+                                           &rr->resources[i])) < 0)
             return r;
     }
-    p->n_ts_resources = (unsigned)n;
-    p->ts_present = true;
+    *rr->n_resources = (unsigned)n;
+    *rr->present = true;
     return 0;
 }
 
@@ -751,13 +831,24 @@ static int parse_sharing(struct gs_yaml *y, const yaml_node_t *map, struct gs_po
     int r = gs_yaml_check_keys(y, map, "sharing", sharing_keys);
     if (r < 0)
         return r;
-    /* Checked first: a file that asks for MPS must not half-work with time-slicing. */
-    const yaml_node_t *node = get_section(y, map, "mps");
-    if (node)
-        return gs_yaml_error(y, node, "sharing.mps", "MPS sharing is not supported by this version yet");
-    node = get_section(y, map, "timeSlicing");
-    if (node && (r = parse_time_slicing(y, node, p)) < 0)
-        return r;
+    const yaml_node_t *ts = get_section(y, map, "timeSlicing"), *mps = get_section(y, map, "mps");
+    /* NVIDIA's plugin silently drops timeSlicing when mps is given; say so instead. */
+    if (ts && mps)
+        return gs_yaml_error(y, gs_yaml_map_get(y, map, "mps"), "sharing.mps",
+                             "cannot be combined with sharing.timeSlicing; choose one, or choose per GPU with "
+                             "gpuslice.gpus rules (mode: time-slicing or mps)");
+    if (ts) {
+        const struct replicated rr = { "sharing.timeSlicing", false, &p->ts_present, &p->ts_rename_by_default,
+                                       &p->ts_fail_requests_gt_one, &p->n_ts_resources, p->ts_resources };
+        if ((r = parse_replicated(y, ts, &rr)) < 0)
+            return r;
+    }
+    if (mps) {
+        const struct replicated rr = { "sharing.mps", true, &p->mps_present, &p->mps_rename_by_default,
+                                       &p->mps_fail_requests_gt_one, &p->n_mps_resources, p->mps_resources };
+        if ((r = parse_replicated(y, mps, &rr)) < 0)
+            return r;
+    }
     return 0;
 }
 
@@ -839,7 +930,7 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
     const yaml_node_t *mode = gs_yaml_map_get(y, entry, "mode");
     if (!mode)
         return gs_yaml_error(y, entry, path, "missing required key 'mode'; expected one of: whole, time-slicing, "
-                                             "mig, disabled");
+                                             "mig, disabled, mps");
     unsigned v;
     if ((r = gs_yaml_enum(y, mode, gs_yaml_path_key(kp, path, "mode"), mode_values, &v)) < 0)
         return r;
@@ -850,23 +941,39 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
 
     const yaml_node_t *node = gs_yaml_map_get(y, entry, "replicas");
     gs_yaml_path_key(kp, path, "replicas");
-    if (rule->mode == GS_MODE_TIME_SLICING) {
+    bool mps = rule->mode == GS_MODE_MPS;
+    if (rule->mode == GS_MODE_TIME_SLICING || mps) {
         if (!node)
-            return gs_yaml_error(y, entry, path, "missing required key 'replicas' (2..%d) for mode time-slicing",
-                                 MAX_REPLICAS);
-        if ((r = parse_replicas(y, node, kp, &rule->replicas)) < 0)
+            return gs_yaml_error(y, entry, path, "missing required key 'replicas' (2..%d) for mode %s",
+                                 mps ? GS_MPS_MAX_REPLICAS : MAX_REPLICAS, mode_values[v]);
+        if ((r = parse_replicas(y, node, kp, mps, &rule->replicas)) < 0)
             return r;
     } else if (node) {
-        return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing (mode is %s)", mode_values[v]);
+        return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing or mps (mode is %s)", mode_values[v]);
     }
+    /* Each per-replica limit belongs to one mode. */
+    static const struct {
+        const char *key;
+        enum gs_gpu_mode mode;
+    } limits[] = {
+        { "memoryPerReplica", GS_MODE_TIME_SLICING },
+        { "computePerReplica", GS_MODE_MPS },
+        { "pinnedMemoryPerReplica", GS_MODE_MPS },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(limits); i++) {
+        node = gs_yaml_map_get(y, entry, limits[i].key);
+        gs_yaml_path_key(kp, path, limits[i].key);
+        if (node && rule->mode != limits[i].mode)
+            return gs_yaml_error(y, node, kp, "only allowed with mode %s (mode is %s)",
+                                 mode_values[limits[i].mode - 1], mode_values[v]);
+    }
+    if (mps && (r = parse_mps_limits(y, entry, path, rule->replicas, &rule->compute_per_replica,
+                                     &rule->pinned_per_replica)) < 0)
+        return r;
     node = gs_yaml_map_get(y, entry, "memoryPerReplica");
-    if (node) {
-        gs_yaml_path_key(kp, path, "memoryPerReplica");
-        if (rule->mode != GS_MODE_TIME_SLICING)
-            return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing (mode is %s)", mode_values[v]);
-        if ((r = parse_memory_per_replica(y, node, kp, &rule->memory_per_replica)) < 0)
-            return r;
-    }
+    gs_yaml_path_key(kp, path, "memoryPerReplica");
+    if (node && (r = parse_memory_per_replica(y, node, kp, &rule->memory_per_replica)) < 0)
+        return r;
 
     node = gs_yaml_map_get(y, entry, "resourceName");
     if (node) {
@@ -955,6 +1062,14 @@ static int parse_mig(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy
     return 0;
 }
 
+/* gpuslice.mps: what gpuslice does around the MPS daemons that NVIDIA's plugin does always. */
+static int parse_gpuslice_mps(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
+    int r = gs_yaml_check_keys(y, map, "gpuslice.mps", gpuslice_mps_keys);
+    if (r < 0)
+        return r;
+    return opt_bool(y, map, "gpuslice.mps", "exclusiveProcess", &p->mps_exclusive_process);
+}
+
 static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "gpuslice", gpuslice_keys);
     if (r < 0)
@@ -980,6 +1095,9 @@ static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_p
         return r;
     const yaml_node_t *mig = get_section(y, map, "mig");
     if (mig && (r = parse_mig(y, mig, p)) < 0)
+        return r;
+    const yaml_node_t *mps = get_section(y, map, "mps");
+    if (mps && (r = parse_gpuslice_mps(y, mps, p)) < 0)
         return r;
     return 0;
 }
@@ -1030,6 +1148,8 @@ void gs_policy_init(struct gs_policy *p) {
     p->fail_on_init_error = true;
     gs_strlcpy(p->driver_root, "/", sizeof(p->driver_root));
     gs_strlcpy(p->dev_root, "/", sizeof(p->dev_root));
+    gs_strlcpy(p->mps_root, GS_MPS_ROOT_DEFAULT, sizeof(p->mps_root));
+    p->mps_fail_requests_gt_one = true;
     memcpy(p->ignored_xids, default_xids, sizeof(default_xids));
     p->n_ignored_xids = GS_ARRAY_SIZE(default_xids);
     p->recovery_quiet_s = DEFAULT_QUIET_S;

@@ -20,13 +20,28 @@
  *           replicas: 4                       # >= 2
  *           devices: all | <count> | ["0", "GPU-..."]   # honoured (NVIDIA's plugin ignores it)
  *           memoryPerReplica: auto | 8GiB     # gpuslice: VRAM quota per replica, enforced by the guard
+ *     mps:                                    # instead of timeSlicing (not both), same form
+ *       renameByDefault: true
+ *       failRequestsGreaterThanOne: true      # default true for MPS, as in NVIDIA's plugin
+ *       resources:
+ *         - name: nvidia.com/gpu
+ *           replicas: 4                       # 2..48: an MPS server takes at most 48 clients
+ *           devices: all | <count> | ["0", "GPU-...", "MIG-..."]   # MPS on MIG instances is allowed
+ *           computePerReplica: auto | 25%     # gpuslice: active thread percentage; auto = 100% / replicas
+ *           pinnedMemoryPerReplica: auto | 8GiB  # gpuslice: pinned device memory; auto = memory / replicas
  *   gpuslice:
  *     gpus:                                   # first match wins; overrides `sharing`
  *       - index: "0-3"                        # or uuid: GPU-..., or model: "NVIDIA H100*" (glob)
- *         mode: mig                           # whole | time-slicing | mig | disabled
+ *         mode: mig                           # whole | time-slicing | mig | disabled | mps
  *       - index: "4,5"
  *         mode: time-slicing
  *         replicas: 4
+ *       - index: "6"
+ *         mode: mps                           # replicas (2..48), computePerReplica, pinnedMemoryPerReplica
+ *         replicas: 3
+ *         computePerReplica: 30%
+ *     mps:
+ *       exclusiveProcess: false               # true: set EXCLUSIVE_PROCESS compute mode on MPS GPUs
  *     mig:                                    # the agent partitions MIG GPUs (docs/mig.md)
  *       config: all-balanced                  # a config of layoutFile, or a built-in layout
  *       layoutFile: /etc/gpuslice/mig.yaml    # optional, mig-parted v1 format
@@ -48,23 +63,30 @@
 #define GS_RESOURCE_NAME_MAX 64   /* "nvidia.com/" + up to 52 */
 #define GS_SELECTOR_MAX 128
 #define GS_MEMORY_AUTO (~0ULL)           /* memoryPerReplica: auto = GPU memory / replicas */
+#define GS_COMPUTE_AUTO 0u               /* computePerReplica: auto = 100% / replicas (rounded down) */
+#define GS_MPS_MAX_REPLICAS 48           /* MPS clients per device from Volta on (16 before) */
+#define GS_MPS_ROOT_DEFAULT "/run/nvidia/mps" /* NVIDIA's helm default for flags.mpsRoot */
 
 enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
 enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED };
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
 enum gs_list_strategy { GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1 };
-enum gs_gpu_mode { GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED };
+enum gs_gpu_mode {
+    GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED, GS_MODE_MPS
+};
 
 /* A device selector as in NVIDIA's `devices:` lists: a GPU index ("0"), a GPU UUID ("GPU-..."). */
 struct gs_device_ref {
     char text[GS_SELECTOR_MAX];
 };
 
-struct gs_ts_resource {                   /* one sharing.timeSlicing.resources[] entry */
+struct gs_ts_resource {                   /* one sharing.timeSlicing.resources[] or sharing.mps.resources[] entry */
     char name[GS_RESOURCE_NAME_MAX];      /* "nvidia.com/gpu" */
     char rename[GS_RESOURCE_NAME_MAX];    /* optional explicit name ("" = default rule) */
     unsigned replicas;                    /* >= 2 */
     unsigned long long memory_per_replica; /* bytes, GS_MEMORY_AUTO, or 0: no VRAM quota (no guard) */
+    unsigned compute_per_replica;         /* MPS: percent 1..100 or GS_COMPUTE_AUTO (time-slicing: 0) */
+    unsigned long long pinned_per_replica; /* MPS: bytes or GS_MEMORY_AUTO (the default; time-slicing: 0) */
     bool devices_all;                     /* devices: all (the default) */
     unsigned devices_count;               /* devices: <count>: the first N GPUs (0 = not used) */
     unsigned n_devices;                   /* devices: [list] */
@@ -76,8 +98,10 @@ struct gs_gpu_rule {                      /* one gpuslice.gpus[] entry */
     unsigned long long index_mask;        /* GS_SEL_INDEX: bit i = GPU i (indices 0..63) */
     char pattern[GS_SELECTOR_MAX];        /* GS_SEL_UUID: exact; GS_SEL_MODEL: glob on the NVML name */
     enum gs_gpu_mode mode;                /* never GS_MODE_DEFAULT */
-    unsigned replicas;                    /* time-slicing: >= 2 */
+    unsigned replicas;                    /* time-slicing: >= 2; mps: 2..GS_MPS_MAX_REPLICAS */
     unsigned long long memory_per_replica; /* time-slicing: as in gs_ts_resource */
+    unsigned compute_per_replica;         /* mps: as in gs_ts_resource */
+    unsigned long long pinned_per_replica; /* mps: as in gs_ts_resource */
     char resource[GS_RESOURCE_NAME_MAX];  /* optional resource name override ("" = default rule) */
     unsigned line;                        /* where it was written, for log messages */
 };
@@ -91,12 +115,20 @@ struct gs_policy {
     bool fail_on_init_error;              /* flags.failOnInitError, default true */
     char driver_root[256];                /* flags.nvidiaDriverRoot, default "/" */
     char dev_root[256];                   /* flags.nvidiaDevRoot, default = driver_root */
+    char mps_root[256];                   /* flags.mpsRoot, default GS_MPS_ROOT_DEFAULT */
 
     bool ts_present;                      /* sharing.timeSlicing given */
     bool ts_rename_by_default;
     bool ts_fail_requests_gt_one;
     unsigned n_ts_resources;
     struct gs_ts_resource ts_resources[GS_POLICY_MAX_RESOURCES];
+
+    bool mps_present;                     /* sharing.mps given (never together with timeSlicing) */
+    bool mps_rename_by_default;
+    bool mps_fail_requests_gt_one;        /* default true, as NVIDIA's plugin forces it for MPS */
+    unsigned n_mps_resources;
+    struct gs_ts_resource mps_resources[GS_POLICY_MAX_RESOURCES];
+    bool mps_exclusive_process;           /* gpuslice.mps.exclusiveProcess: set EXCLUSIVE_PROCESS */
 
     unsigned n_rules;
     struct gs_gpu_rule rules[GS_POLICY_MAX_RULES];
@@ -114,7 +146,7 @@ struct gs_policy {
 };
 
 /* Defaults: migStrategy none, envvar, uuid, distributed, failOnInitError true, driver root "/",
- * no sharing, default ignored Xids, 300 s recovery. */
+ * MPS root /run/nvidia/mps, no sharing, default ignored Xids, 300 s recovery. */
 void gs_policy_init(struct gs_policy *p);
 
 /* Parses YAML text; on error returns -EINVAL (or -ENOMEM) and writes one line to err:

@@ -63,8 +63,12 @@ static void assert_defaults(const struct gs_policy *p) {
     assert_true(p->fail_on_init_error);
     assert_string_equal(p->driver_root, "/");
     assert_string_equal(p->dev_root, "/");
+    assert_string_equal(p->mps_root, "/run/nvidia/mps");
     assert_false(p->ts_present);
     assert_int_equal(p->n_ts_resources, 0);
+    assert_false(p->mps_present);
+    assert_int_equal(p->n_mps_resources, 0);
+    assert_false(p->mps_exclusive_process);
     assert_int_equal(p->n_rules, 0);
     assert_default_xids(p);
     assert_int_equal(p->recovery_quiet_s, 300);
@@ -96,7 +100,8 @@ static void test_empty_and_null_forms(void **state) {
         "version:\n",
         "version: \"\"\n",
         "flags:\nsharing:\ngpuslice:\nresources:\nimex:\n",
-        "flags:\n  plugin:\n  gfd:\nsharing:\n  timeSlicing:\n  mps:\ngpuslice:\n  gpus:\n  health:\n",
+        "flags:\n  plugin:\n  gfd:\nsharing:\n  timeSlicing:\n  mps:\ngpuslice:\n  gpus:\n  health:\n  mps:\n",
+        "flags:\n  mpsRoot: \"\"\ngpuslice:\n  mps: {}\n", /* an empty mpsRoot keeps the default */
         "flags: {}\nsharing: {}\ngpuslice: {}\n",
     };
     for (size_t i = 0; i < GS_ARRAY_SIZE(texts); i++) {
@@ -152,9 +157,14 @@ static void test_nvidia_readme_example(void **state) {
     assert_string_equal(p->ts_resources[0].name, "nvidia.com/gpu");
     assert_string_equal(p->ts_resources[0].rename, "");
     assert_int_equal(p->ts_resources[0].replicas, 4);
+    assert_int_equal(p->ts_resources[0].memory_per_replica, 0);
+    assert_int_equal(p->ts_resources[0].compute_per_replica, 0); /* MPS-only fields stay unset */
+    assert_int_equal(p->ts_resources[0].pinned_per_replica, 0);
     assert_true(p->ts_resources[0].devices_all);
     assert_int_equal(p->ts_resources[0].devices_count, 0);
     assert_int_equal(p->ts_resources[0].n_devices, 0);
+    assert_false(p->mps_present);
+    assert_string_equal(p->mps_root, "/run/nvidia/mps");
     assert_int_equal(p->n_rules, 0);
     assert_default_xids(p);
     assert_int_equal(p->n_warnings, 0);
@@ -321,6 +331,184 @@ static void test_gpuslice_rules(void **state) {
     assert_int_equal(r[5].line, 18);
 }
 
+/* NVIDIA's MPS form (the commented-out block of its README example, and the config of a v0.15
+ * user's report): accepted unchanged, with NVIDIA's defaults. */
+static void test_mps_nvidia_form(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    parse_ok("version: v1\n"
+             "flags:\n"
+             "  migStrategy: none\n"
+             "  failOnInitError: true\n"
+             "  nvidiaDriverRoot: \"/run/nvidia/driver/\"\n"
+             "  mpsRoot: /run/nvidia/mps\n"
+             "  plugin:\n"
+             "    deviceListStrategy: envvar\n"
+             "    deviceIDStrategy: uuid\n"
+             "sharing:\n"
+             "  mps:\n"
+             "    renameByDefault: true\n"
+             "    resources: [{name: nvidia.com/gpu, replicas: 4}]\n",
+             p);
+    assert_false(p->ts_present);
+    assert_int_equal(p->n_ts_resources, 0);
+    assert_true(p->mps_present);
+    assert_true(p->mps_rename_by_default);
+    assert_true(p->mps_fail_requests_gt_one); /* NVIDIA forces it to true for MPS unless set false */
+    assert_string_equal(p->mps_root, "/run/nvidia/mps");
+    assert_false(p->mps_exclusive_process);
+    assert_int_equal(p->n_mps_resources, 1);
+    const struct gs_ts_resource *r = &p->mps_resources[0];
+    assert_string_equal(r->name, "nvidia.com/gpu");
+    assert_string_equal(r->rename, "");
+    assert_int_equal(r->replicas, 4);
+    assert_int_equal(r->compute_per_replica, GS_COMPUTE_AUTO);
+    assert_int_equal(r->pinned_per_replica, GS_MEMORY_AUTO);
+    assert_int_equal(r->memory_per_replica, 0);
+    assert_true(r->devices_all);
+    assert_int_equal(p->n_warnings, 0);
+
+    /* an explicit false is honoured (NVIDIA f14d3d12d) */
+    parse_ok("sharing:\n  mps:\n    failRequestsGreaterThanOne: false\n    resources:\n"
+             "      - {name: gpu, replicas: 2}\n",
+             p);
+    assert_true(p->mps_present);
+    assert_false(p->mps_fail_requests_gt_one);
+    assert_false(p->mps_rename_by_default);
+    assert_string_equal(p->mps_resources[0].name, "nvidia.com/gpu");
+}
+
+static void test_mps_full(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    parse_ok("flags:\n"
+             "  migStrategy: mixed\n"
+             "  mpsRoot: /var/run/gpuslice/mps\n"
+             "sharing:\n"
+             "  mps:\n"
+             "    renameByDefault: true\n"
+             "    failRequestsGreaterThanOne: true\n"
+             "    resources:\n"
+             "      - name: nvidia.com/gpu\n"
+             "        replicas: 4\n"
+             "        computePerReplica: 25%\n"
+             "        pinnedMemoryPerReplica: 8GiB\n"
+             "        devices: [\"0\", GPU-B1028956-cfa2-0990-bf4a-5da9abb51763]\n"
+             "      - name: nvidia.com/mig-3g.40gb\n"
+             "        rename: example.com/mig-mps\n"
+             "        replicas: 48\n"
+             "        computePerReplica: 2\n"
+             "        pinnedMemoryPerReplica: auto\n"
+             "        devices: [MIG-3b6a2a4c-2a2b-5e0e-a3ad-7a2f1d0c9b11]\n"
+             "      - name: example.com/gpu-mps\n"
+             "        replicas: 3\n"
+             "        computePerReplica: auto\n"
+             "        pinnedMemoryPerReplica: 1MiB\n"
+             "        devices: 2\n"
+             "      - name: example.com/half\n"
+             "        replicas: 2\n"
+             "        computePerReplica: 50%\n"
+             "gpuslice:\n"
+             "  mps:\n"
+             "    exclusiveProcess: true\n",
+             p);
+    assert_string_equal(p->mps_root, "/var/run/gpuslice/mps");
+    assert_true(p->mps_exclusive_process);
+    assert_true(p->mps_present);
+    assert_int_equal(p->n_mps_resources, 4);
+    const struct gs_ts_resource *r = p->mps_resources;
+    assert_int_equal(r[0].replicas, 4);
+    assert_int_equal(r[0].compute_per_replica, 25); /* 4 x 25% = 100%: fits exactly */
+    assert_int_equal(r[0].pinned_per_replica, 8ULL << 30);
+    assert_int_equal(r[0].n_devices, 2);
+    assert_string_equal(r[0].devices[1].text, "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763");
+    assert_string_equal(r[1].name, "nvidia.com/mig-3g.40gb"); /* MPS on MIG instances is allowed */
+    assert_string_equal(r[1].rename, "example.com/mig-mps");
+    assert_int_equal(r[1].replicas, 48);
+    assert_int_equal(r[1].compute_per_replica, 2); /* a bare number is a percentage */
+    assert_int_equal(r[1].pinned_per_replica, GS_MEMORY_AUTO);
+    assert_string_equal(r[1].devices[0].text, "MIG-3b6a2a4c-2a2b-5e0e-a3ad-7a2f1d0c9b11");
+    assert_int_equal(r[2].compute_per_replica, GS_COMPUTE_AUTO);
+    assert_int_equal(r[2].pinned_per_replica, 1ULL << 20);
+    assert_int_equal(r[2].devices_count, 2);
+    assert_int_equal(r[3].compute_per_replica, 50);
+    assert_int_equal(r[3].pinned_per_replica, GS_MEMORY_AUTO);
+    assert_true(r[3].devices_all);
+    assert_false(p->ts_present);
+}
+
+static void test_mps_rules(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    parse_ok("sharing:\n"
+             "  timeSlicing:\n"
+             "    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"
+             "gpuslice:\n"
+             "  gpus:\n"
+             "    - index: \"0-1\"\n"
+             "      mode: mps\n"
+             "      replicas: 3\n"
+             "      computePerReplica: 33%\n"
+             "      pinnedMemoryPerReplica: 20GiB\n"
+             "      resourceName: example.com/mps\n"
+             "    - model: \"NVIDIA H200*\"\n"
+             "      mode: mps\n"
+             "      replicas: 48\n"
+             "    - index: 2\n"
+             "      mode: time-slicing\n"
+             "      replicas: 4\n"
+             "      memoryPerReplica: 10GiB\n",
+             p);
+    assert_true(p->ts_present); /* per-GPU rules mix the two modes */
+    assert_false(p->mps_present);
+    assert_int_equal(p->n_rules, 3);
+    const struct gs_gpu_rule *r = p->rules;
+    assert_int_equal(r[0].mode, GS_MODE_MPS);
+    assert_int_equal(r[0].index_mask, 3);
+    assert_int_equal(r[0].replicas, 3);
+    assert_int_equal(r[0].compute_per_replica, 33);
+    assert_int_equal(r[0].pinned_per_replica, 20ULL << 30);
+    assert_int_equal(r[0].memory_per_replica, 0);
+    assert_string_equal(r[0].resource, "example.com/mps");
+    assert_int_equal(r[1].kind, GS_SEL_MODEL);
+    assert_int_equal(r[1].mode, GS_MODE_MPS);
+    assert_int_equal(r[1].replicas, 48);
+    assert_int_equal(r[1].compute_per_replica, GS_COMPUTE_AUTO);
+    assert_int_equal(r[1].pinned_per_replica, GS_MEMORY_AUTO);
+    assert_int_equal(r[2].mode, GS_MODE_TIME_SLICING);
+    assert_int_equal(r[2].replicas, 4);
+    assert_int_equal(r[2].memory_per_replica, 10ULL << 30);
+    assert_int_equal(r[2].compute_per_replica, 0);
+    assert_int_equal(r[2].pinned_per_replica, 0);
+    /* time-slicing keeps its own limit of 1024 replicas */
+    parse_ok("gpuslice:\n  gpus:\n    - {index: 0, mode: time-slicing, replicas: 1024}\n", p);
+    assert_int_equal(p->rules[0].replicas, 1024);
+}
+
+static void test_mps_percentages(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    static const struct {
+        unsigned replicas;
+        const char *text;
+        unsigned percent;
+    } ok[] = {
+        { 2, "1%", 1 }, { 2, "50%", 50 }, { 2, "\"50\"", 50 }, { 3, "33%", 33 }, { 10, "10%", 10 },
+        { 48, "2%", 2 }, { 20, "5", 5 }, { 2, "auto", GS_COMPUTE_AUTO },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(ok); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "sharing:\n  mps:\n    resources:\n      - {name: gpu, replicas: %u, "
+                 "computePerReplica: %s}\n", ok[i].replicas, ok[i].text);
+        parse_ok(text, p);
+        assert_int_equal(p->mps_resources[0].compute_per_replica, ok[i].percent);
+        snprintf(text, sizeof(text), "gpuslice:\n  gpus:\n    - {index: 0, mode: mps, replicas: %u, "
+                 "computePerReplica: %s}\n", ok[i].replicas, ok[i].text);
+        parse_ok(text, p);
+        assert_int_equal(p->rules[0].compute_per_replica, ok[i].percent);
+    }
+}
+
 static void test_health(void **state) {
     (void)state;
     _cleanup_free_ struct gs_policy *p = new_policy();
@@ -443,12 +631,14 @@ static void test_crlf_bom_flow(void **state) {
 struct bad_case {
     const char *name;
     const char *yaml;
-    const char *prefix;   /* exact start of the message */
+    const char *prefix;   /* exact start of the message; the whole message when no words are given */
     const char *words[3]; /* must each appear somewhere in it */
 };
 
 #define TS "sharing:\n  timeSlicing:\n    resources:\n"
 #define RULES "gpuslice:\n  gpus:\n"
+#define MPS "sharing:\n  mps:\n    resources:\n"
+#define MPS_GPU MPS "      - name: nvidia.com/gpu\n"
 
 static const struct bad_case bad_cases[] = {
     /* top level and flags */
@@ -500,8 +690,6 @@ static const struct bad_case bad_cases[] = {
     { "imex channel negative", "imex:\n  channelIDs: [0, -1]\n", "t.yaml:2:19: imex.channelIDs[1]: ",
       { "expected an integer", "'-1'" } },
     /* sharing */
-    { "mps", "sharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n",
-      "t.yaml:3:5: sharing.mps: ", { "MPS sharing is not supported by this version yet" } },
     { "unknown sharing key", "sharing:\n  timeslicing: {}\n", "t.yaml:2:3: sharing.timeslicing: ",
       { "unknown key 'timeslicing'", "timeSlicing, mps" } },
     { "timeSlicing without resources", "sharing:\n  timeSlicing:\n    renameByDefault: true\n",
@@ -640,6 +828,117 @@ static const struct bad_case bad_cases[] = {
       { "duplicate key 'migStrategy'", "first at line 2, column 3" } },
     { "syntax error", "flags:\n  migStrategy: none\n plugin: {}\n", "t.yaml:3:2: ", { "syntax error" } },
     { "anchor", "flags: &f\n  migStrategy: none\n", "t.yaml:1:8: ", { "anchors and aliases are not supported" } },
+    /* MPS, each with its whole message */
+    { "mps replicas 49", MPS_GPU "        replicas: 49\n",
+      "t.yaml:5:19: sharing.mps.resources[0].replicas: number of replicas must be <= 48 (got 49): an MPS server "
+      "takes at most 48 clients per device" },
+    { "mps replicas 1", MPS_GPU "        replicas: 1\n",
+      "t.yaml:5:19: sharing.mps.resources[0].replicas: number of replicas must be >= 2 (got 1)" },
+    { "mps replicas text", MPS_GPU "        replicas: many\n",
+      "t.yaml:5:19: sharing.mps.resources[0].replicas: expected a number of replicas in 2..48, got 'many'" },
+    { "mps replicas huge", MPS_GPU "        replicas: 1000000\n",
+      "t.yaml:5:19: sharing.mps.resources[0].replicas: number of replicas must be <= 48 (got 1000000): an MPS "
+      "server takes at most 48 clients per device" },
+    { "mps replicas missing", MPS_GPU "        computePerReplica: 10%\n",
+      "t.yaml:4:9: sharing.mps.resources[0]: missing required key 'replicas' (2..48)" },
+    { "mps compute does not fit", MPS_GPU "        replicas: 4\n        computePerReplica: 30%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: 4 replicas x 30% = 120% does not fit in one GPU "
+      "(at most 100%)" },
+    { "mps compute 48 x 3", MPS_GPU "        replicas: 48\n        computePerReplica: 3\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: 48 replicas x 3% = 144% does not fit in one GPU "
+      "(at most 100%)" },
+    { "mps compute 0%", MPS_GPU "        replicas: 2\n        computePerReplica: 0%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected auto or a percentage from 1% to 100% such "
+      "as 25%, got '0%'" },
+    { "mps compute 101%", MPS_GPU "        replicas: 2\n        computePerReplica: 101%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected auto or a percentage from 1% to 100% such "
+      "as 25%, got '101%'" },
+    { "mps compute fraction", MPS_GPU "        replicas: 2\n        computePerReplica: 12.5%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected auto or a percentage from 1% to 100% such "
+      "as 25%, got '12.5%'" },
+    { "mps compute leading zero", MPS_GPU "        replicas: 2\n        computePerReplica: 025%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected auto or a percentage from 1% to 100% such "
+      "as 25%, got '025%'" },
+    { "mps compute percent twice", MPS_GPU "        replicas: 2\n        computePerReplica: 25%%\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected auto or a percentage from 1% to 100% such "
+      "as 25%, got '25%%'" },
+    { "mps compute a list", MPS_GPU "        replicas: 2\n        computePerReplica: [25]\n",
+      "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected a scalar, got a sequence" },
+    { "mps pinned too small", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 4096\n",
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such "
+      "as 8GiB, got '4096'" },
+    { "mps pinned unit", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 8 GiB\n",
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such "
+      "as 8GiB, got '8 GiB'" },
+    { "mps pinned empty", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica:\n",
+      "t.yaml:6:32: sharing.mps.resources[0].pinnedMemoryPerReplica: missing value" },
+    { "mps memoryPerReplica", MPS_GPU "        replicas: 2\n        memoryPerReplica: 8GiB\n",
+      "t.yaml:6:9: sharing.mps.resources[0].memoryPerReplica: unknown key 'memoryPerReplica'; allowed keys: name, "
+      "rename, devices, replicas, computePerReplica, pinnedMemoryPerReplica" },
+    { "computePerReplica under timeSlicing", TS "      - name: nvidia.com/gpu\n        replicas: 2\n"
+                                             "        computePerReplica: 50%\n",
+      "t.yaml:6:9: sharing.timeSlicing.resources[0].computePerReplica: unknown key 'computePerReplica'; allowed "
+      "keys: name, rename, devices, replicas, memoryPerReplica" },
+    { "mps devices bad", MPS_GPU "        replicas: 2\n        devices: [MIG-1234]\n",
+      "t.yaml:6:19: sharing.mps.resources[0].devices[0]: invalid device 'MIG-1234'; expected a GPU index in 0..63, "
+      "a GPU UUID (GPU-...) or a MIG UUID (MIG-...)" },
+    { "mps name missing", MPS "      - replicas: 2\n",
+      "t.yaml:4:9: sharing.mps.resources[0]: missing required key 'name' (e.g. nvidia.com/gpu)" },
+    { "mps without resources", "sharing:\n  mps:\n    renameByDefault: true\n",
+      "t.yaml:3:5: sharing.mps: missing required key 'resources'" },
+    { "mps empty resources", "sharing:\n  mps:\n    resources: []\n",
+      "t.yaml:3:16: sharing.mps.resources: must list at least one resource" },
+    { "mps unknown key", "sharing:\n  mps:\n    renameByDefualt: true\n    resources: [{name: gpu, replicas: 2}]\n",
+      "t.yaml:3:5: sharing.mps.renameByDefualt: unknown key 'renameByDefualt'; allowed keys: renameByDefault, "
+      "failRequestsGreaterThanOne, resources" },
+    { "mps failRequests bad", "sharing:\n  mps:\n    failRequestsGreaterThanOne: sometimes\n"
+                              "    resources: [{name: gpu, replicas: 2}]\n",
+      "t.yaml:3:33: sharing.mps.failRequestsGreaterThanOne: invalid value 'sometimes'; expected true or false (or "
+      "yes/no)" },
+    { "mps with timeSlicing", "sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
+                              "  mps:\n    resources: [{name: gpu, replicas: 2}]\n",
+      "t.yaml:5:5: sharing.mps: cannot be combined with sharing.timeSlicing; choose one, or choose per GPU with "
+      "gpuslice.gpus rules (mode: time-slicing or mps)" },
+    { "mpsRoot relative", "flags:\n  mpsRoot: run/nvidia/mps\n",
+      "t.yaml:2:12: flags.mpsRoot: 'run/nvidia/mps' is not an absolute path" },
+    { "mpsRoot a list", "flags:\n  mpsRoot: [/run]\n",
+      "t.yaml:2:12: flags.mpsRoot: expected a scalar, got a sequence" },
+    { "gpuslice.mps unknown key", "gpuslice:\n  mps:\n    exclusive: true\n",
+      "t.yaml:3:5: gpuslice.mps.exclusive: unknown key 'exclusive'; allowed keys: exclusiveProcess" },
+    { "exclusiveProcess bad", "gpuslice:\n  mps:\n    exclusiveProcess: EXCLUSIVE_PROCESS\n",
+      "t.yaml:3:23: gpuslice.mps.exclusiveProcess: invalid value 'EXCLUSIVE_PROCESS'; expected true or false (or "
+      "yes/no)" },
+    /* gpuslice.gpus rules with mode mps */
+    { "rule mps without replicas", RULES "    - index: 0\n      mode: mps\n",
+      "t.yaml:3:7: gpuslice.gpus[0]: missing required key 'replicas' (2..48) for mode mps" },
+    { "rule mps replicas 49", RULES "    - index: 0\n      mode: mps\n      replicas: 49\n",
+      "t.yaml:5:17: gpuslice.gpus[0].replicas: number of replicas must be <= 48 (got 49): an MPS server takes at "
+      "most 48 clients per device" },
+    { "rule mps compute does not fit", RULES "    - index: 0\n      mode: mps\n      replicas: 3\n"
+                                       "      computePerReplica: 34%\n",
+      "t.yaml:6:26: gpuslice.gpus[0].computePerReplica: 3 replicas x 34% = 102% does not fit in one GPU (at most "
+      "100%)" },
+    { "rule mps pinned bad", RULES "    - index: 0\n      mode: mps\n      replicas: 3\n"
+                             "      pinnedMemoryPerReplica: half\n",
+      "t.yaml:6:31: gpuslice.gpus[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such as 8GiB, "
+      "got 'half'" },
+    { "rule computePerReplica with time-slicing", RULES "    - index: 0\n      mode: time-slicing\n      replicas: 2\n"
+                                                  "      computePerReplica: 50%\n",
+      "t.yaml:6:26: gpuslice.gpus[0].computePerReplica: only allowed with mode mps (mode is time-slicing)" },
+    { "rule pinnedMemoryPerReplica with whole", RULES "    - index: 0\n      mode: whole\n"
+                                                "      pinnedMemoryPerReplica: 1GiB\n",
+      "t.yaml:5:31: gpuslice.gpus[0].pinnedMemoryPerReplica: only allowed with mode mps (mode is whole)" },
+    { "rule memoryPerReplica with mps", RULES "    - index: 0\n      mode: mps\n      replicas: 2\n"
+                                        "      memoryPerReplica: 1GiB\n",
+      "t.yaml:6:25: gpuslice.gpus[0].memoryPerReplica: only allowed with mode time-slicing (mode is mps)" },
+    { "rule replicas with disabled", RULES "    - index: 0\n      mode: disabled\n      replicas: 2\n",
+      "t.yaml:5:17: gpuslice.gpus[0].replicas: only allowed with mode time-slicing or mps (mode is disabled)" },
+    { "rule mode mpss", RULES "    - index: 0\n      mode: mpss\n",
+      "t.yaml:4:13: gpuslice.gpus[0].mode: invalid value 'mpss'; expected one of: whole, time-slicing, mig, "
+      "disabled, mps" },
+    { "rule without mode lists mps", RULES "    - index: 0\n",
+      "t.yaml:3:7: gpuslice.gpus[0]: missing required key 'mode'; expected one of: whole, time-slicing, mig, "
+      "disabled, mps" },
 };
 
 static void test_bad(void **state) {
@@ -651,8 +950,9 @@ static void test_bad(void **state) {
     int r = parse(c->yaml, p, err, sizeof(err));
     if (r != -EINVAL)
         fail_msg("%s: expected -EINVAL, got %d (err '%s')", c->name, r, err);
-    if (strncmp(err, c->prefix, strlen(c->prefix)) != 0)
-        fail_msg("%s: expected prefix '%s', got '%s'", c->name, c->prefix, err);
+    bool whole = !c->words[0];
+    if (whole ? strcmp(err, c->prefix) != 0 : strncmp(err, c->prefix, strlen(c->prefix)) != 0)
+        fail_msg("%s: expected %s '%s', got '%s'", c->name, whole ? "the message" : "prefix", c->prefix, err);
     for (size_t i = 0; i < GS_ARRAY_SIZE(c->words) && c->words[i]; i++)
         if (!strstr(err, c->words[i]))
             fail_msg("%s: expected '%s' in '%s'", c->name, c->words[i], err);
@@ -709,6 +1009,16 @@ static void test_bad_counts(void **state) {
     assert_int_equal(parse(text, p, err, sizeof(err)), -EINVAL);
     assert_string_equal(err, "t.yaml:6:18: sharing.timeSlicing.resources[0].devices: lists 65 devices; at most 64 "
                              "are supported");
+
+    /* 17 MPS resources; 16 are fine */
+    n = (size_t)snprintf(text, 64 * 1024, "sharing:\n  mps:\n    resources:\n");
+    for (int i = 0; i < 17; i++)
+        n += (size_t)snprintf(text + n, 64 * 1024 - n, "      - {name: nvidia.com/gpu, replicas: 2}\n");
+    assert_int_equal(parse(text, p, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "t.yaml:4:7: sharing.mps.resources: lists 17 resources; at most 16 are supported");
+    text[strlen(text) - strlen("      - {name: nvidia.com/gpu, replicas: 2}\n")] = '\0';
+    parse_ok(text, p);
+    assert_int_equal(p->n_mps_resources, 16);
 }
 
 static void test_error_buffer_edge_cases(void **state) {
@@ -817,6 +1127,10 @@ int main(void) {
         cmocka_unit_test(test_flags_variants),
         cmocka_unit_test(test_time_slicing_full),
         cmocka_unit_test(test_gpuslice_rules),
+        cmocka_unit_test(test_mps_nvidia_form),
+        cmocka_unit_test(test_mps_full),
+        cmocka_unit_test(test_mps_rules),
+        cmocka_unit_test(test_mps_percentages),
         cmocka_unit_test(test_health),
         cmocka_unit_test(test_xid_ignored_defaults),
         cmocka_unit_test(test_warnings),
