@@ -36,6 +36,7 @@
 #include "mig/migapply.h"
 #include "../guard/guard_limits.h"
 #include "agent/guard_reconcile.h"
+#include "mps/mps.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -65,6 +66,9 @@ struct agent {
     char *labels;                 /* the features file as last written */
     struct gs_metrics_counters counters; /* under lock (Allocate counts come from the gRPC thread) */
     struct metrics_http *metrics;
+    struct gs_mps_sup *mps;        /* MPS control daemons (src/mps), for the policy's MPS root */
+    char mps_root[256];
+    bool mps_stale_checked;        /* daemons left by an earlier agent stopped once */
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -133,6 +137,140 @@ static void log_plan_changes(struct agent *a, const struct gs_plan *old, const s
 
 static void write_labels(struct agent *a);
 
+/* ---- MPS ----------------------------------------------------------------------------------- */
+
+static int replan(struct agent *a, bool log_warnings);
+
+/* A supervisor for the policy's MPS root (a new one when the root changed: the old one's daemons
+ * are stopped). */
+static int mps_supervisor(struct agent *a) {
+    if (a->mps && !strcmp(a->mps_root, a->policy.mps_root))
+        return 0;
+    if (a->mps) {
+        log_info("MPS root changed from %s to %s: stopping the daemons under the old one", a->mps_root,
+                 a->policy.mps_root);
+        epoll_ctl(a->epfd, EPOLL_CTL_DEL, gs_mps_sup_fd(a->mps), NULL);
+        gs_mps_sup_stop_all(a->mps);
+        gs_mps_sup_free(a->mps);
+        a->mps = NULL;
+        a->mps_stale_checked = false;
+    }
+    struct gs_mps_opts opts = { .root = a->policy.mps_root, .control = a->o->mps_control };
+    int r = gs_mps_sup_new(&opts, &a->mps);
+    if (r < 0) {
+        log_error("MPS: cannot supervise daemons under %s: %s", a->policy.mps_root, strerror(-r));
+        return r;
+    }
+    gs_strlcpy(a->mps_root, a->policy.mps_root, sizeof(a->mps_root));
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = gs_mps_sup_fd(a->mps) };
+    if (a->epfd >= 0 && ev.data.fd >= 0)
+        epoll_ctl(a->epfd, EPOLL_CTL_ADD, ev.data.fd, &ev);
+    return 0;
+}
+
+/* The daemons the plan needs, one per GPU or MIG instance with MPS replicas. With
+ * failRequestsGreaterThanOne (the default) every container holds one replica, so the daemon's
+ * defaults are one replica's share: a client that drops the variables still gets no more. When
+ * a container may hold several replicas its share is only in its environment (a client can
+ * lower the daemon's percentage, not raise it), and the daemon keeps 100 % and no memory limit. */
+static size_t mps_wanted(const struct gs_plan *plan, struct gs_mps_gpu *out, size_t max) {
+    size_t n = 0;
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        for (unsigned k = 0; r->mps && k < r->n_devices; k++) {
+            const struct gs_device *d = &r->devices[k];
+            bool seen = false;
+            for (size_t j = 0; j < n && !seen; j++)
+                seen = !strcmp(out[j].uuid, d->uuid);
+            if (seen || n == max)
+                continue;
+            struct gs_mps_gpu *g = &out[n++];
+            memset(g, 0, sizeof(*g));
+            gs_strlcpy(g->uuid, d->uuid, sizeof(g->uuid));
+            if (r->fail_gt_one) {
+                g->thread_percentage = d->mps_percent;
+                g->pinned_mem_limit = d->mps_pinned;
+            }
+        }
+    }
+    return n;
+}
+
+static void mps_publish(struct agent *a, const struct gs_mps_gpu *gpus, size_t n) {
+    pthread_mutex_lock(&a->lock);
+    a->counters.n_mps = 0;
+    for (size_t i = 0; i < n && i < GS_METRICS_MAX_MPS; i++) {
+        struct gs_mps_info info;
+        if (gs_mps_sup_info(a->mps, gpus[i].uuid, &info) < 0)
+            continue;
+        struct gs_mps_daemon_status *st = &a->counters.mps[a->counters.n_mps++];
+        gs_strlcpy(st->uuid, gpus[i].uuid, sizeof(st->uuid));
+        gs_strlcpy(st->state, gs_mps_state_name(info.state), sizeof(st->state));
+        st->restarts = info.restarts;
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Hands the plan's MPS GPUs to the supervisor and marks the replicas of a GPU whose daemon is not
+ * running Unhealthy. */
+static void mps_sync(struct agent *a, struct gs_plan *next) {
+    static struct gs_mps_gpu gpus[GS_METRICS_MAX_MPS];
+    size_t n = mps_wanted(next, gpus, GS_METRICS_MAX_MPS);
+    if (!n && !a->mps)
+        return;
+    if (mps_supervisor(a) < 0)
+        return;
+    if (n) {
+        char shm[300];
+        snprintf(shm, sizeof(shm), "%s/shm", a->mps_root);
+        if (gs_mkdir_p(shm, 0755) == 0)
+            chmod(shm, 01777); /* /dev/shm of every MPS client */
+        else
+            log_warn("MPS: cannot create %s: clients get no shared memory mount", shm);
+    }
+    if (gs_mps_sup_set_gpus(a->mps, gpus, n) < 0)
+        log_error("MPS: the plan's GPUs were not handed to the supervisor (see above)");
+    if (!a->mps_stale_checked) {
+        a->mps_stale_checked = true;
+        gs_mps_sup_stop_stale(a->mps);
+    }
+    for (unsigned i = 0; i < next->n_resources; i++) {
+        struct gs_resource *r = &next->resources[i];
+        for (unsigned k = 0; r->mps && k < r->n_devices; k++)
+            if (gs_mps_sup_state(a->mps, r->devices[k].uuid) != GS_MPS_RUNNING)
+                r->devices[k].healthy = false;
+    }
+    mps_publish(a, gpus, n);
+}
+
+/* Runs what the supervisor has due; a daemon that died or came back changes its devices' health. */
+static void mps_tick(struct agent *a) {
+    if (!a->mps)
+        return;
+    struct gs_mps_change ch[16];
+    size_t n = 0;
+    if (gs_mps_sup_tick(a->mps, gs_now_ns(), ch, GS_ARRAY_SIZE(ch), &n) < 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        log_info("MPS daemon of %s is %s: its devices are %s", ch[i].uuid, gs_mps_state_name(ch[i].state),
+                 ch[i].healthy ? "Healthy" : "Unhealthy");
+    if (n || a->counters.n_mps)
+        replan(a, false);
+}
+
+/* Milliseconds until the supervisor's next deadline, for epoll_wait (-1: none). */
+static int mps_timeout_ms(const struct agent *a) {
+    if (!a->mps)
+        return -1;
+    uint64_t due = gs_mps_sup_next_due(a->mps), now = gs_now_ns();
+    if (due == UINT64_MAX)
+        return -1;
+    if (due <= now)
+        return 0;
+    uint64_t ms = (due - now + 999999) / 1000000;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
 static int replan(struct agent *a, bool log_warnings) {
     struct gs_plan next;
     int r = gs_plan_build(a->inv, &a->policy, &a->health, &next);
@@ -140,6 +278,7 @@ static int replan(struct agent *a, bool log_warnings) {
         log_error("Failed to build the plan: %s", strerror(-r));
         return r;
     }
+    mps_sync(a, &next);
     if (log_warnings)
         for (unsigned i = 0; i < next.n_warnings; i++)
             log_warn("%s", next.warnings[i]);
@@ -258,7 +397,6 @@ static void write_mig_status(struct agent *a, const char *state, const char *rea
     free(text);
 }
 
-static int replan(struct agent *a, bool log_warnings);
 static void refresh_inventory(struct agent *a);
 
 /* Applies the policy's MIG layout: the devices of every instance the layout destroys are first
@@ -481,16 +619,18 @@ static int inject_guard(struct agent *a, const struct gs_resource *res, const ch
         snprintf(err, errlen, "cannot write %s", preload);
         return -EIO;
     }
-    struct gs_mount *m = out->extra_mounts;
-    m[0] = (struct gs_mount){ GUARD_LIB_IN_CONTAINER, "", true };
-    gs_strlcpy(m[0].host_path, a->o->guard_lib, sizeof(m[0].host_path));
-    m[1] = (struct gs_mount){ GUARD_CONF_IN_CONTAINER, "", true };
-    snprintf(m[1].host_path, sizeof(m[1].host_path), "%s/limits", dir);
-    m[2] = (struct gs_mount){ GUARD_STATE_IN_CONTAINER, "", false };
-    snprintf(m[2].host_path, sizeof(m[2].host_path), "%s/state", dir);
-    m[3] = (struct gs_mount){ "/etc/ld.so.preload", "", true };
-    gs_strlcpy(m[3].host_path, preload, sizeof(m[3].host_path));
-    out->n_extra_mounts = 4;
+    char host[256];
+    snprintf(host, sizeof(host), "%s/limits", dir);
+    char state[256];
+    snprintf(state, sizeof(state), "%s/state", dir);
+    if (gs_alloc_add_mount(out, GUARD_LIB_IN_CONTAINER, a->o->guard_lib, true) < 0 ||
+        gs_alloc_add_mount(out, GUARD_CONF_IN_CONTAINER, host, true) < 0 ||
+        gs_alloc_add_mount(out, GUARD_STATE_IN_CONTAINER, state, false) < 0 ||
+        gs_alloc_add_mount(out, "/etc/ld.so.preload", preload, true) < 0 ||
+        gs_alloc_add_env(out, "GPUSLICE_GUARD_CONFIG", GUARD_CONF_IN_CONTAINER) < 0) {
+        snprintf(err, errlen, "the guard's mounts do not fit in the Allocate answer (paths too long?)");
+        return -ENOSPC;
+    }
     log_info("Guard for %s: limits in %s", out->visible_devices, dir);
     return 0;
 }
@@ -522,7 +662,7 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     pthread_mutex_unlock(&a->lock);
     for (size_t i = 0; i < n && pass_specs; i++) {
         const struct gs_device *d = gs_resource_device(r, ids[i]);
-        need_minors |= d && d->kind == GS_DEV_MIG;
+        need_minors |= d && (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig));
     }
     if (need_minors) {
         int rr = agent_read_mig_minors(a->o->proc_root, &mm, err, errlen);
@@ -545,7 +685,8 @@ static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *c
                            const char *const *must, size_t n_must, size_t size, const char **out) {
     struct agent *a = ctx;
     pthread_mutex_lock(&a->lock);
-    enum gs_alloc_policy policy = a->policy.alloc_policy;
+    /* An MPS client talks to one daemon: replicas of one container come from one GPU. */
+    enum gs_alloc_policy policy = r->mps ? GS_ALLOC_PACKED : a->policy.alloc_policy;
     pthread_mutex_unlock(&a->lock);
     return gs_preferred(r, avail, n_avail, must, n_must, size, policy, out);
 }
@@ -590,6 +731,9 @@ static int load_policy(struct agent *a, bool initial) {
     }
     for (unsigned i = 0; i < next.n_warnings; i++)
         log_warn("Policy %s: %s", a->o->config_path, next.warnings[i]);
+    if (next.mps_exclusive_process)
+        log_warn("Policy %s: gpuslice.mps.exclusiveProcess: this version does not change compute modes; the GPUs keep "
+                 "theirs", a->o->config_path);
     pthread_mutex_lock(&a->lock);
     a->policy = next;
     pthread_mutex_unlock(&a->lock);
@@ -783,13 +927,13 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     exit_code = 0;
     for (bool running = true; running;) {
         struct epoll_event evs[8];
-        int n = epoll_wait(a->epfd, evs, 8, -1);
+        int n = epoll_wait(a->epfd, evs, 8, mps_timeout_ms(a));
         if (n < 0 && errno != EINTR) {
             log_error("epoll_wait: %s", strerror(errno));
             exit_code = 1;
             break;
         }
-        bool reload = false, poll_now = false;
+        bool reload = false, poll_now = false, mps_woke = false;
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
             if (fd == a->sigfd) {
@@ -810,12 +954,16 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
                 ssize_t rr = read(a->timerfd, &ticks, sizeof(ticks));
                 (void)rr;
                 poll_now = true;
+            } else if (a->mps && fd == gs_mps_sup_fd(a->mps)) {
+                mps_woke = true;
             } else if (fd == a->pipe_rd) {
                 struct gpu_event ev;
                 while (read(a->pipe_rd, &ev, sizeof(ev)) == (ssize_t)sizeof(ev))
                     handle_xid(a, &ev);
             }
         }
+        if (a->mps && (mps_woke || mps_timeout_ms(a) == 0))
+            mps_tick(a);
         int lr = reload ? load_policy(a, false) : 0;
         if (lr != 0) {
             pthread_mutex_lock(&a->lock);
@@ -851,6 +999,10 @@ out:
         pthread_join(a->event_thread, NULL);
     gpu_events_close(a->events);
     metrics_http_stop(a->metrics);
+    if (a->mps) {
+        gs_mps_sup_stop_all(a->mps); /* quit, directories removed */
+        gs_mps_sup_free(a->mps);
+    }
     dp_manager_free(a->dp);
     if (a->plan_valid)
         gs_plan_free(&a->plan);

@@ -24,6 +24,7 @@ struct agent_options {
     unsigned guard_reconcile_ms;  /* how often the guard's counters are compared with NVML (0: never) */
     const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
     const char *metrics_address;  /* Prometheus metrics, "HOST:PORT" or ":PORT" (NULL or "": none) */
+    const char *mps_control;      /* nvidia-cuda-mps-control (NULL: found in PATH) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -18,12 +18,12 @@
 #define DEFAULT_KUBELET_DIR "/var/lib/kubelet/device-plugins"
 
 static const char *kind_name(enum gs_dev_kind k) {
-    return k == GS_DEV_REPLICA ? "replica" : k == GS_DEV_MIG ? "mig" : "whole";
+    return k == GS_DEV_REPLICA ? "replica" : k == GS_DEV_MIG ? "mig" : k == GS_DEV_MPS ? "mps" : "whole";
 }
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -38,6 +38,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "guard-reconcile-interval-ms", required_argument, NULL, OPT_GUARD_RECONCILE },
         { "features-file", required_argument, NULL, OPT_FEATURES },
         { "metrics-address", required_argument, NULL, OPT_METRICS },
+        { "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -57,6 +58,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_POD_RESOURCES: o.pod_resources = optarg; break;
         case OPT_FEATURES: o.features_file = optarg; break;
         case OPT_METRICS: o.metrics_address = optarg; break;
+        case OPT_MPS_CONTROL: o.mps_control = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -110,7 +112,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            when they change (default " GS_FEATURES_FILE ";\n"
                    "                            \"\" for none)\n"
                    "  --metrics-address ADDR    Prometheus metrics at http://ADDR/metrics, HOST:PORT or :PORT\n"
-                   "                            (default :9402; \"\" for none)\n",
+                   "                            (default :9402; \"\" for none)\n"
+                   "  --mps-control PATH        nvidia-cuda-mps-control, run once per MPS-shared GPU or MIG\n"
+                   "                            instance (default: found in PATH)\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
@@ -134,7 +138,7 @@ static void print_apply_table(const struct gs_inventory *inv, const struct gs_pl
     for (unsigned i = 0; i < plan->n_gpus; i++) {
         const struct gs_gpu_plan *g = &plan->gpus[i];
         printf("%-4u %-24.24s %-13s %-8u ", i, inv->gpus[i].name, gs_mode_name(g->mode),
-               g->mode == GS_MODE_TIME_SLICING ? g->replicas : 0);
+               g->mode == GS_MODE_TIME_SLICING || g->mode == GS_MODE_MPS ? g->replicas : 0);
         /* every resource with a device on this GPU (a MIG GPU can carry several profiles) */
         unsigned shown = 0;
         for (unsigned k = 0; k < plan->n_resources; k++) {
@@ -155,8 +159,13 @@ static void print_apply_table(const struct gs_inventory *inv, const struct gs_pl
         for (unsigned k = 0; k < r->n_devices; k++)
             healthy += r->devices[k].healthy;
         printf("%-30s %8u %8u\n", r->name, r->n_devices, healthy);
-        for (unsigned k = 0; k < r->n_devices; k++)
-            printf("  %-58s GPU %u %s\n", r->devices[k].id, r->devices[k].gpu, kind_name(r->devices[k].kind));
+        for (unsigned k = 0; k < r->n_devices; k++) {
+            const struct gs_device *d = &r->devices[k];
+            printf("  %-58s GPU %u %s", d->id, d->gpu, kind_name(d->kind));
+            if (d->kind == GS_DEV_MPS)
+                printf(" %u%% pinned %llu MiB", d->mps_percent, d->mps_pinned >> 20);
+            printf("\n");
+        }
     }
     for (unsigned i = 0; i < plan->n_warnings; i++)
         printf("warning: %s\n", plan->warnings[i]);
@@ -169,8 +178,14 @@ static void print_apply_json(const struct gs_plan *plan) {
         json_t *devs = json_array();
         for (unsigned k = 0; k < r->n_devices; k++) {
             const struct gs_device *d = &r->devices[k];
-            json_array_append_new(devs, json_pack("{s:s,s:i,s:s,s:s}", "id", d->id, "gpu", (int)d->gpu, "kind",
-                                                  kind_name(d->kind), "health", d->healthy ? "Healthy" : "Unhealthy"));
+            json_t *dj = json_pack("{s:s,s:i,s:s,s:s}", "id", d->id, "gpu", (int)d->gpu, "kind", kind_name(d->kind),
+                                   "health", d->healthy ? "Healthy" : "Unhealthy");
+            if (d->kind == GS_DEV_MPS) {
+                json_object_set_new(dj, "mps_uuid", json_string(d->uuid));
+                json_object_set_new(dj, "active_thread_percentage", json_integer(d->mps_percent));
+                json_object_set_new(dj, "pinned_memory_bytes", json_integer((json_int_t)d->mps_pinned));
+            }
+            json_array_append_new(devs, dj);
         }
         json_array_append_new(resources, json_pack("{s:s,s:b,s:o}", "name", r->name, "replicated", r->replicated,
                                                    "devices", devs));

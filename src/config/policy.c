@@ -50,7 +50,7 @@ static const char *const sharing_keys[] = { "timeSlicing", "mps", NULL };
 static const char *const ts_keys[] = { "renameByDefault", "failRequestsGreaterThanOne", "resources", NULL };
 static const char *const ts_resource_keys[] = { "name", "rename", "devices", "replicas", "memoryPerReplica", NULL };
 static const char *const mps_resource_keys[] = { "name", "rename", "devices", "replicas", "computePerReplica",
-                                                 "pinnedMemoryPerReplica", NULL };
+                                                 "pinnedMemoryPerReplica", "memoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
 static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", NULL };
 static const char *const gpuslice_mps_keys[] = { "exclusiveProcess", NULL };
@@ -777,16 +777,15 @@ static int parse_replicated_resource(struct gs_yaml *y, const yaml_node_t *entry
                              rr->mps ? GS_MPS_MAX_REPLICAS : MAX_REPLICAS);
     if ((r = parse_replicas(y, node, gs_yaml_path_key(p, path, "replicas"), rr->mps, &res->replicas)) < 0)
         return r;
-    if (rr->mps) {
-        if ((r = parse_mps_limits(y, entry, path, res->replicas, &res->compute_per_replica,
-                                  &res->pinned_per_replica)) < 0)
-            return r;
-    } else {
-        node = gs_yaml_map_get(y, entry, "memoryPerReplica");
-        if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
-                                                  &res->memory_per_replica)) < 0)
-            return r;
-    }
+    if (rr->mps && (r = parse_mps_limits(y, entry, path, res->replicas, &res->compute_per_replica,
+                                         &res->pinned_per_replica)) < 0)
+        return r;
+    /* The guard's quota over all of a container's processes: time-slicing, and MPS (whose own
+     * memory limit is per client process). */
+    node = gs_yaml_map_get(y, entry, "memoryPerReplica");
+    if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
+                                              &res->memory_per_replica)) < 0)
+        return r;
 
     node = gs_yaml_map_get(y, entry, "devices");
     if (node && (r = parse_devices(y, node, gs_yaml_path_key(p, path, "devices"), res)) < 0)
@@ -963,6 +962,11 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
     for (size_t i = 0; i < GS_ARRAY_SIZE(limits); i++) {
         node = gs_yaml_map_get(y, entry, limits[i].key);
         gs_yaml_path_key(kp, path, limits[i].key);
+        if (node && limits[i].mode == GS_MODE_TIME_SLICING && mps)
+            continue; /* the guard's quota applies to MPS replicas too */
+        if (node && limits[i].mode == GS_MODE_TIME_SLICING && rule->mode != GS_MODE_TIME_SLICING)
+            return gs_yaml_error(y, node, kp, "only allowed with mode time-slicing or mps (mode is %s)",
+                                 mode_values[v]);
         if (node && rule->mode != limits[i].mode)
             return gs_yaml_error(y, node, kp, "only allowed with mode %s (mode is %s)",
                                  mode_values[limits[i].mode - 1], mode_values[v]);

@@ -29,6 +29,7 @@
  *           devices: all | <count> | ["0", "GPU-...", "MIG-..."]   # MPS on MIG instances is allowed
  *           computePerReplica: auto | 25%     # gpuslice: active thread percentage; auto = 100% / replicas
  *           pinnedMemoryPerReplica: auto | 8GiB  # gpuslice: pinned device memory; auto = memory / replicas
+ *           memoryPerReplica: auto | 8GiB     # gpuslice: the guard's quota, as for timeSlicing
  *   gpuslice:
  *     gpus:                                   # first match wins; overrides `sharing`
  *       - index: "0-3"                        # or uuid: GPU-..., or model: "NVIDIA H100*" (glob)

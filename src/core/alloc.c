@@ -181,6 +181,73 @@ static int list_add_unique(char **list, size_t *len, const char *item) {
     return 0;
 }
 
+int gs_alloc_add_env(struct gs_alloc_response *out, const char *key, const char *value) {
+    if (out->n_envs == GS_ALLOC_MAX_ENVS || strlen(key) >= sizeof(out->envs[0].key) ||
+        strlen(value) >= sizeof(out->envs[0].value))
+        return -ENOSPC;
+    gs_strlcpy(out->envs[out->n_envs].key, key, sizeof(out->envs[0].key));
+    gs_strlcpy(out->envs[out->n_envs].value, value, sizeof(out->envs[0].value));
+    out->n_envs++;
+    return 0;
+}
+
+int gs_alloc_add_mount(struct gs_alloc_response *out, const char *container_path, const char *host_path, bool read_only) {
+    if (out->n_extra_mounts == GS_ALLOC_MAX_EXTRA_MOUNTS ||
+        strlen(container_path) >= sizeof(out->extra_mounts[0].container_path) ||
+        strlen(host_path) >= sizeof(out->extra_mounts[0].host_path))
+        return -ENOSPC;
+    struct gs_mount *m = &out->extra_mounts[out->n_extra_mounts++];
+    gs_strlcpy(m->container_path, container_path, sizeof(m->container_path));
+    gs_strlcpy(m->host_path, host_path, sizeof(m->host_path));
+    m->read_only = read_only;
+    return 0;
+}
+
+/* The MPS part of an answer: one daemon (GPU or MIG instance), the replicas' limits summed. */
+static int add_mps(const struct gs_resource *r, const char *const *ids, size_t n, const struct gs_policy *pol,
+                   struct gs_alloc_response *out, char *err, size_t errlen) {
+    unsigned percent = 0;
+    unsigned long long pinned = 0;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        const struct gs_device *d = gs_resource_device(r, ids[i]);
+        if (d->kind != GS_DEV_MPS)
+            continue;
+        if (any && strcmp(out->mps_uuid, d->uuid) != 0) {
+            snprintf(err, errlen, "MPS replicas of one container must share one GPU: %s and %s have different MPS "
+                     "daemons", out->mps_uuid, d->uuid);
+            return -EXDEV;
+        }
+        any = true;
+        gs_strlcpy(out->mps_uuid, d->uuid, sizeof(out->mps_uuid));
+        percent += d->mps_percent;
+        pinned += d->mps_pinned;
+    }
+    if (!any)
+        return 0;
+    char host[256], value[64];
+    if (snprintf(host, sizeof(host), "%s/%s/pipe", pol->mps_root, out->mps_uuid) >= (int)sizeof(host) ||
+        gs_alloc_add_mount(out, GS_MPS_PIPE_IN_CONTAINER, host, false) < 0 ||
+        snprintf(host, sizeof(host), "%s/shm", pol->mps_root) >= (int)sizeof(host) ||
+        gs_alloc_add_mount(out, "/dev/shm", host, false) < 0 ||
+        gs_alloc_add_env(out, "CUDA_MPS_PIPE_DIRECTORY", GS_MPS_PIPE_IN_CONTAINER) < 0)
+        goto full;
+    snprintf(value, sizeof(value), "%u", percent > 100 ? 100 : percent);
+    if (gs_alloc_add_env(out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", value) < 0)
+        goto full;
+    if (pinned) {
+        /* The client sees one device (its container's), which MPS numbers 0. */
+        unsigned long long mib = pinned >> 20;
+        snprintf(value, sizeof(value), "0=%lluM", mib ? mib : 1);
+        if (gs_alloc_add_env(out, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", value) < 0)
+            goto full;
+    }
+    return 0;
+full:
+    snprintf(err, errlen, "the MPS root %s is too long for the Allocate answer", pol->mps_root);
+    return -ENAMETOOLONG;
+}
+
 int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, const struct gs_policy *pol,
                 const struct gs_mig_minors *mm, gs_exists_fn exists, void *ctx, struct gs_alloc_response *out,
                 char *err, size_t errlen) {
@@ -226,7 +293,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
         const struct gs_device *d = gs_resource_device(r, ids[i]);
         char item[GS_DEVICE_ID_MAX];
         if (pol->id_strategy == GS_ID_INDEX) {
-            if (d->kind == GS_DEV_MIG)
+            if (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig))
                 snprintf(item, sizeof(item), "%u:%u", d->gpu, d->gi_id);
             else
                 snprintf(item, sizeof(item), "%u", d->gpu);
@@ -268,7 +335,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
             snprintf(path, sizeof(path), "/dev/nvidia%u", d->minor);
             if ((rc = add_devspec(out, pol, path, false, exists, ctx, err, errlen)) < 0)
                 goto fail;
-            if (d->kind == GS_DEV_MIG) {
+            if (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig)) {
                 int gi_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, -1);
                 int ci_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, (int)d->ci_id);
                 if (gi_minor < 0 || ci_minor < 0) {
@@ -286,6 +353,8 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
             }
         }
     }
+    if ((rc = add_mps(r, ids, n, pol, out, err, errlen)) < 0)
+        goto fail;
     return 0;
 fail:
     if (rc == -ENOMEM)

@@ -34,12 +34,26 @@ struct gs_guard_quota {
     unsigned long long bytes;
 };
 
+#define GS_ALLOC_MAX_ENVS 6
+#define GS_ALLOC_MAX_EXTRA_MOUNTS 8
+
+struct gs_env {
+    char key[48];
+    char value[160];
+};
+
+/* Where an MPS client finds its daemon: the GPU's pipe directory and the node's shared memory. */
+#define GS_MPS_PIPE_IN_CONTAINER "/mps/pipe"
+
 struct gs_alloc_response {
     char *visible_devices;            /* NVIDIA_VISIBLE_DEVICES value (malloc'd) */
     unsigned n_guarded;               /* > 0: inject the guard with these quotas */
     struct gs_guard_quota guarded[GS_ALLOC_MAX_GUARDED];
-    unsigned n_extra_mounts;          /* filled by the agent: the guard's files */
-    struct gs_mount extra_mounts[4];
+    unsigned n_envs;                  /* besides NVIDIA_VISIBLE_DEVICES: MPS client settings, the guard's */
+    struct gs_env envs[GS_ALLOC_MAX_ENVS];
+    unsigned n_extra_mounts;          /* MPS's (here), then the guard's files (added by the agent) */
+    struct gs_mount extra_mounts[GS_ALLOC_MAX_EXTRA_MOUNTS];
+    char mps_uuid[GS_UUID_LEN];       /* MPS replicas: the GPU or MIG instance whose daemon serves them */
     unsigned n_devspecs;
     struct gs_devspec devspecs[GS_ALLOC_MAX_DEVSPECS];
     unsigned n_mounts;
@@ -70,11 +84,20 @@ typedef bool (*gs_exists_fn)(const char *host_path, void *ctx);
  *   -ENOENT  an ID this resource does not advertise ("unknown device ID 'X' for nvidia.com/gpu")
  *   -E2BIG   more than one device of a replicated resource with failRequestsGreaterThanOne
  *   -EINVAL  an empty request or a duplicate ID
- *   -ENODEV  a MIG device whose capability minors are missing from mig-minors (passDeviceSpecs) */
+ *   -ENODEV  a MIG device whose capability minors are missing from mig-minors (passDeviceSpecs)
+ *   -EXDEV   MPS replicas of more than one GPU or MIG instance (a client talks to one daemon)
+ * MPS replicas get the daemon's pipe directory (POLICY mpsRoot/<uuid>/pipe at /mps/pipe) and the
+ * node's MPS shared memory (mpsRoot/shm at /dev/shm) mounted, CUDA_MPS_PIPE_DIRECTORY, and the
+ * sum of the replicas' limits as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (at most 100) and
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M"): two replicas get twice one's share. */
 int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, const struct gs_policy *pol,
                 const struct gs_mig_minors *mm, gs_exists_fn exists, void *ctx, struct gs_alloc_response *out,
                 char *err, size_t errlen);
 void gs_alloc_response_free(struct gs_alloc_response *resp);
+
+/* Adds an environment variable / a mount to an answer; -ENOSPC when full or too long. */
+int gs_alloc_add_env(struct gs_alloc_response *out, const char *key, const char *value);
+int gs_alloc_add_mount(struct gs_alloc_response *out, const char *container_path, const char *host_path, bool read_only);
 
 /* GetPreferredAllocation: chooses `size` IDs from `avail` (always including `must`), writing
  * pointers to the chosen strings of avail/must into out (room for size). Replicas and MIG devices

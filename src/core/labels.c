@@ -111,7 +111,7 @@ static void resource_labels(struct labels *ls, const struct gs_inventory *inv, c
     unsigned replicas = d0->kind == GS_DEV_REPLICA && d0->gpu < plan->n_gpus ? plan->gpus[d0->gpu].replicas : 1;
     addf(ls, r->name, "count", "%u", count);
     addf(ls, r->name, "replicas", "%u", replicas);
-    addf(ls, r->name, "sharing-strategy", "%s", r->replicated ? "time-slicing" : "none");
+    addf(ls, r->name, "sharing-strategy", "%s", r->mps ? "mps" : r->replicated ? "time-slicing" : "none");
     addf(ls, r->name, "family", "%s", family(g->arch));
     addf(ls, r->name, "compute.major", "%d", g->cc_major);
     addf(ls, r->name, "compute.minor", "%d", g->cc_minor);
@@ -149,7 +149,10 @@ int gs_labels_format(const struct gs_inventory *inv, const struct gs_policy *pol
     static const char *const strategies[] = { [GS_MIG_NONE] = "none", [GS_MIG_SINGLE] = "single",
                                               [GS_MIG_MIXED] = "mixed" };
     add(&ls, "nvidia.com/mig.strategy", "%s", strategies[policy->mig_strategy]);
-    add(&ls, "nvidia.com/mps.capable", "false"); /* MPS sharing is not offered yet */
+    bool mps = false;
+    for (unsigned i = 0; i < plan->n_resources; i++)
+        mps |= plan->resources[i].mps;
+    add(&ls, "nvidia.com/mps.capable", "%s", mps ? "true" : "false");
     if (policy->mig_config[0]) {
         add(&ls, "nvidia.com/mig.config", "%s", policy->mig_config);
         /* mig-parted's vocabulary: success | pending | failed */

@@ -135,6 +135,15 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
     for (unsigned i = 0; i < c->n_guard; i++)
         put(&o, "gpuslice_guard_memory_nvml_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
             esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].nvml);
+    header(&o, "gpuslice_mps_daemon_state", "gauge",
+           "1 for the state the MPS control daemon of a GPU or MIG instance is in (running, starting, restarting, failed).");
+    for (unsigned i = 0; i < c->n_mps; i++)
+        put(&o, "gpuslice_mps_daemon_state{UUID=\"%s\",state=\"%s\"} 1\n", esc(c->mps[i].uuid, e1, sizeof(e1)),
+            esc(c->mps[i].state, e2, sizeof(e2)));
+    header(&o, "gpuslice_mps_daemon_restarts_total", "counter", "Restarts of the MPS control daemon of a GPU or MIG instance.");
+    for (unsigned i = 0; i < c->n_mps; i++)
+        put(&o, "gpuslice_mps_daemon_restarts_total{UUID=\"%s\"} %u\n", esc(c->mps[i].uuid, e1, sizeof(e1)),
+            c->mps[i].restarts);
     header(&o, "gpuslice_allocations_total", "counter", "Allocate calls answered, by resource.");
     for (unsigned i = 0; i < c->n_resources; i++)
         put(&o, "gpuslice_allocations_total{resource=\"%s\"} %llu\n", esc(c->res[i].name, e3, sizeof(e3)),

@@ -22,6 +22,14 @@ struct gs_guard_usage {
     unsigned processes;                            /* how many such processes NVML lists */
 };
 
+/* One MPS control daemon (GPU or MIG instance), from the agent's supervisor (src/mps). */
+#define GS_METRICS_MAX_MPS 128
+struct gs_mps_daemon_status {
+    char uuid[GS_UUID_LEN];
+    char state[16];                                /* stopped, starting, running, restarting, failed */
+    unsigned restarts;
+};
+
 struct gs_metrics_counters {
     unsigned long long xid_total[GS_MAX_GPUS];     /* every Xid seen, ignored ones included */
     unsigned n_resources;
@@ -34,6 +42,8 @@ struct gs_metrics_counters {
     unsigned long long policy_reloads, policy_reload_errors;
     unsigned n_guard;
     struct gs_guard_usage guard[GS_METRICS_MAX_GUARD];
+    unsigned n_mps;
+    struct gs_mps_daemon_status mps[GS_METRICS_MAX_MPS];
 };
 
 /* Counts one Allocate of resource (creating its entry). */

@@ -24,6 +24,7 @@ const char *gs_mode_name(enum gs_gpu_mode mode) {
     case GS_MODE_TIME_SLICING: return "time-slicing";
     case GS_MODE_MIG: return "mig";
     case GS_MODE_DISABLED: return "disabled";
+    case GS_MODE_MPS: return "mps";
     default: return "default";
     }
 }
@@ -89,9 +90,34 @@ struct choice {
     enum gs_gpu_mode mode;
     unsigned replicas;
     unsigned long long memory;            /* memoryPerReplica */
+    unsigned compute;                     /* MPS: computePerReplica (GS_COMPUTE_AUTO) */
+    unsigned long long pinned;            /* MPS: pinnedMemoryPerReplica (GS_MEMORY_AUTO) */
     char resource[GS_RESOURCE_NAME_MAX]; /* "" = default for the mode */
     bool from_rule;
 };
+
+/* The first sharing.timeSlicing or sharing.mps entry that selects the GPU (MIG resources are not
+ * shared this way), into *c. */
+static bool shared_choice(const struct gs_ts_resource *list, unsigned n, bool rename_by_default, enum gs_gpu_mode mode,
+                          const struct gs_gpu *g, struct choice *c) {
+    for (unsigned i = 0; i < n; i++) {
+        const struct gs_ts_resource *t = &list[i];
+        if (strncmp(t->name, "nvidia.com/mig-", 15) == 0 || !ts_selects(t, g))
+            continue;
+        c->mode = mode;
+        c->replicas = t->replicas;
+        c->memory = t->memory_per_replica;
+        c->compute = t->compute_per_replica;
+        c->pinned = t->pinned_per_replica;
+        if (t->rename[0])
+            gs_strlcpy(c->resource, t->rename, sizeof(c->resource));
+        else
+            snprintf(c->resource, sizeof(c->resource), "%s%s", t->name, rename_by_default ? ".shared" : "");
+        return true;
+    }
+    return false;
+}
+
 
 static struct choice choose(const struct gs_gpu *g, const struct gs_policy *pol) {
     struct choice c = { 0 };
@@ -102,6 +128,8 @@ static struct choice choose(const struct gs_gpu *g, const struct gs_policy *pol)
         c.mode = rule->mode;
         c.replicas = rule->replicas;
         c.memory = rule->memory_per_replica;
+        c.compute = rule->compute_per_replica;
+        c.pinned = rule->pinned_per_replica;
         gs_strlcpy(c.resource, rule->resource, sizeof(c.resource));
         c.from_rule = true;
         return c;
@@ -110,22 +138,13 @@ static struct choice choose(const struct gs_gpu *g, const struct gs_policy *pol)
         c.mode = pol->mig_strategy == GS_MIG_NONE ? GS_MODE_DISABLED : GS_MODE_MIG;
         return c;
     }
-    for (unsigned i = 0; i < pol->n_ts_resources; i++) {
-        const struct gs_ts_resource *t = &pol->ts_resources[i];
-        if (strncmp(t->name, "nvidia.com/mig-", 15) == 0 || !ts_selects(t, g))
-            continue;
-        c.mode = GS_MODE_TIME_SLICING;
-        c.replicas = t->replicas;
-        c.memory = t->memory_per_replica;
-        if (t->rename[0])
-            gs_strlcpy(c.resource, t->rename, sizeof(c.resource));
-        else
-            snprintf(c.resource, sizeof(c.resource), "%s%s", t->name, pol->ts_rename_by_default ? ".shared" : "");
+    if (shared_choice(pol->ts_resources, pol->n_ts_resources, pol->ts_rename_by_default, GS_MODE_TIME_SLICING, g, &c) ||
+        shared_choice(pol->mps_resources, pol->n_mps_resources, pol->mps_rename_by_default, GS_MODE_MPS, g, &c))
         return c;
-    }
     c.mode = GS_MODE_WHOLE;
     return c;
 }
+
 
 static struct gs_device base_device(const struct gs_gpu *g, bool healthy) {
     struct gs_device d;
@@ -144,6 +163,82 @@ static void mig_resource_name(const char *profile, char *buf, size_t len) {
     for (char *p = buf; *p; p++)
         if (*p == '+')
             *p = '.';
+}
+
+/* One MPS replica's limits on a device of mem_total bytes: computePerReplica auto = 100 % /
+ * replicas; pinnedMemoryPerReplica auto = memory / replicas; explicit sizes capped to the memory. */
+static void mps_limits(const struct choice *c, unsigned long long mem_total, struct gs_device *d) {
+    d->mps_percent = c->compute == GS_COMPUTE_AUTO ? 100 / c->replicas : c->compute;
+    if (d->mps_percent == 0)
+        d->mps_percent = 1;
+    if (c->pinned == GS_MEMORY_AUTO)
+        d->mps_pinned = mem_total / c->replicas;
+    else
+        d->mps_pinned = mem_total && c->pinned > mem_total ? mem_total : c->pinned;
+}
+
+/* The guard's VRAM quota of one replica on a device of mem_total bytes (0: no guard). */
+static unsigned long long replica_quota(unsigned long long memory, unsigned replicas, unsigned long long mem_total) {
+    if (memory == GS_MEMORY_AUTO)
+        return mem_total / replicas;
+    return memory < mem_total || !mem_total ? memory : mem_total;
+}
+
+/* A resource carries either time-sliced or MPS replicas: their Allocate answers differ. */
+static bool kind_fits(struct gs_plan *plan, struct gs_resource *r, bool mps, unsigned gpu) {
+    if (r->n_devices && r->replicated && r->mps != mps) {
+        warn(plan, "GPU %u: %s already carries %s replicas; give the %s GPUs their own resourceName: not advertised",
+             gpu, r->name, r->mps ? "MPS" : "time-sliced", mps ? "MPS" : "time-sliced");
+        return false;
+    }
+    if (r->n_devices && !r->replicated) {
+        warn(plan, "GPU %u: %s already carries whole GPUs or MIG devices: not advertised", gpu, r->name);
+        return false;
+    }
+    r->mps = mps;
+    return true;
+}
+
+/* MPS on the MIG devices of a GPU in MIG mode: each MIG device gets `replicas` MPS replicas,
+ * "<MIG-UUID>::<n>", under its profile's name with ".shared" (or the rule's resourceName). */
+static int add_mps_mig_devices(struct gs_plan *plan, const struct gs_gpu *g, const struct gs_policy *pol,
+                               const struct choice *c, bool healthy, struct gs_gpu_plan *gp) {
+    for (unsigned k = 0; k < g->n_mig; k++) {
+        const struct gs_mig_device *m = &g->mig[k];
+        if (m->ci_slices && m->gi_slices && m->ci_slices != m->gi_slices)
+            continue;
+        char name[GS_RESOURCE_NAME_MAX];
+        if (c->resource[0]) {
+            gs_strlcpy(name, c->resource, sizeof(name));
+        } else {
+            char base[GS_RESOURCE_NAME_MAX];
+            mig_resource_name(m->profile, base, sizeof(base));
+            snprintf(name, sizeof(name), "%.50s.shared", base);
+        }
+        struct gs_resource *r = resource_get(plan, name);
+        if (!r)
+            return -ENOSPC;
+        if (!kind_fits(plan, r, true, g->index))
+            continue;
+        r->replicated = true;
+        r->fail_gt_one = r->fail_gt_one || pol->mps_fail_requests_gt_one;
+        struct gs_device d = base_device(g, healthy);
+        d.kind = GS_DEV_MPS;
+        d.mig = true;
+        d.gi_id = m->gi_id;
+        d.ci_id = m->ci_id;
+        gs_strlcpy(d.uuid, m->uuid, sizeof(d.uuid));
+        mps_limits(c, m->mem_mib << 20, &d);
+        d.quota = replica_quota(c->memory, c->replicas, m->mem_mib << 20);
+        for (unsigned n = 0; n < c->replicas; n++) {
+            d.replica = n;
+            snprintf(d.id, sizeof(d.id), "%s::%u", m->uuid, n);
+            if (resource_add(r, &d) < 0)
+                return -ENOMEM;
+        }
+        gp->resource = r->name;
+    }
+    return 0;
 }
 
 static int add_mig_devices(struct gs_plan *plan, const struct gs_gpu *g, const struct gs_policy *pol, bool healthy,
@@ -201,6 +296,45 @@ static const char *single_profile(struct gs_plan *plan, const struct gs_inventor
     return first;
 }
 
+/* Rules and device lists that name GPUs this node does not have (by index or UUID) are most
+ * likely mistakes: say so (models are globs and may legitimately match nothing). */
+static void warn_unmatched(struct gs_plan *plan, const struct gs_inventory *inv, const struct gs_policy *pol) {
+    for (unsigned i = 0; i < pol->n_rules; i++) {
+        const struct gs_gpu_rule *rule = &pol->rules[i];
+        if (rule->kind == GS_SEL_MODEL)
+            continue;
+        bool any = false;
+        for (unsigned k = 0; k < inv->n_gpus && !any; k++)
+            any = rule_matches(rule, &inv->gpus[k]);
+        unsigned long long beyond = inv->n_gpus >= 64 ? 0 : rule->index_mask & ~((1ULL << inv->n_gpus) - 1);
+        if (rule->kind == GS_SEL_INDEX && beyond)
+            warn(plan, "policy line %u: gpuslice.gpus selects GPU indices beyond the node's %u GPU%s (mode %s)",
+                 rule->line, inv->n_gpus, inv->n_gpus == 1 ? "" : "s", gs_mode_name(rule->mode));
+        else if (!any)
+            warn(plan, "policy line %u: gpuslice.gpus rule (mode %s) matches no GPU of this node", rule->line,
+                 gs_mode_name(rule->mode));
+    }
+    for (int mps = 0; mps < 2; mps++) {
+        unsigned n = mps ? pol->n_mps_resources : pol->n_ts_resources;
+        for (unsigned i = 0; i < n; i++) {
+            const struct gs_ts_resource *t = mps ? &pol->mps_resources[i] : &pol->ts_resources[i];
+            for (unsigned d = 0; d < t->n_devices; d++) {
+                bool found = false;
+                for (unsigned k = 0; k < inv->n_gpus && !found; k++) {
+                    char idx[16];
+                    snprintf(idx, sizeof(idx), "%u", inv->gpus[k].index);
+                    found = !strcmp(t->devices[d].text, idx) || !strcmp(t->devices[d].text, inv->gpus[k].uuid);
+                    for (unsigned m = 0; m < inv->gpus[k].n_mig && !found; m++)
+                        found = !strcmp(t->devices[d].text, inv->gpus[k].mig[m].uuid);
+                }
+                if (!found)
+                    warn(plan, "sharing.%s resource %s: device '%s' is not a GPU of this node", mps ? "mps" : "timeSlicing",
+                         t->name, t->devices[d].text);
+            }
+        }
+    }
+}
+
 int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, const struct gs_health *health,
                   struct gs_plan *out) {
     memset(out, 0, sizeof(*out));
@@ -224,6 +358,11 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
                 warn(out, "GPU %u is in MIG mode and migStrategy is none: not advertised", g->index);
             continue;
         }
+        if (c.mode == GS_MODE_MPS && mig_on) {
+            if (add_mps_mig_devices(out, g, pol, &c, healthy, gp) < 0)
+                goto oom;
+            continue;
+        }
         if (c.mode == GS_MODE_MIG) {
             if (!mig_on) {
                 warn(out, "GPU %u: policy asks for MIG but MIG mode is %s: not advertised", g->index,
@@ -243,10 +382,14 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
             continue;
         }
         const char *name = c.resource[0] ? c.resource
-                                         : (c.mode == GS_MODE_TIME_SLICING ? DEFAULT_SHARED_RESOURCE : DEFAULT_GPU_RESOURCE);
+                                         : (c.mode == GS_MODE_WHOLE ? DEFAULT_GPU_RESOURCE : DEFAULT_SHARED_RESOURCE);
         struct gs_resource *r = resource_get(out, name);
         if (!r) {
             warn(out, "too many resource names: GPU %u not advertised", g->index);
+            continue;
+        }
+        if (c.mode != GS_MODE_WHOLE && !kind_fits(out, r, c.mode == GS_MODE_MPS, g->index)) {
+            gp->mode = GS_MODE_DISABLED;
             continue;
         }
         gp->resource = r->name;
@@ -259,12 +402,12 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
             continue;
         }
         r->replicated = true;
-        r->fail_gt_one = r->fail_gt_one || pol->ts_fail_requests_gt_one;
-        d.kind = GS_DEV_REPLICA;
-        if (c.memory == GS_MEMORY_AUTO)
-            d.quota = g->mem_total / c.replicas;
-        else
-            d.quota = c.memory < g->mem_total || !g->mem_total ? c.memory : g->mem_total;
+        bool mps = c.mode == GS_MODE_MPS;
+        r->fail_gt_one = r->fail_gt_one || (mps ? pol->mps_fail_requests_gt_one : pol->ts_fail_requests_gt_one);
+        d.kind = mps ? GS_DEV_MPS : GS_DEV_REPLICA;
+        if (mps)
+            mps_limits(&c, g->mem_total, &d);
+        d.quota = replica_quota(c.memory, c.replicas, g->mem_total);
         for (unsigned k = 0; k < c.replicas; k++) {
             d.replica = k;
             snprintf(d.id, sizeof(d.id), "%s::%u", g->uuid, k);
@@ -272,6 +415,7 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
                 goto oom;
         }
     }
+    warn_unmatched(out, inv, pol);
     return 0;
 oom:
     gs_plan_free(out);
@@ -303,12 +447,12 @@ const struct gs_device *gs_resource_device(const struct gs_resource *r, const ch
 
 bool gs_resource_equal(const struct gs_resource *a, const struct gs_resource *b) {
     if (strcmp(a->name, b->name) != 0 || a->n_devices != b->n_devices || a->replicated != b->replicated ||
-        a->fail_gt_one != b->fail_gt_one)
+        a->fail_gt_one != b->fail_gt_one || a->mps != b->mps)
         return false;
     for (unsigned i = 0; i < a->n_devices; i++) {
         const struct gs_device *x = &a->devices[i], *y = &b->devices[i];
         if (strcmp(x->id, y->id) != 0 || x->healthy != y->healthy || x->numa_node != y->numa_node ||
-            x->quota != y->quota)
+            x->quota != y->quota || x->mps_percent != y->mps_percent || x->mps_pinned != y->mps_pinned)
             return false;
     }
     return true;

@@ -9,18 +9,21 @@
 #include "config/policy.h"
 #include "core/inventory.h"
 
-enum gs_dev_kind { GS_DEV_WHOLE = 0, GS_DEV_REPLICA, GS_DEV_MIG };
+enum gs_dev_kind { GS_DEV_WHOLE = 0, GS_DEV_REPLICA, GS_DEV_MIG, GS_DEV_MPS };
 
 #define GS_DEVICE_ID_MAX (GS_UUID_LEN + 16)
 
 struct gs_device {
-    char id[GS_DEVICE_ID_MAX];  /* "GPU-...", "GPU-...::3", "MIG-..." */
+    char id[GS_DEVICE_ID_MAX];  /* "GPU-...", "GPU-...::3", "MIG-...", "MIG-...::1" (MPS on MIG) */
     enum gs_dev_kind kind;
     unsigned gpu;               /* NVML index of the physical GPU */
     unsigned replica;           /* GS_DEV_REPLICA: n in "::n" */
     char uuid[GS_UUID_LEN];     /* the physical device: GPU UUID, or MIG UUID */
     unsigned minor;             /* /dev/nvidia<minor> of the GPU */
-    unsigned gi_id, ci_id;      /* GS_DEV_MIG */
+    unsigned gi_id, ci_id;      /* GS_DEV_MIG, and GS_DEV_MPS when `mig` */
+    bool mig;                   /* GS_DEV_MPS: the replica is of a MIG instance (uuid is its MIG UUID) */
+    unsigned mps_percent;       /* GS_DEV_MPS: active thread percentage of one replica */
+    unsigned long long mps_pinned; /* GS_DEV_MPS: pinned device memory of one replica (0: no limit) */
     int numa_node;              /* -1 unknown */
     bool healthy;
     unsigned long long quota;   /* GS_DEV_REPLICA: VRAM bytes the guard allows it (0: no guard) */
@@ -28,7 +31,8 @@ struct gs_device {
 
 struct gs_resource {
     char name[GS_RESOURCE_NAME_MAX];
-    bool replicated;            /* carries time-sliced replicas */
+    bool replicated;            /* carries time-sliced or MPS replicas */
+    bool mps;                   /* carries MPS replicas (never mixed with time-sliced ones) */
     bool fail_gt_one;           /* refuse requests of more than one device */
     unsigned n_devices, cap;
     struct gs_device *devices;  /* sorted by GPU, then replica / MIG instance */
@@ -37,7 +41,7 @@ struct gs_resource {
 /* Per-GPU decision, for `apply` and labels. */
 struct gs_gpu_plan {
     enum gs_gpu_mode mode;      /* resolved: never GS_MODE_DEFAULT */
-    unsigned replicas;          /* time-slicing */
+    unsigned replicas;          /* time-slicing, MPS */
     const char *resource;       /* points into the plan's resources, NULL if nothing advertised */
 };
 

@@ -273,7 +273,7 @@ static void handle_options(struct dp_call *c) {
     send_unary(c, &o.base, GRPC_STATUS_OK, NULL);
 }
 
-/* env/envp: room for 2 entries; mounts/mountp: room for a->n_mounts + a->n_extra_mounts. */
+/* env/envp: room for 1 + GS_ALLOC_MAX_ENVS entries; mounts/mountp: room for a->n_mounts + a->n_extra_mounts. */
 static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, const struct gs_alloc_response *a,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry *env,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry **envp, V1beta1__DeviceSpec *specs,
@@ -284,12 +284,12 @@ static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, cons
     env[0].value = a->n_mounts ? "/var/run/nvidia-container-devices" : a->visible_devices;
     envp[0] = &env[0];
     cr->n_envs = 1;
-    if (a->n_extra_mounts) { /* the guard: where its limits are */
-        v1beta1__container_allocate_response__envs_entry__init(&env[1]);
-        env[1].key = "GPUSLICE_GUARD_CONFIG";
-        env[1].value = "/etc/gpuslice/guard.conf";
-        envp[1] = &env[1];
-        cr->n_envs = 2;
+    for (unsigned i = 0; i < a->n_envs; i++) { /* MPS client settings, the guard's limits file */
+        v1beta1__container_allocate_response__envs_entry__init(&env[1 + i]);
+        env[1 + i].key = (char *)a->envs[i].key;
+        env[1 + i].value = (char *)a->envs[i].value;
+        envp[1 + i] = &env[1 + i];
+        cr->n_envs++;
     }
     cr->envs = envp;
     for (unsigned i = 0; i < a->n_devspecs; i++) {
@@ -325,14 +325,15 @@ static void handle_allocate(struct dp_call *c) {
     struct gs_alloc_response *alloc = calloc(n ? n : 1, sizeof(*alloc));
     V1beta1__ContainerAllocateResponse *crs = calloc(n ? n : 1, sizeof(*crs));
     V1beta1__ContainerAllocateResponse **crp = calloc(n ? n : 1, sizeof(*crp));
-    V1beta1__ContainerAllocateResponse__EnvsEntry *envs = calloc(2 * (n ? n : 1), sizeof(*envs));
-    V1beta1__ContainerAllocateResponse__EnvsEntry **envp = calloc(2 * (n ? n : 1), sizeof(*envp));
+    size_t env_room = 1 + GS_ALLOC_MAX_ENVS;
+    V1beta1__ContainerAllocateResponse__EnvsEntry *envs = calloc(env_room * (n ? n : 1), sizeof(*envs));
+    V1beta1__ContainerAllocateResponse__EnvsEntry **envp = calloc(env_room * (n ? n : 1), sizeof(*envp));
     V1beta1__DeviceSpec *specs = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specs));
     V1beta1__DeviceSpec **specp = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specp));
     size_t total_ids = 0;
     for (size_t i = 0; i < n; i++)
         total_ids += req->container_requests[i]->n_devices_ids;
-    size_t mount_room = total_ids + 4 * n + 1; /* volume mounts + the guard's per container */
+    size_t mount_room = total_ids + GS_ALLOC_MAX_EXTRA_MOUNTS * n + 1; /* volume mounts + MPS's and the guard's */
     V1beta1__Mount *mounts = calloc(mount_room, sizeof(*mounts));
     V1beta1__Mount **mountp = calloc(mount_room, sizeof(*mountp));
     size_t done = 0, mount_off = 0;
@@ -349,7 +350,7 @@ static void handle_allocate(struct dp_call *c) {
         if (rc < 0)
             break;
         done++;
-        fill_container_response(&crs[i], &alloc[i], &envs[2 * i], &envp[2 * i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
+        fill_container_response(&crs[i], &alloc[i], &envs[env_room * i], &envp[env_room * i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
                                 &specp[i * GS_ALLOC_MAX_DEVSPECS], &mounts[mount_off], &mountp[mount_off]);
         mount_off += alloc[i].n_mounts + alloc[i].n_extra_mounts;
         crp[i] = &crs[i];

@@ -385,12 +385,120 @@ static void test_guard_quotas(void **state) {
     free(inv);
 }
 
+/* MPS: replicas with per-replica limits, on whole GPUs and on MIG instances; Allocate's MPS part. */
+static void test_mps(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(3, "NVIDIA A100-SXM4-40GB");
+    for (unsigned i = 0; i < 3; i++)
+        inv->gpus[i].mem_total = 40ULL << 30;
+    add_mig(&inv->gpus[2], "3g.20gb", 1, 4);
+    inv->gpus[2].mig[0].mem_mib = 20 * 1024;
+    add_mig(&inv->gpus[2], "1g.5gb+me", 9, 1);
+    inv->gpus[2].mig[1].mem_mib = 5 * 1024;
+    struct gs_policy *pol = policy("version: v1\nflags:\n  mpsRoot: /run/mps\n  migStrategy: mixed\n"
+                                   "gpuslice:\n  gpus:\n"
+                                   "  - index: 0\n    mode: mps\n    replicas: 4\n    memoryPerReplica: auto\n"
+                                   "  - index: 1\n    mode: mps\n    replicas: 3\n    computePerReplica: 20%\n"
+                                   "    pinnedMemoryPerReplica: 50GiB\n    resourceName: nvidia.com/gpu.mps20\n"
+                                   "  - index: 2\n    mode: mps\n    replicas: 2\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
+    assert_non_null(r);
+    assert_true(r->mps && r->replicated && r->fail_gt_one); /* MPS's default: one replica per container */
+    assert_int_equal(r->n_devices, 4);
+    assert_int_equal(r->devices[3].kind, GS_DEV_MPS);
+    assert_string_equal(r->devices[3].id, "GPU-00000000-0000-0000-0000-000000000000::3");
+    assert_int_equal(r->devices[3].mps_percent, 25);
+    assert_int_equal(r->devices[3].mps_pinned, 10ULL << 30);
+    assert_int_equal(r->devices[3].quota, 10ULL << 30); /* the guard's quota, over all of a container's processes */
+    const struct gs_resource *r20 = gs_plan_resource(&plan, "nvidia.com/gpu.mps20");
+    assert_int_equal(r20->n_devices, 3);
+    assert_int_equal(r20->devices[0].mps_percent, 20);
+    assert_int_equal(r20->devices[0].mps_pinned, 40ULL << 30); /* capped at the GPU's memory */
+    assert_int_equal(r20->devices[0].quota, 0);                /* no memoryPerReplica: no guard */
+    assert_int_equal(plan.gpus[1].mode, GS_MODE_MPS);
+    /* MPS on MIG: each instance has its own daemon, named by its MIG UUID */
+    const struct gs_resource *rm = gs_plan_resource(&plan, "nvidia.com/mig-3g.20gb.shared");
+    assert_non_null(rm);
+    assert_int_equal(rm->n_devices, 2);
+    assert_true(rm->devices[0].mig);
+    assert_string_equal(rm->devices[1].id, "MIG-00000002-0001-0000-0000-000000000000::1");
+    assert_string_equal(rm->devices[1].uuid, "MIG-00000002-0001-0000-0000-000000000000");
+    assert_int_equal(rm->devices[1].mps_pinned, 10ULL << 30);
+    assert_non_null(gs_plan_resource(&plan, "nvidia.com/mig-1g.5gb.me.shared"));
+
+    char err[256];
+    struct gs_alloc_response resp;
+    const char *one[] = { r->devices[1].id };
+    assert_int_equal(gs_allocate(r, one, 1, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.visible_devices, inv->gpus[0].uuid);
+    assert_string_equal(resp.mps_uuid, inv->gpus[0].uuid);
+    assert_int_equal(resp.n_extra_mounts, 2);
+    assert_string_equal(resp.extra_mounts[0].container_path, "/mps/pipe");
+    assert_string_equal(resp.extra_mounts[0].host_path, "/run/mps/GPU-00000000-0000-0000-0000-000000000000/pipe");
+    assert_false(resp.extra_mounts[0].read_only);
+    assert_string_equal(resp.extra_mounts[1].container_path, "/dev/shm");
+    assert_string_equal(resp.extra_mounts[1].host_path, "/run/mps/shm");
+    assert_int_equal(resp.n_envs, 3);
+    assert_string_equal(resp.envs[0].key, "CUDA_MPS_PIPE_DIRECTORY");
+    assert_string_equal(resp.envs[0].value, "/mps/pipe");
+    assert_string_equal(resp.envs[1].key, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    assert_string_equal(resp.envs[1].value, "25");
+    assert_string_equal(resp.envs[2].key, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    assert_string_equal(resp.envs[2].value, "0=10240M");
+    assert_int_equal(resp.n_guarded, 1); /* the agent adds the guard's files to the MPS mounts */
+    assert_int_equal(resp.guarded[0].bytes, 10ULL << 30);
+    gs_alloc_response_free(&resp);
+    const char *two[] = { r->devices[0].id, r->devices[1].id };
+    assert_int_equal(gs_allocate(r, two, 2, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), -E2BIG);
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* Several replicas per container: the shares add up; one daemon per answer. */
+    pol = policy("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n    resources:\n"
+                 "    - name: nvidia.com/gpu\n      replicas: 3\n      computePerReplica: 30%\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu");
+    assert_int_equal(r->n_devices, 6); /* GPU 2 is in MIG mode: not shared by sharing.mps */
+    const char *same[] = { r->devices[0].id, r->devices[2].id, r->devices[1].id };
+    assert_int_equal(gs_allocate(r, same, 3, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.envs[1].value, "90");
+    gs_alloc_response_free(&resp);
+    const char *across[] = { r->devices[0].id, r->devices[3].id };
+    assert_int_equal(gs_allocate(r, across, 2, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), -EXDEV);
+    assert_non_null(strstr(err, "MPS replicas of one container must share one GPU"));
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* Time-sliced and MPS replicas never share a resource name; rules for missing GPUs are said. */
+    pol = policy("version: v1\ngpuslice:\n  gpus:\n  - index: 0\n    mode: time-slicing\n    replicas: 2\n"
+                 "  - index: 1\n    mode: mps\n    replicas: 2\n  - index: \"5-6\"\n    mode: mps\n    replicas: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
+    assert_int_equal(r->n_devices, 2);
+    assert_false(r->mps);
+    assert_int_equal(plan.gpus[1].mode, GS_MODE_DISABLED);
+    bool conflict = false, missing = false;
+    for (unsigned i = 0; i < plan.n_warnings; i++) {
+        conflict |= strstr(plan.warnings[i], "GPU 1: nvidia.com/gpu.shared already carries time-sliced replicas") != NULL;
+        missing |= strstr(plan.warnings[i], "policy line 10: gpuslice.gpus selects GPU indices beyond the node's 3 GPUs "
+                                            "(mode mps)") != NULL;
+    }
+    assert_true(conflict);
+    assert_true(missing);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
         cmocka_unit_test(test_heterogeneous),   cmocka_unit_test(test_mig_strategies),
         cmocka_unit_test(test_health),          cmocka_unit_test(test_allocate),
         cmocka_unit_test(test_preferred),       cmocka_unit_test(test_guard_quotas),
+        cmocka_unit_test(test_mps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

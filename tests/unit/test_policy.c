@@ -872,9 +872,12 @@ static const struct bad_case bad_cases[] = {
       "as 8GiB, got '8 GiB'" },
     { "mps pinned empty", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica:\n",
       "t.yaml:6:32: sharing.mps.resources[0].pinnedMemoryPerReplica: missing value" },
-    { "mps memoryPerReplica", MPS_GPU "        replicas: 2\n        memoryPerReplica: 8GiB\n",
-      "t.yaml:6:9: sharing.mps.resources[0].memoryPerReplica: unknown key 'memoryPerReplica'; allowed keys: name, "
-      "rename, devices, replicas, computePerReplica, pinnedMemoryPerReplica" },
+    { "mps memoryPerReplica bad", MPS_GPU "        replicas: 2\n        memoryPerReplica: lots\n",
+      "t.yaml:6:27: sharing.mps.resources[0].memoryPerReplica: expected auto or a size from 1MiB to 1PiB such as "
+      "8GiB, got 'lots'" },
+    { "mps unknown key", MPS_GPU "        replicas: 2\n        memoryPerGpu: 8GiB\n",
+      "t.yaml:6:9: sharing.mps.resources[0].memoryPerGpu: unknown key 'memoryPerGpu'; allowed keys: name, "
+      "rename, devices, replicas, computePerReplica, pinnedMemoryPerReplica, memoryPerReplica" },
     { "computePerReplica under timeSlicing", TS "      - name: nvidia.com/gpu\n        replicas: 2\n"
                                              "        computePerReplica: 50%\n",
       "t.yaml:6:9: sharing.timeSlicing.resources[0].computePerReplica: unknown key 'computePerReplica'; allowed "
@@ -928,9 +931,9 @@ static const struct bad_case bad_cases[] = {
     { "rule pinnedMemoryPerReplica with whole", RULES "    - index: 0\n      mode: whole\n"
                                                 "      pinnedMemoryPerReplica: 1GiB\n",
       "t.yaml:5:31: gpuslice.gpus[0].pinnedMemoryPerReplica: only allowed with mode mps (mode is whole)" },
-    { "rule memoryPerReplica with mps", RULES "    - index: 0\n      mode: mps\n      replicas: 2\n"
-                                        "      memoryPerReplica: 1GiB\n",
-      "t.yaml:6:25: gpuslice.gpus[0].memoryPerReplica: only allowed with mode time-slicing (mode is mps)" },
+    { "rule memoryPerReplica with whole", RULES "    - index: 0\n      mode: whole\n"
+                                          "      memoryPerReplica: 1GiB\n",
+      "t.yaml:5:25: gpuslice.gpus[0].memoryPerReplica: only allowed with mode time-slicing or mps (mode is whole)" },
     { "rule replicas with disabled", RULES "    - index: 0\n      mode: disabled\n      replicas: 2\n",
       "t.yaml:5:17: gpuslice.gpus[0].replicas: only allowed with mode time-slicing or mps (mode is disabled)" },
     { "rule mode mpss", RULES "    - index: 0\n      mode: mpss\n",
