@@ -36,6 +36,7 @@
 #include "mig/migapply.h"
 #include "../guard/guard_limits.h"
 #include "agent/guard_reconcile.h"
+#include "cdi/cdi.h"
 #include "mps/mps.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -650,6 +651,54 @@ int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char 
 static bool file_exists(const char *path, void *ctx) {
     (void)ctx;
     return access(path, F_OK) == 0;
+}
+
+int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *kind,
+                   char **out, unsigned *n_driver_files, char *err, size_t errlen) {
+    *out = NULL;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/devices", proc_root);
+    _cleanup_free_ char *devices = NULL;
+    int r = gs_read_file(path, 1 << 20, &devices, NULL);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
+        return r;
+    }
+    struct gs_dev_majors maj;
+    if ((r = gs_proc_devices_parse(path, devices, &maj, err, errlen)) < 0)
+        return r;
+    bool any_mig = false;
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        any_mig |= inv->gpus[i].n_mig > 0;
+    struct gs_mig_minors mm = { 0 };
+    if (any_mig && (r = agent_read_mig_minors(proc_root, &mm, err, errlen)) < 0)
+        return r;
+    snprintf(path, sizeof(path), "%s%setc/ld.so.cache", driver_root,
+             driver_root[0] && driver_root[strlen(driver_root) - 1] == '/' ? "" : "/");
+    _cleanup_free_ char *cache = NULL;
+    size_t len = 0;
+    if (gs_read_file(path, 64 << 20, &cache, &len) < 0)
+        len = 0; /* no cache: no libraries */
+    struct gs_cdi_driver *drv = malloc(sizeof(*drv));
+    if (!drv) {
+        gs_mig_minors_free(&mm);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    char cerr[256];
+    if (gs_cdi_driver_files(driver_root, len ? (const unsigned char *)cache : NULL, len, file_exists, NULL, drv, cerr,
+                            sizeof(cerr)) < 0) {
+        snprintf(err, errlen, "%s (%s)", cerr, path);
+        free(drv);
+        gs_mig_minors_free(&mm);
+        return -EINVAL;
+    }
+    if (n_driver_files)
+        *n_driver_files = drv->n;
+    r = gs_cdi_spec(inv, &maj, any_mig ? &mm : NULL, drv, kind, out, err, errlen);
+    free(drv);
+    gs_mig_minors_free(&mm);
+    return r;
 }
 
 static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,

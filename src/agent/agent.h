@@ -37,4 +37,12 @@ int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct g
  * Returns 0 or -errno with "cannot read PATH: ..." or the parser's PATH:LINE error in err. */
 int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen);
 
+/* The CDI spec of the node (cdi/cdi.h) from the system: device numbers from PROC_ROOT/devices
+ * and mig-minors, the driver's libraries from DRIVER_ROOT/etc/ld.so.cache and its tools from
+ * DRIVER_ROOT/usr/bin. A missing cache only means no libraries (*n_driver_files says how many
+ * files were found). Returns 0 with the JSON text in *out (caller frees), or -errno with the
+ * file named in err. */
+int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *kind,
+                   char **out, unsigned *n_driver_files, char *err, size_t errlen);
+
 #endif

@@ -1,5 +1,6 @@
 /* cdi.c: CDI spec generation. */
 #include "cdi/cdi.h"
+#include "cdi/ldcache.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -84,8 +85,73 @@ void gs_cdi_qualified(const char *kind, const char *name, char *buf, size_t len)
     snprintf(buf, len, "%s=%s", kind, name);
 }
 
+/* The libraries a CUDA (compute) container needs from the driver, as NVIDIA's container toolkit
+ * mounts them for the "compute" and "utility" capabilities. */
+static const char *const driver_libs[] = {
+    "libcuda.so", "libcudadebugger.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so",
+    "libnvidia-opencl.so", "libnvidia-gpucomp.so", "libnvidia-allocator.so", "libnvidia-cfg.so", "libnvidia-nscq.so",
+    NULL,
+};
+static const char *const driver_bins[] = {
+    "nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server", NULL,
+};
+
+struct lib_walk {
+    const char *root;
+    uint32_t flags;
+    struct gs_cdi_driver *out;
+};
+
+static void add_file(struct gs_cdi_driver *out, const char *root, const char *path, const char *dir, const char *name) {
+    for (unsigned i = 0; i < out->n; i++)
+        if (!strcmp(strrchr(out->files[i].container, '/') + 1, name))
+            return; /* the first entry wins, as for the linker */
+    if (out->n == GS_CDI_MAX_DRIVER_FILES)
+        return;
+    bool slash = root[0] && root[strlen(root) - 1] == '/';
+    snprintf(out->files[out->n].host, sizeof(out->files[0].host), "%s%s", root, slash ? path + 1 : path);
+    snprintf(out->files[out->n].container, sizeof(out->files[0].container), "%s/%s", dir, name);
+    out->n++;
+}
+
+static int on_lib(const char *soname, const char *path, uint32_t flags, void *ctx) {
+    struct lib_walk *w = ctx;
+    if (w->flags && flags != w->flags)
+        return 0;
+    if (path[0] != '/' || strstr(path, "/../") || strlen(soname) > 96 || strchr(soname, '/'))
+        return 0;
+    for (const char *const *l = driver_libs; *l; l++) {
+        size_t n = strlen(*l);
+        /* a versioned soname: "libcuda.so.1", not the development link "libcuda.so" */
+        if (!strncmp(soname, *l, n) && soname[n] == '.' && soname[n + 1]) {
+            add_file(w->out, w->root, path, GS_CDI_LIB_DIR, soname);
+            break;
+        }
+    }
+    return 0;
+}
+
+int gs_cdi_driver_files(const char *driver_root, const unsigned char *cache, size_t len, gs_exists_fn exists, void *ctx,
+                        struct gs_cdi_driver *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    struct lib_walk w = { driver_root, gs_ldcache_native_flags(), out };
+    int r = cache ? gs_ldcache_walk("ld.so.cache", cache, len, on_lib, &w, err, errlen) : 0;
+    if (r < 0)
+        return r;
+    for (const char *const *b = driver_bins; *b; b++) {
+        char path[64];
+        snprintf(path, sizeof(path), "/usr/bin/%s", *b);
+        char host[400];
+        bool slash = driver_root[0] && driver_root[strlen(driver_root) - 1] == '/';
+        snprintf(host, sizeof(host), "%s%s", driver_root, slash ? path + 1 : path);
+        if (exists(host, ctx))
+            add_file(out, driver_root, path, GS_CDI_BIN_DIR, *b);
+    }
+    return 0;
+}
+
 int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj, const struct gs_mig_minors *mm,
-                const char *kind, char **out, char *err, size_t errlen) {
+                const struct gs_cdi_driver *drv, const char *kind, char **out, char *err, size_t errlen) {
     *out = NULL;
     if (!valid_kind(kind)) {
         snprintf(err, errlen, "CDI kind '%s': expected VENDOR/CLASS, e.g. nvidia.com/gpu", kind);
@@ -129,8 +195,17 @@ int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj,
         json_array_append_new(common, node("/dev/nvidia-uvm", maj->uvm, 0));
         json_array_append_new(common, node("/dev/nvidia-uvm-tools", maj->uvm, 1));
     }
-    json_t *spec = json_pack("{s:s,s:s,s:o,s:{s:o}}", "cdiVersion", GS_CDI_VERSION, "kind", kind, "devices", devices,
-                             "containerEdits", "deviceNodes", common);
+    json_t *edits = json_pack("{s:o}", "deviceNodes", common);
+    if (drv && drv->n) {
+        json_t *mounts = json_array();
+        for (unsigned i = 0; i < drv->n; i++)
+            json_array_append_new(mounts, json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", drv->files[i].host,
+                                                    "containerPath", drv->files[i].container, "options", "ro",
+                                                    "nosuid", "nodev", "bind"));
+        json_object_set_new(edits, "mounts", mounts);
+    }
+    json_t *spec = json_pack("{s:s,s:s,s:o,s:o}", "cdiVersion", GS_CDI_VERSION, "kind", kind, "devices", devices,
+                             "containerEdits", edits);
     *out = spec ? json_dumps(spec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(spec);
     if (!*out) {

@@ -5,7 +5,11 @@
  * Devices: one per GPU, named by its UUID and by its index ("GPU-...", "0"), one per MIG device,
  * named by its UUID and "<gpu>:<gi>:<ci>" ("MIG-...", "0:3:0"). Replicas of a GPU use the GPU's
  * device. The spec-level edits hold the control nodes every CUDA container needs
- * (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools). */
+ * (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools) and the driver's files: its compute
+ * libraries, found in the driver root's linker cache, mounted read-only under
+ * /usr/local/nvidia/lib64 (on the LD_LIBRARY_PATH of NVIDIA's CUDA images) by their sonames, and
+ * its tools (nvidia-smi, ...) under /usr/local/nvidia/bin (on their PATH). No hook runs
+ * ldconfig: an OCI hook's path is the host's, and the host's cache is not the container's. */
 #ifndef GS_CDI_H
 #define GS_CDI_H
 
@@ -27,11 +31,32 @@ struct gs_dev_majors {
  * name the file and line ("/proc/devices:3: malformed line"). Returns 0 or -EINVAL / -ENOENT. */
 int gs_proc_devices_parse(const char *name, const char *text, struct gs_dev_majors *out, char *err, size_t errlen);
 
+#define GS_CDI_MAX_DRIVER_FILES 48
+#define GS_CDI_LIB_DIR "/usr/local/nvidia/lib64"
+#define GS_CDI_BIN_DIR "/usr/local/nvidia/bin"
+
+/* The driver's files to mount into containers. */
+struct gs_cdi_driver {
+    unsigned n;
+    struct {
+        char host[384];       /* under the driver root */
+        char container[128];  /* GS_CDI_LIB_DIR/<soname> or GS_CDI_BIN_DIR/<name> */
+    } files[GS_CDI_MAX_DRIVER_FILES];
+};
+
+/* Finds the driver's compute libraries (libcuda.so.1, libnvidia-ml.so.1, libnvidia-ptxjitcompiler,
+ * libnvidia-nvvm, libcudadebugger, ...) in the linker cache of driver_root (its bytes in cache,
+ * this machine's architecture only, first entry per soname) and its tools under
+ * driver_root/usr/bin (exists() says which are there). The host paths are driver_root + the
+ * cache's paths. Returns 0 (possibly no files), or -EINVAL from the cache parser. */
+int gs_cdi_driver_files(const char *driver_root, const unsigned char *cache, size_t len, gs_exists_fn exists, void *ctx,
+                        struct gs_cdi_driver *out, char *err, size_t errlen);
+
 /* The spec as JSON text (malloc'ed, caller frees). kind: "vendor/class". mm may be NULL when no
- * GPU has MIG devices. Errors: -EINVAL (bad kind), -ENODEV (a MIG device without capability
- * minors or no nvidia-caps major), -ENOMEM; message in err. */
+ * GPU has MIG devices; drv may be NULL (no driver files). Errors: -EINVAL (bad kind), -ENODEV (a
+ * MIG device without capability minors or no nvidia-caps major), -ENOMEM; message in err. */
 int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj, const struct gs_mig_minors *mm,
-                const char *kind, char **out, char *err, size_t errlen);
+                const struct gs_cdi_driver *drv, const char *kind, char **out, char *err, size_t errlen);
 
 /* The fully qualified CDI name of a device: "nvidia.com/gpu=GPU-...". */
 void gs_cdi_qualified(const char *kind, const char *name, char *buf, size_t len);

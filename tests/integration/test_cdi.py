@@ -128,3 +128,52 @@ def test_bad_inputs(tmp):
     os.unlink(os.path.join(tmp, "proc", "devices"))
     p = run(tmp, "t4x2.yaml", "cdi", "generate", proc=None)
     assert p.returncode == 1 and "cannot read" in p.stderr
+
+
+def fake_driver_root(tmp):
+    """A driver root with a linker cache made by the real ldconfig: driver libraries (with their
+    sonames), a library that is not the driver's, and nvidia-smi."""
+    root = os.path.join(tmp, "driver")
+    libdir = os.path.join(root, "usr", "lib", "x86_64-linux-gnu")
+    os.makedirs(libdir)
+    os.makedirs(os.path.join(root, "usr", "bin"))
+    os.makedirs(os.path.join(root, "etc"))
+    src = os.path.join(tmp, "empty.c")
+    with open(src, "w") as f:
+        f.write("int gs_fake_driver_symbol;\n")
+    for real, soname in [("libcuda.so.580.65.06", "libcuda.so.1"), ("libnvidia-ml.so.580.65.06", "libnvidia-ml.so.1"),
+                         ("libnvidia-ptxjitcompiler.so.580.65.06", "libnvidia-ptxjitcompiler.so.1"),
+                         ("libfoo.so.2.0", "libfoo.so.2")]:
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(libdir, real), f"-Wl,-soname,{soname}", src],
+                       check=True)
+    os.symlink("libcuda.so.1", os.path.join(libdir, "libcuda.so"))   # the development link: not mounted
+    with open(os.path.join(root, "usr", "bin", "nvidia-smi"), "w") as f:
+        f.write("#!/bin/sh\n")
+    with open(os.path.join(root, "etc", "ld.so.conf"), "w") as f:
+        f.write("/usr/lib/x86_64-linux-gnu\n")
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    subprocess.run([ldconfig, "-r", root], check=True)
+    return root
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
+def test_driver_libraries_from_the_linker_cache(tmp):
+    root = fake_driver_root(tmp)
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root)
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)
+    assert not list(validator().iter_errors(spec))
+    mounts = {m["containerPath"]: m for m in spec["containerEdits"]["mounts"]}
+    lib = os.path.join(root, "usr", "lib", "x86_64-linux-gnu")
+    assert set(mounts) == {"/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
+                           "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1", "/usr/local/nvidia/bin/nvidia-smi"}
+    assert mounts["/usr/local/nvidia/lib64/libcuda.so.1"]["hostPath"] == os.path.join(lib, "libcuda.so.1")
+    assert os.path.realpath(mounts["/usr/local/nvidia/lib64/libcuda.so.1"]["hostPath"]) == \
+        os.path.join(lib, "libcuda.so.580.65.06")
+    assert mounts["/usr/local/nvidia/bin/nvidia-smi"]["hostPath"] == os.path.join(root, "usr", "bin", "nvidia-smi")
+    assert all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts.values())
+    # A damaged cache is an error naming it, not a spec without libraries.
+    with open(os.path.join(root, "etc", "ld.so.cache"), "r+b") as f:
+        f.truncate(30)
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root)
+    assert p.returncode == 1 and "ld.so.cache" in p.stderr, p.stderr
