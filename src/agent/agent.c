@@ -70,6 +70,8 @@ struct agent {
     struct gs_mps_sup *mps;        /* MPS control daemons (src/mps), for the policy's MPS root */
     char mps_root[256];
     bool mps_stale_checked;        /* daemons left by an earlier agent stopped once */
+    char *cdi_spec;                /* the CDI spec as last written */
+    char cdi_error[256];           /* why it could not be written, as last logged */
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -137,6 +139,70 @@ static void log_plan_changes(struct agent *a, const struct gs_plan *old, const s
 }
 
 static void write_labels(struct agent *a);
+
+/* ---- CDI ----------------------------------------------------------------------------------- */
+
+static void set_cdi_error(struct agent *a, const char *err) {
+    pthread_mutex_lock(&a->lock); /* read by Allocate */
+    gs_strlcpy(a->cdi_error, err, sizeof(a->cdi_error));
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Writes the node's CDI spec (CDI_ROOT/gpuslice.json, atomically) when it changed. It names every
+ * GPU and MIG device of the inventory, so it is written before the plan that advertises them is
+ * served. It stays when the agent stops: running containers were created from it. */
+static void write_cdi_spec(struct agent *a) {
+    if (!a->o->cdi_root || !a->o->cdi_root[0])
+        return;
+    char *text = NULL, err[512];
+    unsigned n_files = 0;
+    int r = agent_cdi_spec(a->inv, a->o->proc_root, a->policy.driver_root, a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND,
+                           &text, &n_files, err, sizeof(err));
+    if (r < 0) {
+        if (strcmp(err, a->cdi_error) != 0)
+            log_warn("CDI spec not written: %s", err);
+        set_cdi_error(a, err);
+        return;
+    }
+    bool was_failing = a->cdi_error[0] != '\0';
+    set_cdi_error(a, "");
+    if (a->cdi_spec && !strcmp(a->cdi_spec, text)) {
+        free(text);
+        return;
+    }
+    if (was_failing)
+        log_info("CDI spec can be written again");
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/gpuslice.json", a->o->cdi_root);
+    if ((r = gs_mkdir_p(a->o->cdi_root, 0755)) < 0 || (r = gs_write_file_atomic(path, text, strlen(text), false)) < 0) {
+        snprintf(err, sizeof(err), "cannot write %.300s: %s", path, strerror(-r));
+        log_error("CDI spec not written: %s", err);
+        set_cdi_error(a, err);
+        free(text);
+        return;
+    }
+    if (!a->cdi_spec)
+        log_info("CDI spec written to %s (%u driver files from %s)", path, n_files, a->policy.driver_root);
+    pthread_mutex_lock(&a->lock); /* read by Allocate */
+    free(a->cdi_spec);
+    a->cdi_spec = text;
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Allocate with a CDI strategy may only name devices the written spec has: a container created
+ * from a name the runtime cannot resolve would fail later and less clearly. Under a->lock. */
+static int cdi_check(const struct agent *a, const struct gs_alloc_response *out, char *err, size_t errlen) {
+    for (unsigned i = 0; i < out->n_cdi; i++) {
+        char needle[sizeof(out->cdi[0]) + 16];
+        snprintf(needle, sizeof(needle), "\"name\": \"%s\"", out->cdi[i]);
+        if (!a->cdi_spec || !strstr(a->cdi_spec, needle)) {
+            snprintf(err, errlen, "device %s is not in the CDI spec yet (%s)", out->cdi[i],
+                     a->cdi_error[0] ? a->cdi_error : "not written");
+            return -EAGAIN;
+        }
+    }
+    return 0;
+}
 
 /* ---- MPS ----------------------------------------------------------------------------------- */
 
@@ -288,6 +354,7 @@ static int replan(struct agent *a, bool log_warnings) {
         return 0;
     }
     log_plan_changes(a, a->plan_valid ? &a->plan : NULL, &next);
+    write_cdi_spec(a); /* before any Allocate can name the new devices */
     r = dp_manager_sync(a->dp, &next);
     if (r < 0) {
         log_error("Failed to update the device plugins: %s", strerror(-r));
@@ -589,6 +656,18 @@ static int inject_guard(struct agent *a, const struct gs_resource *res, const ch
         snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
         return r;
     }
+    /* The counters region, empty (the guard sizes and initialises it) and writable by the
+     * container's processes whatever their user: the directory is root's. */
+    snprintf(path, sizeof(path), "%s/state/region", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0 || fchmod(fd, 0666) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
+        if (fd >= 0)
+            close(fd);
+        return r;
+    }
+    close(fd);
     struct gs_guard_limits l = { .fail_closed = true };
     snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
     for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
@@ -724,6 +803,18 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     gs_mig_minors_free(&mm);
     if (rc == 0 && out->n_guarded && (rc = inject_guard(a, r, ids, n, out, err, errlen)) < 0)
         gs_alloc_response_free(out);
+    if (rc == 0 && out->n_cdi) {
+        pthread_mutex_lock(&a->lock);
+        rc = cdi_check(a, out, err, errlen);
+        pthread_mutex_unlock(&a->lock);
+        if (rc < 0)
+            gs_alloc_response_free(out);
+    }
+    for (unsigned i = 0; rc == 0 && i < out->n_cdi; i++) { /* "nvidia.com/gpu=GPU-..." */
+        char q[sizeof(out->cdi[0])];
+        gs_cdi_qualified(a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND, out->cdi[i], q, sizeof(q));
+        gs_strlcpy(out->cdi[i], q, sizeof(out->cdi[i]));
+    }
     pthread_mutex_lock(&a->lock);
     gs_metrics_count_alloc(&a->counters, r->name, rc == 0);
     pthread_mutex_unlock(&a->lock);
@@ -1030,6 +1121,8 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
         if (poll_now) {
             unsigned long long t0 = gs_now_ns();
             refresh_inventory(a);
+            if (a->cdi_error[0])
+                write_cdi_spec(a); /* it failed: the cause (a missing mig-minors line, ...) may be gone */
             if (a->o->guard_reconcile_ms &&
                 t0 - a->last_guard_reconcile_ns >= a->o->guard_reconcile_ms * 1000000ULL) {
                 a->last_guard_reconcile_ns = t0;
@@ -1061,6 +1154,7 @@ out:
             close(fds[i]);
     free(a->inv);
     free(a->labels);
+    free(a->cdi_spec);
     pthread_mutex_destroy(&a->lock);
     free(a);
     if (exit_code == 0)

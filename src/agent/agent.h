@@ -25,6 +25,8 @@ struct agent_options {
     const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
     const char *metrics_address;  /* Prometheus metrics, "HOST:PORT" or ":PORT" (NULL or "": none) */
     const char *mps_control;      /* nvidia-cuda-mps-control (NULL: found in PATH) */
+    const char *cdi_root;         /* where the CDI spec is written (NULL or "": none) */
+    const char *cdi_kind;         /* its kind (NULL: nvidia.com/gpu) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

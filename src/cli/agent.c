@@ -9,6 +9,7 @@
 
 #include "agent/agent.h"
 #include "kubelet/podresources.h"
+#include "cdi/cdi.h"
 #include "cli/cli.h"
 #include "core/labels.h"
 #include "core/plan.h"
@@ -23,7 +24,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -39,12 +40,14 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "features-file", required_argument, NULL, OPT_FEATURES },
         { "metrics-address", required_argument, NULL, OPT_METRICS },
         { "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
+        { "cdi-root", required_argument, NULL, OPT_CDI_ROOT },
+        { "cdi-kind", required_argument, NULL, OPT_CDI_KIND },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
-                               120000, 30000, GS_FEATURES_FILE, ":9402" };
+                               120000, 30000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -59,6 +62,8 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_FEATURES: o.features_file = optarg; break;
         case OPT_METRICS: o.metrics_address = optarg; break;
         case OPT_MPS_CONTROL: o.mps_control = optarg; break;
+        case OPT_CDI_ROOT: o.cdi_root = optarg; break;
+        case OPT_CDI_KIND: o.cdi_kind = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -114,7 +119,11 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --metrics-address ADDR    Prometheus metrics at http://ADDR/metrics, HOST:PORT or :PORT\n"
                    "                            (default :9402; \"\" for none)\n"
                    "  --mps-control PATH        nvidia-cuda-mps-control, run once per MPS-shared GPU or MIG\n"
-                   "                            instance (default: found in PATH)\n",
+                   "                            instance (default: found in PATH)\n"
+                   "  --cdi-root DIR            where the CDI spec of the node is written, as gpuslice.json,\n"
+                   "                            whenever the devices change (default /var/run/cdi; \"\" for none)\n"
+                   "  --cdi-kind VENDOR/CLASS   its kind, the prefix of the names that cdi-cri and\n"
+                   "                            cdi-annotations give the runtime (default " GS_CDI_KIND ")\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

@@ -469,10 +469,6 @@ static int parse_list_strategy(struct gs_yaml *y, const yaml_node_t *node, const
         int r = gs_yaml_enum(y, item, ipath, list_values, &v);
         if (r < 0)
             return r;
-        if (v >= 2)
-            return gs_yaml_error(y, item, ipath,
-                                 "%s is not supported by this version yet; use envvar or volume-mounts",
-                                 list_values[v]);
         bits |= 1u << v;
     }
     *out = bits;
@@ -514,9 +510,24 @@ static int parse_plugin(struct gs_yaml *y, const yaml_node_t *map, struct gs_pol
         return r;
     p->alloc_policy = (enum gs_alloc_policy)v;
 
-    static const char *const cdi_keys[] = { "cdiAnnotationPrefix", "nvidiaCTKPath", "containerDriverRoot",
-                                            "cdiFeatureFlags", NULL };
-    if ((r = parse_ignored_strings(y, map, path, cdi_keys, "CDI is not supported by this version yet", p)) < 0)
+    const char *prefix;
+    if ((r = opt_string(y, map, path, "cdiAnnotationPrefix", &prefix)) < 0)
+        return r;
+    if (prefix) {
+        /* An annotation key's prefix: a DNS subdomain and '/' (cdi.k8s.io/). */
+        size_t n = strlen(prefix);
+        char kp[GS_YAML_PATH_MAX];
+        if (n < 2 || n >= sizeof(p->cdi_annotation_prefix) || prefix[n - 1] != '/' ||
+            !dns_subdomain_valid(prefix, n - 1))
+            return gs_yaml_error(y, gs_yaml_map_get(y, map, "cdiAnnotationPrefix"),
+                                 gs_yaml_path_key(kp, path, "cdiAnnotationPrefix"),
+                                 "'%s' is not an annotation prefix: a lower-case DNS name and '/', such as cdi.k8s.io/",
+                                 prefix);
+        memcpy(p->cdi_annotation_prefix, prefix, n + 1);
+    }
+    static const char *const cdi_keys[] = { "nvidiaCTKPath", "containerDriverRoot", "cdiFeatureFlags", NULL };
+    if ((r = parse_ignored_strings(y, map, path, cdi_keys, "not used by gpuslice (it writes its CDI spec itself)", p)) <
+        0)
         return r;
     static const char *const socket_keys[] = { "kubeletSocket", NULL };
     return parse_ignored_strings(y, map, path, socket_keys, "not read from the policy file", p);
@@ -1147,6 +1158,7 @@ void gs_policy_init(struct gs_policy *p) {
     memset(p, 0, sizeof(*p));
     p->mig_strategy = GS_MIG_NONE;
     p->list_strategy = GS_LIST_ENVVAR;
+    gs_strlcpy(p->cdi_annotation_prefix, GS_CDI_ANNOTATION_PREFIX_DEFAULT, sizeof(p->cdi_annotation_prefix));
     p->id_strategy = GS_ID_UUID;
     p->alloc_policy = GS_ALLOC_DISTRIBUTED;
     p->fail_on_init_error = true;

@@ -8,7 +8,7 @@
  *     migStrategy: none | single | mixed
  *     plugin:
  *       passDeviceSpecs: false
- *       deviceListStrategy: envvar            # or volume-mounts, or a list of them
+ *       deviceListStrategy: envvar            # or volume-mounts, cdi-annotations, cdi-cri, or a list
  *       deviceIDStrategy: uuid | index
  *       sharedDevicesAllocationPolicy: distributed | packed
  *   sharing:
@@ -71,7 +71,10 @@
 enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
 enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED };
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
-enum gs_list_strategy { GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1 };
+enum gs_list_strategy {
+    GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3
+};
+#define GS_CDI_ANNOTATION_PREFIX_DEFAULT "cdi.k8s.io/"
 enum gs_gpu_mode {
     GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED, GS_MODE_MPS
 };
@@ -115,6 +118,7 @@ struct gs_policy {
     enum gs_alloc_policy alloc_policy;
     bool fail_on_init_error;              /* flags.failOnInitError, default true */
     char driver_root[256];                /* flags.nvidiaDriverRoot, default "/" */
+    char cdi_annotation_prefix[64];       /* flags.plugin.cdiAnnotationPrefix, default "cdi.k8s.io/" */
     char dev_root[256];                   /* flags.nvidiaDevRoot, default = driver_root */
     char mps_root[256];                   /* flags.mpsRoot, default GS_MPS_ROOT_DEFAULT */
 

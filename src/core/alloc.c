@@ -1,6 +1,7 @@
 /* alloc.c: Allocate answers and preferred allocations (pure; see alloc.h). */
 #include "core/alloc.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +276,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
     }
     size_t len = 0;
     int rc = 0;
+    out->visible_env = (pol->list_strategy & (GS_LIST_ENVVAR | GS_LIST_VOLUME_MOUNTS)) != 0;
     if (pol->list_strategy & GS_LIST_VOLUME_MOUNTS) {
         out->mounts = calloc(n, sizeof(*out->mounts));
         if (!out->mounts) {
@@ -302,6 +304,19 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
         }
         if ((rc = list_add_unique(&out->visible_devices, &len, item)) < 0)
             goto fail;
+        if (pol->list_strategy & (GS_LIST_CDI_ANNOTATIONS | GS_LIST_CDI_CRI)) {
+            unsigned k = 0;
+            while (k < out->n_cdi && strcmp(out->cdi[k], d->uuid) != 0)
+                k++;
+            if (k == out->n_cdi) {
+                if (k == GS_ALLOC_MAX_CDI) {
+                    snprintf(err, errlen, "more than %d CDI devices in one allocation", GS_ALLOC_MAX_CDI);
+                    rc = -E2BIG;
+                    goto fail;
+                }
+                gs_strlcpy(out->cdi[out->n_cdi++], d->uuid, sizeof(out->cdi[0]));
+            }
+        }
         if (d->quota) {
             /* The container's CUDA ordinal of this GPU is its position in the list. */
             unsigned ordinal = list_index(out->visible_devices, item);
@@ -355,6 +370,18 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
     }
     if ((rc = add_mps(r, ids, n, pol, out, err, errlen)) < 0)
         goto fail;
+    out->cdi_cri = (pol->list_strategy & GS_LIST_CDI_CRI) != 0;
+    if (pol->list_strategy & GS_LIST_CDI_ANNOTATIONS) {
+        /* PREFIX + "gpuslice_" + the first device ID: one key per container and resource, as the
+         * CDI annotation format asks (the name part: letters, digits, '-', '_', '.'). */
+        int k = snprintf(out->cdi_annotation, sizeof(out->cdi_annotation), "%sgpuslice_", pol->cdi_annotation_prefix);
+        int end = (int)strlen(pol->cdi_annotation_prefix) + 63;
+        for (const char *c = ids[0]; *c && k + 1 < (int)sizeof(out->cdi_annotation) && k < end; c++)
+            out->cdi_annotation[k++] = (isalnum((unsigned char)*c) || *c == '-' || *c == '.') ? *c : '_';
+        while (!isalnum((unsigned char)out->cdi_annotation[k - 1])) /* the name ends with a letter or digit */
+            k--;
+        out->cdi_annotation[k] = '\0';
+    }
     return 0;
 fail:
     if (rc == -ENOMEM)

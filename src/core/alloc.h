@@ -35,6 +35,7 @@ struct gs_guard_quota {
 };
 
 #define GS_ALLOC_MAX_ENVS 6
+#define GS_ALLOC_MAX_CDI 64
 #define GS_ALLOC_MAX_EXTRA_MOUNTS 8
 
 struct gs_env {
@@ -54,6 +55,12 @@ struct gs_alloc_response {
     unsigned n_extra_mounts;          /* MPS's (here), then the guard's files (added by the agent) */
     struct gs_mount extra_mounts[GS_ALLOC_MAX_EXTRA_MOUNTS];
     char mps_uuid[GS_UUID_LEN];       /* MPS replicas: the GPU or MIG instance whose daemon serves them */
+    bool visible_env;                 /* set NVIDIA_VISIBLE_DEVICES (strategy envvar or volume-mounts) */
+    unsigned n_cdi;                   /* cdi-cri / cdi-annotations: the CDI devices (GPU or MIG UUIDs, as
+                                         the spec names them; the agent qualifies them with its kind) */
+    char cdi[GS_ALLOC_MAX_CDI][GS_UUID_LEN + 64];
+    bool cdi_cri;                     /* put them in the answer's cdi_devices */
+    char cdi_annotation[128];         /* non-empty: put them in this annotation (cdi-annotations) */
     unsigned n_devspecs;
     struct gs_devspec devspecs[GS_ALLOC_MAX_DEVSPECS];
     unsigned n_mounts;

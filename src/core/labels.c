@@ -95,20 +95,17 @@ static void resource_labels(struct labels *ls, const struct gs_inventory *inv, c
     if (d0->gpu >= inv->n_gpus)
         return;
     const struct gs_gpu *g = &inv->gpus[d0->gpu];
+    /* count: the physical devices (GPUs, or MIG instances for MPS on MIG) behind the replicas */
     unsigned count = 0;
-    bool seen[GS_MAX_GPUS] = { false };
     for (unsigned i = 0; i < r->n_devices; i++) {
         const struct gs_device *d = &r->devices[i];
-        if (d->kind == GS_DEV_REPLICA) {
-            if (d->gpu < GS_MAX_GPUS && !seen[d->gpu]) {
-                seen[d->gpu] = true;
-                count++;
-            }
-        } else {
-            count++;
-        }
+        bool first = true;
+        for (unsigned k = 0; k < i && first && (d->kind == GS_DEV_REPLICA || d->kind == GS_DEV_MPS); k++)
+            first = strcmp(r->devices[k].uuid, d->uuid) != 0;
+        count += first;
     }
-    unsigned replicas = d0->kind == GS_DEV_REPLICA && d0->gpu < plan->n_gpus ? plan->gpus[d0->gpu].replicas : 1;
+    bool replica = d0->kind == GS_DEV_REPLICA || d0->kind == GS_DEV_MPS;
+    unsigned replicas = replica && d0->gpu < plan->n_gpus ? plan->gpus[d0->gpu].replicas : 1;
     addf(ls, r->name, "count", "%u", count);
     addf(ls, r->name, "replicas", "%u", replicas);
     addf(ls, r->name, "sharing-strategy", "%s", r->mps ? "mps" : r->replicated ? "time-slicing" : "none");

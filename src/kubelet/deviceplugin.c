@@ -273,23 +273,56 @@ static void handle_options(struct dp_call *c) {
     send_unary(c, &o.base, GRPC_STATUS_OK, NULL);
 }
 
+/* The CDI part of one container's answer (cdi-cri: cdi_devices; cdi-annotations: one annotation). */
+struct cdi_room {
+    V1beta1__CDIDevice dev[GS_ALLOC_MAX_CDI];
+    V1beta1__CDIDevice *devp[GS_ALLOC_MAX_CDI];
+    V1beta1__ContainerAllocateResponse__AnnotationsEntry ann;
+    V1beta1__ContainerAllocateResponse__AnnotationsEntry *annp;
+    char value[GS_ALLOC_MAX_CDI * (GS_UUID_LEN + 64)];
+};
+
+static void fill_cdi(V1beta1__ContainerAllocateResponse *cr, const struct gs_alloc_response *a, struct cdi_room *room) {
+    if (a->cdi_cri) {
+        for (unsigned i = 0; i < a->n_cdi; i++) {
+            v1beta1__cdidevice__init(&room->dev[i]);
+            room->dev[i].name = (char *)a->cdi[i];
+            room->devp[i] = &room->dev[i];
+        }
+        cr->n_cdi_devices = a->n_cdi;
+        cr->cdi_devices = room->devp;
+    }
+    if (a->cdi_annotation[0] && a->n_cdi) {
+        size_t off = 0;
+        for (unsigned i = 0; i < a->n_cdi; i++)
+            off += (size_t)snprintf(room->value + off, sizeof(room->value) - off, "%s%s", i ? "," : "", a->cdi[i]);
+        v1beta1__container_allocate_response__annotations_entry__init(&room->ann);
+        room->ann.key = (char *)a->cdi_annotation;
+        room->ann.value = room->value;
+        room->annp = &room->ann;
+        cr->n_annotations = 1;
+        cr->annotations = &room->annp;
+    }
+}
+
 /* env/envp: room for 1 + GS_ALLOC_MAX_ENVS entries; mounts/mountp: room for a->n_mounts + a->n_extra_mounts. */
 static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, const struct gs_alloc_response *a,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry *env,
                                     V1beta1__ContainerAllocateResponse__EnvsEntry **envp, V1beta1__DeviceSpec *specs,
                                     V1beta1__DeviceSpec **specp, V1beta1__Mount *mounts, V1beta1__Mount **mountp) {
     v1beta1__container_allocate_response__init(cr);
-    v1beta1__container_allocate_response__envs_entry__init(&env[0]);
-    env[0].key = "NVIDIA_VISIBLE_DEVICES";
-    env[0].value = a->n_mounts ? "/var/run/nvidia-container-devices" : a->visible_devices;
-    envp[0] = &env[0];
-    cr->n_envs = 1;
+    cr->n_envs = 0;
+    if (a->visible_env) { /* strategies envvar, volume-mounts (NVIDIA's container runtime) */
+        v1beta1__container_allocate_response__envs_entry__init(&env[0]);
+        env[0].key = "NVIDIA_VISIBLE_DEVICES";
+        env[0].value = a->n_mounts ? "/var/run/nvidia-container-devices" : a->visible_devices;
+        envp[cr->n_envs++] = &env[0];
+    }
     for (unsigned i = 0; i < a->n_envs; i++) { /* MPS client settings, the guard's limits file */
         v1beta1__container_allocate_response__envs_entry__init(&env[1 + i]);
         env[1 + i].key = (char *)a->envs[i].key;
         env[1 + i].value = (char *)a->envs[i].value;
-        envp[1 + i] = &env[1 + i];
-        cr->n_envs++;
+        envp[cr->n_envs++] = &env[1 + i];
     }
     cr->envs = envp;
     for (unsigned i = 0; i < a->n_devspecs; i++) {
@@ -334,12 +367,13 @@ static void handle_allocate(struct dp_call *c) {
     for (size_t i = 0; i < n; i++)
         total_ids += req->container_requests[i]->n_devices_ids;
     size_t mount_room = total_ids + GS_ALLOC_MAX_EXTRA_MOUNTS * n + 1; /* volume mounts + MPS's and the guard's */
+    struct cdi_room *cdi = calloc(n ? n : 1, sizeof(*cdi));
     V1beta1__Mount *mounts = calloc(mount_room, sizeof(*mounts));
     V1beta1__Mount **mountp = calloc(mount_room, sizeof(*mountp));
     size_t done = 0, mount_off = 0;
     char err[256] = "";
     int rc = 0;
-    if (!alloc || !crs || !crp || !envs || !envp || !specs || !specp || !mounts || !mountp) {
+    if (!alloc || !crs || !crp || !envs || !envp || !specs || !specp || !mounts || !mountp || !cdi) {
         rc = -ENOMEM;
         snprintf(err, sizeof(err), "out of memory");
     }
@@ -352,10 +386,11 @@ static void handle_allocate(struct dp_call *c) {
         done++;
         fill_container_response(&crs[i], &alloc[i], &envs[env_room * i], &envp[env_room * i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
                                 &specp[i * GS_ALLOC_MAX_DEVSPECS], &mounts[mount_off], &mountp[mount_off]);
+        fill_cdi(&crs[i], &alloc[i], &cdi[i]);
         mount_off += alloc[i].n_mounts + alloc[i].n_extra_mounts;
         crp[i] = &crs[i];
-        log_info("Allocate %s: %s -> NVIDIA_VISIBLE_DEVICES=%s", p->resource,
-                 cr->n_devices_ids ? cr->devices_ids[0] : "", alloc[i].visible_devices);
+        log_info("Allocate %s: %s -> %s%s", p->resource, cr->n_devices_ids ? cr->devices_ids[0] : "",
+                 alloc[i].n_cdi ? "CDI " : "NVIDIA_VISIBLE_DEVICES=", alloc[i].n_cdi ? alloc[i].cdi[0] : alloc[i].visible_devices);
     }
     if (rc == 0) {
         V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
@@ -377,6 +412,7 @@ static void handle_allocate(struct dp_call *c) {
     free(specp);
     free(mounts);
     free(mountp);
+    free(cdi);
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 

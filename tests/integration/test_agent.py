@@ -153,6 +153,9 @@ class Agent:
             extra = ["--features-file", self.features, *extra]
         if "--metrics-address" not in extra:  # a free port: agents run side by side
             extra = ["--metrics-address", "127.0.0.1:0", *extra]
+        self.cdi_root = os.path.join(harness.base, f"cdi{len(harness.agents)}")
+        if "--cdi-root" not in extra:  # never the node's real /var/run/cdi
+            extra = ["--cdi-root", self.cdi_root, *extra]
         args = [GPUSLICE, "--sim", node.path, "--sim-state", node.state, "agent", "--config", policy,
                 "--kubelet-dir", harness.kdir, "--poll-interval-ms", str(POLL_MS), *extra]
         self.args = args
@@ -1004,6 +1007,9 @@ def test_allocate_injects_guard_for_memory_per_replica(h):
     assert f"device 0 {u[1]} {4 << 30} 0" in limits
     assert f"device 1 {u[0]} {2 << 30} 0" in limits
     assert os.path.isdir(mounts["/run/gpuslice/guard"].host_path)
+    # The region exists, empty and writable by any user of the container (the directory is root's)
+    st = os.stat(os.path.join(mounts["/run/gpuslice/guard"].host_path, "region"))
+    assert stat.S_IMODE(st.st_mode) == 0o666 and st.st_size == 0
     # Each container gets its own limits and counters.
     resp2 = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::1"])
     other = {m.container_path: m.host_path for m in resp2.mounts}
@@ -1201,6 +1207,99 @@ def test_guard_reconcile_skips_damaged_regions(h):
         p.wait()
 
 
+# ------------------------------------------------------------------------------- CDI
+
+PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia-frontend\n235 nvidia-caps\n509 nvidia-uvm\n\nBlock devices:\n"
+
+
+def _proc_root(h, minors=""):
+    proc = os.path.join(h.base, "proc")
+    os.makedirs(os.path.join(proc, "driver", "nvidia-caps"), exist_ok=True)
+    with open(os.path.join(proc, "devices"), "w") as f:
+        f.write(PROC_DEVICES)
+    with open(os.path.join(proc, "driver", "nvidia-caps", "mig-minors"), "w") as f:
+        f.write("config 1\nmonitor 2\n" + minors)
+    return proc
+
+
+def _cdi_policy(strategies):
+    return ("version: v1\nflags:\n  plugin:\n    deviceListStrategy: [" + ", ".join(strategies) + "]\n"
+            "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n")
+
+
+def _spec(agent):
+    with open(os.path.join(agent.cdi_root, "gpuslice.json")) as f:
+        return json.load(f)
+
+
+def test_cdi_spec_written_and_cdi_cri(h):
+    from test_cdi import validator
+    node = h.node(T4X2)
+    u = node.uuids()
+    a = h.agent(node, _cdi_policy(["cdi-cri", "cdi-annotations"]), resources=["nvidia.com/gpu"],
+                extra=["--proc-root", _proc_root(h)])
+    spec = _spec(a)
+    assert not list(validator().iter_errors(spec))
+    assert spec["kind"] == "nvidia.com/gpu"
+    names = {d["name"] for d in spec["devices"]}
+    assert {u[0], u[1], "0", "1"} <= names
+    assert not [f for f in os.listdir(a.cdi_root) if f != "gpuslice.json"]  # the temporary file renamed
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0"])
+    assert [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={u[1]}"]
+    assert dict(r.annotations) == {f"cdi.k8s.io/gpuslice_{u[1]}__0": f"nvidia.com/gpu={u[1]}"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in r.envs     # the runtime gets the devices through CDI only
+    assert all(d.name.split("=", 1)[1] in names for d in r.cdi_devices)
+    a.wait_log(r"CDI spec written to .*gpuslice.json")
+
+
+def test_cdi_with_envvar_and_a_custom_kind(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    a = h.agent(node, _cdi_policy(["envvar", "cdi-cri"]), resources=["nvidia.com/gpu"],
+                extra=["--proc-root", _proc_root(h), "--cdi-kind", "example.com/gpu"])
+    assert _spec(a)["kind"] == "example.com/gpu"
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[0]}::1"])
+    assert [d.name for d in r.cdi_devices] == [f"example.com/gpu={u[0]}"]   # one GPU, named once
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == u[0] and not r.annotations
+
+
+def test_cdi_spec_follows_mig_changes(h):
+    node = h.node(H100_L4)
+    policy = "version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    deviceListStrategy: cdi-cri\n"
+    proc = _proc_root(h)
+    a = h.agent(node, policy, resources=["nvidia.com/gpu"], extra=["--proc-root", proc])
+    before = {d["name"] for d in _spec(a)["devices"]}
+    mig = node.mig_create(0, "1g.10gb", 0)
+    h.kubelet.wait_resources(["nvidia.com/mig-1g.10gb"], timeout=10)
+    # mig-minors lacks the new instance: no spec, and Allocate says why instead of naming a
+    # device the runtime cannot resolve
+    a.wait_log(r"CDI spec not written: MIG device " + mig + r" .*its capability minors are not in mig-minors")
+    with pytest.raises(grpc.RpcError) as e:
+        h.kubelet.allocate("nvidia.com/mig-1g.10gb", [mig])
+    assert f"device {mig} is not in the CDI spec yet (MIG device {mig}" in e.value.details(), e.value.details()
+    d = node.mig_device(mig)
+    with open(os.path.join(proc, "driver", "nvidia-caps", "mig-minors"), "a") as f:
+        f.write(f"gpu{d['minor']}/gi{d['gi_id']}/access 90\ngpu{d['minor']}/gi{d['gi_id']}/ci{d['ci_id']}/access 91\n")
+    _wait(lambda: mig in {x["name"] for x in _spec(a)["devices"]}, 5, "MIG device not in the CDI spec", a)
+    a.wait_log(r"CDI spec can be written again")
+    r = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [mig])
+    assert [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={mig}"]
+    dev = next(d for d in _spec(a)["devices"] if d["name"] == mig)
+    assert "/dev/nvidia-caps/nvidia-cap90" in [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
+    assert before < {d["name"] for d in _spec(a)["devices"]}
+
+
+def test_cdi_spec_not_written_without_driver(h):
+    node = h.node(T4X2)
+    proc = os.path.join(h.base, "noproc")
+    os.makedirs(proc)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--proc-root", proc])
+    a.wait_log(r"CDI spec not written: cannot read .*/noproc/devices")
+    settle(0.5)
+    assert len(re.findall("CDI spec not written", a.log())) == 1   # said once, not at every pass
+    assert not os.path.exists(os.path.join(a.cdi_root, "gpuslice.json")) and a.alive()
+
+
 # ------------------------------------------------------------------------------- node labels (NFD features file)
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -1302,6 +1401,22 @@ def _samples(text):
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def test_grafana_dashboard_uses_exported_metrics(h):
+    """examples/grafana/gpuslice-dashboard.json: every metric a panel queries is one the agent
+    exports (its # TYPE line is there even when it has no samples yet), with the labels used."""
+    with open(os.path.join(ROOT, "examples", "grafana", "gpuslice-dashboard.json")) as f:
+        dash = json.load(f)
+    node = h.node(T4X2)
+    text = _scrape(h.agent(node, WHOLE, resources=["nvidia.com/gpu"]))
+    exported = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    used = set()
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            used |= set(re.findall(r"\b(gpuslice_[a-z_]+)", t["expr"]))
+    assert used and used <= exported, sorted(used - exported)
+    assert {"gpuslice_guard_memory_used_bytes", "gpuslice_mps_daemon_state", "gpuslice_gpu_xid_errors_total"} <= used
 
 
 def test_metrics_scraped_and_valid(h):

@@ -227,6 +227,12 @@ static void test_flags_variants(void **state) {
     assert_string_equal(p->driver_root, "/run/nvidia/driver");
     assert_string_equal(p->dev_root, "/");
     assert_int_equal(p->list_strategy, GS_LIST_ENVVAR | GS_LIST_VOLUME_MOUNTS);
+    assert_string_equal(p->cdi_annotation_prefix, "cdi.k8s.io/");
+    /* NVIDIA's CDI strategies, and an annotation prefix of one's own */
+    parse_ok("flags:\n  plugin:\n    deviceListStrategy: [cdi-cri, cdi-annotations]\n"
+             "    cdiAnnotationPrefix: example.com/\n", p);
+    assert_int_equal(p->list_strategy, GS_LIST_CDI_CRI | GS_LIST_CDI_ANNOTATIONS);
+    assert_string_equal(p->cdi_annotation_prefix, "example.com/");
 
     /* NVIDIA: an empty nvidiaDevRoot means the driver root */
     parse_ok("flags:\n  nvidiaDriverRoot: /host\n  nvidiaDevRoot: \"\"\n", p);
@@ -576,15 +582,13 @@ static void test_warnings(void **state) {
              "  channelIDs: [0, 1]\n"
              "  required: true\n",
              p);
-    assert_int_equal(p->n_warnings, 5);
+    assert_int_equal(p->n_warnings, 4);
     assert_string_equal(p->warnings[0],
-                        "flags.plugin.cdiAnnotationPrefix: CDI is not supported by this version yet; ignored");
+                        "flags.plugin.nvidiaCTKPath: not used by gpuslice (it writes its CDI spec itself); ignored");
     assert_string_equal(p->warnings[1],
-                        "flags.plugin.nvidiaCTKPath: CDI is not supported by this version yet; ignored");
-    assert_string_equal(p->warnings[2],
-                        "flags.plugin.containerDriverRoot: CDI is not supported by this version yet; ignored");
-    assert_string_equal(p->warnings[3], "resources: renaming is not supported; ignored");
-    assert_string_equal(p->warnings[4], "imex: IMEX channels are not supported by this version yet; ignored");
+                        "flags.plugin.containerDriverRoot: not used by gpuslice (it writes its CDI spec itself); ignored");
+    assert_string_equal(p->warnings[2], "resources: renaming is not supported; ignored");
+    assert_string_equal(p->warnings[3], "imex: IMEX channels are not supported by this version yet; ignored");
 
     /* false is what NVIDIA does anyway: no warning; true is a feature gpuslice lacks */
     parse_ok("flags:\n  gdsEnabled: false\n  mofedEnabled: true\n  deviceDiscoveryStrategy: tegra\n", p);
@@ -598,7 +602,7 @@ static void test_warnings(void **state) {
              "  gdsEnabled: true\n  mofedEnabled: true\n  gdrcopyEnabled: true\n"
              "  deviceDiscoveryStrategy: tegra\n"
              "  plugin:\n"
-             "    cdiAnnotationPrefix: x\n    nvidiaCTKPath: x\n    containerDriverRoot: x\n"
+             "    cdiAnnotationPrefix: x.io/\n    nvidiaCTKPath: x\n    containerDriverRoot: x\n"
              "    cdiFeatureFlags: x\n    kubeletSocket: /var/lib/kubelet/device-plugins/kubelet.sock\n"
              "resources: {gpus: []}\n"
              "imex: {}\n",
@@ -665,11 +669,10 @@ static const struct bad_case bad_cases[] = {
     { "list strategy unknown", "flags:\n  plugin:\n    deviceListStrategy: env\n",
       "t.yaml:3:25: flags.plugin.deviceListStrategy: ",
       { "invalid value 'env'", "envvar, volume-mounts, cdi-annotations, cdi-cri" } },
-    { "list strategy cdi-annotations", "flags:\n  plugin:\n    deviceListStrategy: cdi-annotations\n",
-      "t.yaml:3:25: flags.plugin.deviceListStrategy: ",
-      { "cdi-annotations is not supported by this version yet", "envvar or volume-mounts" } },
-    { "list strategy cdi-cri in list", "flags:\n  plugin:\n    deviceListStrategy:\n      - envvar\n      - cdi-cri\n",
-      "t.yaml:5:9: flags.plugin.deviceListStrategy[1]: ", { "cdi-cri is not supported by this version yet" } },
+    { "cdiAnnotationPrefix without slash", "flags:\n  plugin:\n    cdiAnnotationPrefix: cdi.k8s.io\n",
+      "t.yaml:3:26: flags.plugin.cdiAnnotationPrefix: ", { "'cdi.k8s.io' is not an annotation prefix", "cdi.k8s.io/" } },
+    { "cdiAnnotationPrefix upper case", "flags:\n  plugin:\n    cdiAnnotationPrefix: CDI.io/\n",
+      "t.yaml:3:26: flags.plugin.cdiAnnotationPrefix: ", { "'CDI.io/' is not an annotation prefix" } },
     { "list strategy empty list", "flags:\n  plugin:\n    deviceListStrategy: []\n",
       "t.yaml:3:25: flags.plugin.deviceListStrategy: ", { "at least one strategy" } },
     { "id strategy bad", "flags:\n  plugin:\n    deviceIDStrategy: serial\n",
