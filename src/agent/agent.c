@@ -156,8 +156,11 @@ static void write_cdi_spec(struct agent *a) {
         return;
     char *text = NULL, err[512];
     unsigned n_files = 0;
-    int r = agent_cdi_spec(a->inv, a->o->proc_root, a->policy.driver_root, a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND,
-                           &text, &n_files, err, sizeof(err));
+    const char *read_root = a->o->container_driver_root && a->o->container_driver_root[0] ? a->o->container_driver_root
+                            : a->policy.container_driver_root[0]                          ? a->policy.container_driver_root
+                                                                                          : a->policy.driver_root;
+    int r = agent_cdi_spec(a->inv, a->o->proc_root, a->policy.driver_root, read_root,
+                           a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND, &text, &n_files, err, sizeof(err));
     if (r < 0) {
         if (strcmp(err, a->cdi_error) != 0)
             log_warn("CDI spec not written: %s", err);
@@ -182,7 +185,8 @@ static void write_cdi_spec(struct agent *a) {
         return;
     }
     if (!a->cdi_spec)
-        log_info("CDI spec written to %s (%u driver files from %s)", path, n_files, a->policy.driver_root);
+        log_info("CDI spec written to %s (%u driver files from %s, read at %s)", path, n_files, a->policy.driver_root,
+                 read_root);
     pthread_mutex_lock(&a->lock); /* read by Allocate */
     free(a->cdi_spec);
     a->cdi_spec = text;
@@ -732,8 +736,8 @@ static bool file_exists(const char *path, void *ctx) {
     return access(path, F_OK) == 0;
 }
 
-int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *kind,
-                   char **out, unsigned *n_driver_files, char *err, size_t errlen) {
+int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *read_root,
+                   const char *kind, char **out, unsigned *n_driver_files, char *err, size_t errlen) {
     *out = NULL;
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/devices", proc_root);
@@ -752,8 +756,8 @@ int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const 
     struct gs_mig_minors mm = { 0 };
     if (any_mig && (r = agent_read_mig_minors(proc_root, &mm, err, errlen)) < 0)
         return r;
-    snprintf(path, sizeof(path), "%s%setc/ld.so.cache", driver_root,
-             driver_root[0] && driver_root[strlen(driver_root) - 1] == '/' ? "" : "/");
+    snprintf(path, sizeof(path), "%s%setc/ld.so.cache", read_root,
+             read_root[0] && read_root[strlen(read_root) - 1] == '/' ? "" : "/");
     _cleanup_free_ char *cache = NULL;
     size_t len = 0;
     if (gs_read_file(path, 64 << 20, &cache, &len) < 0)
@@ -765,8 +769,8 @@ int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const 
         return -ENOMEM;
     }
     char cerr[256];
-    if (gs_cdi_driver_files(driver_root, len ? (const unsigned char *)cache : NULL, len, file_exists, NULL, drv, cerr,
-                            sizeof(cerr)) < 0) {
+    if (gs_cdi_driver_files(driver_root, read_root, len ? (const unsigned char *)cache : NULL, len, file_exists, NULL,
+                            drv, cerr, sizeof(cerr)) < 0) {
         snprintf(err, errlen, "%s (%s)", cerr, path);
         free(drv);
         gs_mig_minors_free(&mm);

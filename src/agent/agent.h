@@ -27,6 +27,8 @@ struct agent_options {
     const char *mps_control;      /* nvidia-cuda-mps-control (NULL: found in PATH) */
     const char *cdi_root;         /* where the CDI spec is written (NULL or "": none) */
     const char *cdi_kind;         /* its kind (NULL: nvidia.com/gpu) */
+    const char *container_driver_root; /* where the host's driver root is mounted for the agent (NULL: the
+                                        * policy's containerDriverRoot, else nvidiaDriverRoot) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */
@@ -40,11 +42,12 @@ int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct g
 int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen);
 
 /* The CDI spec of the node (cdi/cdi.h) from the system: device numbers from PROC_ROOT/devices
- * and mig-minors, the driver's libraries from DRIVER_ROOT/etc/ld.so.cache and its tools from
- * DRIVER_ROOT/usr/bin. A missing cache only means no libraries (*n_driver_files says how many
- * files were found). Returns 0 with the JSON text in *out (caller frees), or -errno with the
- * file named in err. */
-int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *kind,
-                   char **out, unsigned *n_driver_files, char *err, size_t errlen);
+ * and mig-minors, the driver's libraries from READ_ROOT/etc/ld.so.cache and its tools from
+ * READ_ROOT/usr/bin, where READ_ROOT is the host's DRIVER_ROOT as this process sees it (the
+ * policy's containerDriverRoot; the spec names host paths under DRIVER_ROOT). A missing cache
+ * only means no libraries (*n_driver_files says how many files were found). Returns 0 with the
+ * JSON text in *out (caller frees), or -errno with the file named in err. */
+int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *read_root,
+                   const char *kind, char **out, unsigned *n_driver_files, char *err, size_t errlen);
 
 #endif

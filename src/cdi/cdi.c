@@ -131,21 +131,21 @@ static int on_lib(const char *soname, const char *path, uint32_t flags, void *ct
     return 0;
 }
 
-int gs_cdi_driver_files(const char *driver_root, const unsigned char *cache, size_t len, gs_exists_fn exists, void *ctx,
-                        struct gs_cdi_driver *out, char *err, size_t errlen) {
+int gs_cdi_driver_files(const char *host_root, const char *read_root, const unsigned char *cache, size_t len,
+                        gs_exists_fn exists, void *ctx, struct gs_cdi_driver *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
-    struct lib_walk w = { driver_root, gs_ldcache_native_flags(), out };
+    struct lib_walk w = { host_root, gs_ldcache_native_flags(), out };
     int r = cache ? gs_ldcache_walk("ld.so.cache", cache, len, on_lib, &w, err, errlen) : 0;
     if (r < 0)
         return r;
     for (const char *const *b = driver_bins; *b; b++) {
         char path[64];
         snprintf(path, sizeof(path), "/usr/bin/%s", *b);
-        char host[400];
-        bool slash = driver_root[0] && driver_root[strlen(driver_root) - 1] == '/';
-        snprintf(host, sizeof(host), "%s%s", driver_root, slash ? path + 1 : path);
-        if (exists(host, ctx))
-            add_file(out, driver_root, path, GS_CDI_BIN_DIR, *b);
+        char seen[400];
+        bool slash = read_root[0] && read_root[strlen(read_root) - 1] == '/';
+        snprintf(seen, sizeof(seen), "%s%s", read_root, slash ? path + 1 : path);
+        if (exists(seen, ctx))
+            add_file(out, host_root, path, GS_CDI_BIN_DIR, *b);
     }
     return 0;
 }

@@ -45,12 +45,13 @@ struct gs_cdi_driver {
 };
 
 /* Finds the driver's compute libraries (libcuda.so.1, libnvidia-ml.so.1, libnvidia-ptxjitcompiler,
- * libnvidia-nvvm, libcudadebugger, ...) in the linker cache of driver_root (its bytes in cache,
- * this machine's architecture only, first entry per soname) and its tools under
- * driver_root/usr/bin (exists() says which are there). The host paths are driver_root + the
- * cache's paths. Returns 0 (possibly no files), or -EINVAL from the cache parser. */
-int gs_cdi_driver_files(const char *driver_root, const unsigned char *cache, size_t len, gs_exists_fn exists, void *ctx,
-                        struct gs_cdi_driver *out, char *err, size_t errlen);
+ * libnvidia-nvvm, libcudadebugger, ...) in the driver root's linker cache (its bytes in cache, this
+ * machine's architecture only, first entry per soname) and its tools in its usr/bin (exists() is
+ * asked about read_root + path: the root as this process sees it, e.g. mounted in the agent's
+ * container). The spec's host paths are host_root + the cache's paths, as the container runtime
+ * on the host sees them. Returns 0 (possibly no files), or -EINVAL from the cache parser. */
+int gs_cdi_driver_files(const char *host_root, const char *read_root, const unsigned char *cache, size_t len,
+                        gs_exists_fn exists, void *ctx, struct gs_cdi_driver *out, char *err, size_t errlen);
 
 /* The spec as JSON text (malloc'ed, caller frees). kind: "vendor/class". mm may be NULL when no
  * GPU has MIG devices; drv may be NULL (no driver files). Errors: -EINVAL (bad kind), -ENODEV (a

@@ -24,7 +24,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -42,6 +42,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
         { "cdi-root", required_argument, NULL, OPT_CDI_ROOT },
         { "cdi-kind", required_argument, NULL, OPT_CDI_KIND },
+        { "container-driver-root", required_argument, NULL, OPT_CONTAINER_DRIVER_ROOT },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -64,6 +65,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_MPS_CONTROL: o.mps_control = optarg; break;
         case OPT_CDI_ROOT: o.cdi_root = optarg; break;
         case OPT_CDI_KIND: o.cdi_kind = optarg; break;
+        case OPT_CONTAINER_DRIVER_ROOT: o.container_driver_root = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -123,7 +125,11 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --cdi-root DIR            where the CDI spec of the node is written, as gpuslice.json,\n"
                    "                            whenever the devices change (default /var/run/cdi; \"\" for none)\n"
                    "  --cdi-kind VENDOR/CLASS   its kind, the prefix of the names that cdi-cri and\n"
-                   "                            cdi-annotations give the runtime (default " GS_CDI_KIND ")\n",
+                   "                            cdi-annotations give the runtime (default " GS_CDI_KIND ")\n"
+                   "  --container-driver-root DIR  where the host's driver root (the policy's\n"
+                   "                            nvidiaDriverRoot) is mounted for the agent, e.g. /driver-root\n"
+                   "                            in its container (default: the policy's containerDriverRoot,\n"
+                   "                            else the driver root itself)\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

@@ -525,7 +525,18 @@ static int parse_plugin(struct gs_yaml *y, const yaml_node_t *map, struct gs_pol
                                  prefix);
         memcpy(p->cdi_annotation_prefix, prefix, n + 1);
     }
-    static const char *const cdi_keys[] = { "nvidiaCTKPath", "containerDriverRoot", "cdiFeatureFlags", NULL };
+    const char *cdr;
+    if ((r = opt_string(y, map, path, "containerDriverRoot", &cdr)) < 0)
+        return r;
+    if (cdr) {
+        char kp[GS_YAML_PATH_MAX];
+        if (cdr[0] != '/' || strlen(cdr) >= sizeof(p->container_driver_root))
+            return gs_yaml_error(y, gs_yaml_map_get(y, map, "containerDriverRoot"),
+                                 gs_yaml_path_key(kp, path, "containerDriverRoot"),
+                                 "expected an absolute path shorter than %zu bytes", sizeof(p->container_driver_root));
+        gs_strlcpy(p->container_driver_root, cdr, sizeof(p->container_driver_root));
+    }
+    static const char *const cdi_keys[] = { "nvidiaCTKPath", "cdiFeatureFlags", NULL };
     if ((r = parse_ignored_strings(y, map, path, cdi_keys, "not used by gpuslice (it writes its CDI spec itself)", p)) <
         0)
         return r;

@@ -119,6 +119,7 @@ struct gs_policy {
     bool fail_on_init_error;              /* flags.failOnInitError, default true */
     char driver_root[256];                /* flags.nvidiaDriverRoot, default "/" */
     char cdi_annotation_prefix[64];       /* flags.plugin.cdiAnnotationPrefix, default "cdi.k8s.io/" */
+    char container_driver_root[256];      /* flags.plugin.containerDriverRoot: the driver root as the agent sees it ("" = driver_root) */
     char dev_root[256];                   /* flags.nvidiaDevRoot, default = driver_root */
     char mps_root[256];                   /* flags.mpsRoot, default GS_MPS_ROOT_DEFAULT */
 

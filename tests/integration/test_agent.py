@@ -1289,6 +1289,22 @@ def test_cdi_spec_follows_mig_changes(h):
     assert before < {d["name"] for d in _spec(a)["devices"]}
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
+def test_cdi_driver_files_seen_through_the_container_mount(h):
+    """In its pod the agent sees the host's driver root (nvidiaDriverRoot) mounted elsewhere
+    (--container-driver-root): it reads the linker cache there and writes host paths."""
+    from test_cdi import fake_driver_root
+    node = h.node(T4X2)
+    mounted = fake_driver_root(h.base)
+    policy = "version: v1\nflags:\n  nvidiaDriverRoot: /run/nvidia/driver\n  plugin:\n    deviceListStrategy: cdi-cri\n"
+    a = h.agent(node, policy, resources=["nvidia.com/gpu"],
+                extra=["--proc-root", _proc_root(h), "--container-driver-root", mounted])
+    mounts = {m["containerPath"]: m["hostPath"] for m in _spec(a)["containerEdits"]["mounts"]}
+    assert mounts["/usr/local/nvidia/lib64/libcuda.so.1"] == "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    assert mounts["/usr/local/nvidia/bin/nvidia-smi"] == "/run/nvidia/driver/usr/bin/nvidia-smi"
+    a.wait_log(r"CDI spec written to .* \(4 driver files from /run/nvidia/driver, read at " + re.escape(mounted) + r"\)")
+
+
 def test_cdi_spec_not_written_without_driver(h):
     node = h.node(T4X2)
     proc = os.path.join(h.base, "noproc")

@@ -582,13 +582,12 @@ static void test_warnings(void **state) {
              "  channelIDs: [0, 1]\n"
              "  required: true\n",
              p);
-    assert_int_equal(p->n_warnings, 4);
+    assert_int_equal(p->n_warnings, 3);
     assert_string_equal(p->warnings[0],
                         "flags.plugin.nvidiaCTKPath: not used by gpuslice (it writes its CDI spec itself); ignored");
-    assert_string_equal(p->warnings[1],
-                        "flags.plugin.containerDriverRoot: not used by gpuslice (it writes its CDI spec itself); ignored");
-    assert_string_equal(p->warnings[2], "resources: renaming is not supported; ignored");
-    assert_string_equal(p->warnings[3], "imex: IMEX channels are not supported by this version yet; ignored");
+    assert_string_equal(p->warnings[1], "resources: renaming is not supported; ignored");
+    assert_string_equal(p->warnings[2], "imex: IMEX channels are not supported by this version yet; ignored");
+    assert_string_equal(p->container_driver_root, "/driver-root"); /* where the agent reads the driver's files */
 
     /* false is what NVIDIA does anyway: no warning; true is a feature gpuslice lacks */
     parse_ok("flags:\n  gdsEnabled: false\n  mofedEnabled: true\n  deviceDiscoveryStrategy: tegra\n", p);
@@ -602,7 +601,7 @@ static void test_warnings(void **state) {
              "  gdsEnabled: true\n  mofedEnabled: true\n  gdrcopyEnabled: true\n"
              "  deviceDiscoveryStrategy: tegra\n"
              "  plugin:\n"
-             "    cdiAnnotationPrefix: x.io/\n    nvidiaCTKPath: x\n    containerDriverRoot: x\n"
+             "    cdiAnnotationPrefix: x.io/\n    nvidiaCTKPath: x\n    containerDriverRoot: /x\n"
              "    cdiFeatureFlags: x\n    kubeletSocket: /var/lib/kubelet/device-plugins/kubelet.sock\n"
              "resources: {gpus: []}\n"
              "imex: {}\n",
@@ -671,6 +670,8 @@ static const struct bad_case bad_cases[] = {
       { "invalid value 'env'", "envvar, volume-mounts, cdi-annotations, cdi-cri" } },
     { "cdiAnnotationPrefix without slash", "flags:\n  plugin:\n    cdiAnnotationPrefix: cdi.k8s.io\n",
       "t.yaml:3:26: flags.plugin.cdiAnnotationPrefix: ", { "'cdi.k8s.io' is not an annotation prefix", "cdi.k8s.io/" } },
+    { "containerDriverRoot relative", "flags:\n  plugin:\n    containerDriverRoot: driver-root\n",
+      "t.yaml:3:26: flags.plugin.containerDriverRoot: ", { "expected an absolute path" } },
     { "cdiAnnotationPrefix upper case", "flags:\n  plugin:\n    cdiAnnotationPrefix: CDI.io/\n",
       "t.yaml:3:26: flags.plugin.cdiAnnotationPrefix: ", { "'CDI.io/' is not an annotation prefix" } },
     { "list strategy empty list", "flags:\n  plugin:\n    deviceListStrategy: []\n",
