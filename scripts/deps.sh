@@ -9,6 +9,7 @@ packages=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev
   prometheus
   python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema
+  python3-kubernetes
 )
 
 missing=()

@@ -1,0 +1,544 @@
+"""Tests of the Helm chart (deploy/helm/gpuslice) and the plain manifests (deploy/manifests).
+
+No Helm and no cluster here: the chart is rendered by helmlite.py (this directory), which
+implements exactly the template constructs the chart uses; the objects are checked against the
+Kubernetes API types (k8s_schema.py, Debian's python3-kubernetes); and the DaemonSet's container
+is run for real: the same arguments, environment and init container, given to the real gpuslice on
+a simulated node, with every path the pod mounts redirected into a temporary directory, against
+the kubelet emulator of tests/integration.
+
+Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+import helmlite
+import k8s_schema
+
+ROOT = helmlite.ROOT
+GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
+SIM_LIB = os.environ.get("GPUSLICE_SIM_LIB") or os.path.join(os.path.dirname(GPUSLICE), "src", "gpu", "libgpuslice-nvml-sim.so")
+GUARD_LIB = os.path.join(os.path.dirname(GPUSLICE), "guard", "libgpuslice-guard.so")
+MANIFESTS = os.path.join(ROOT, "deploy", "manifests", "gpuslice.yaml")
+DEPLOY_MD = os.path.join(ROOT, "docs", "deploy.md")
+T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
+TS_POLICY = os.path.join(ROOT, "examples", "workloads", "time-slicing", "policy.yaml")
+IMAGE_LIB_DIR = "/usr/lib/gpuslice"  # where the Dockerfile puts the guard (check_dockerfile.py checks it)
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from kubelet_emulator import KubeletEmulator  # noqa: E402
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def objects(docs):
+    return [parsed for _, _, parsed in docs]
+
+
+def find(objs, kind):
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(objs):
+    return find(objs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def agent_container(objs):
+    return next(c for c in pod_spec(objs)["containers"] if c["name"] == "agent")
+
+
+def default_objects():
+    return objects(helmlite.render())
+
+
+# ------------------------------------------------------------------------------------------ (a) rendering
+
+def test_default_render_equals_plain_manifests():
+    with open(MANIFESTS) as f:
+        plain = [d for d in yaml.safe_load_all(f) if d is not None]
+    rendered = default_objects()
+    ns = plain[0]
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == helmlite.NAMESPACE
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert [o["kind"] for o in plain[1:]] == [o["kind"] for o in rendered]
+    for got, want in zip(plain[1:], rendered):
+        assert got == want, (f"deploy/manifests/gpuslice.yaml differs from the chart's {want['kind']}; regenerate: "
+                             "/usr/bin/python3 tests/deploy/helmlite.py --manifests > deploy/manifests/gpuslice.yaml")
+
+
+def test_default_render_kinds_and_order():
+    assert [o["kind"] for o in default_objects()] == ["ServiceAccount", "ConfigMap", "Service", "DaemonSet"]
+    notes = helmlite.render(notes=True)
+    assert "kubectl -n gpuslice-system logs ds/gpuslice -c agent" in notes
+
+
+def test_chart_metadata_matches_project_version():
+    chart, values = helmlite.load_chart()
+    assert chart["apiVersion"] == "v2" and chart["name"] == "gpuslice" and chart["type"] == "application"
+    version = re.search(r"version\s*:\s*'([^']+)'", read(os.path.join(ROOT, "meson.build"))).group(1)
+    assert chart["appVersion"] == version, "Chart.yaml appVersion is the agent's version (meson.build)"
+    assert values["image"]["tag"] == version
+    assert agent_container(default_objects())["image"] == f"gpuslice:{version}"
+
+
+def test_service_monitor_enabled():
+    objs = objects(helmlite.render({"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}))
+    assert "ServiceMonitor" not in [o["kind"] for o in default_objects()]
+    assert [o["kind"] for o in objs][-1] == "ServiceMonitor", "unknown kinds come last, as helm template orders them"
+    sm, svc = find(objs, "ServiceMonitor"), find(objs, "Service")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["namespace"] == helmlite.NAMESPACE
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
+    sel = sm["spec"]["selector"]["matchLabels"]
+    assert all(svc["metadata"]["labels"].get(k) == v for k, v in sel.items()), "the ServiceMonitor selects the Service"
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [helmlite.NAMESPACE]
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert any(p["name"] == "metrics" for p in svc["spec"]["ports"])
+
+
+def test_unprivileged():
+    objs = objects(helmlite.render({"securityContext": {"privileged": False}, "runtimeClassName": "nvidia"}))
+    sc = agent_container(objs)["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert pod_spec(objs)["hostPID"] is True, "the guard reconcile needs the host's processes either way"
+    assert "Unprivileged" in helmlite.render({"securityContext": {"privileged": False}}, notes=True)
+    default_sc = agent_container(default_objects())["securityContext"]
+    assert default_sc["privileged"] is True and "allowPrivilegeEscalation" not in default_sc, \
+        "privileged with allowPrivilegeEscalation false is refused by the API server"
+
+
+def test_custom_node_selector_replaces_default_with_null():
+    # Helm merges maps: a user replaces the default label by setting it to null.
+    sel = {"nvidia.com/gpu.present": None, "feature.node.kubernetes.io/pci-10de.present": "true"}
+    spec = pod_spec(objects(helmlite.render({"nodeSelector": sel})))
+    assert spec["nodeSelector"] == {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    merged = pod_spec(objects(helmlite.render({"nodeSelector": {"gpu": "yes"}})))
+    assert merged["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu": "yes"}
+    assert "nodeSelector" not in pod_spec(objects(helmlite.render({"nodeSelector": None})))
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
+    assert pod_spec(objects(helmlite.render({"affinity": aff})))["affinity"] == aff
+
+
+def test_runtime_class_instead_of_driver_root():
+    default = default_objects()
+    assert "runtimeClassName" not in pod_spec(default)
+    args = agent_container(default)["args"]
+    assert args[args.index("--nvml-lib") + 1] == "/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    assert args.index("--nvml-lib") < args.index("agent"), "--nvml-lib is a global option"
+    vol = {v["name"]: v for v in pod_spec(default)["volumes"]}["driver-root"]
+    assert vol["hostPath"]["path"] == "/"
+    assert "dev" in [v["name"] for v in pod_spec(default)["volumes"]]
+    nodev = pod_spec(objects(helmlite.render({"hostPaths": {"dev": ""}})))
+    assert "dev" not in [v["name"] for v in nodev["volumes"]]
+    assert "dev" not in [m["name"] for m in nodev["containers"][0]["volumeMounts"]]
+    rc = objects(helmlite.render({"runtimeClassName": "nvidia", "driver": {"root": "/run/nvidia/driver"}}))
+    spec, c = pod_spec(rc), agent_container(rc)
+    assert spec["runtimeClassName"] == "nvidia"
+    assert "--nvml-lib" not in c["args"]
+    assert "driver-root" not in [v["name"] for v in spec["volumes"]]
+    assert "driver-root" not in [m["name"] for m in c["volumeMounts"]]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    other = objects(helmlite.render({"driver": {"root": "/run/nvidia/driver", "nvmlLibrary": "/usr/lib64/libnvidia-ml.so.1"}}))
+    args = agent_container(other)["args"]
+    assert args[args.index("--nvml-lib") + 1] == "/driver-root/usr/lib64/libnvidia-ml.so.1"
+    assert {v["name"]: v for v in pod_spec(other)["volumes"]}["driver-root"]["hostPath"]["path"] == "/run/nvidia/driver"
+
+
+def test_metrics_port_everywhere():
+    objs = objects(helmlite.render({"metrics": {"port": 9500}}))
+    c = agent_container(objs)
+    assert c["args"][c["args"].index("--metrics-address") + 1] == ":9500"
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
+    assert find(objs, "Service")["spec"]["ports"][0]["port"] == 9500
+
+
+def test_agent_options_and_policy_values():
+    over = {"agent": {"logLevel": "debug", "pollIntervalMs": 500, "mpsControl": "/driver-root/usr/bin/nvidia-cuda-mps-control",
+                      "extraArgs": ["--guard-grace-ms", "300000"]},
+            "policy": "version: v1\nflags:\n  migStrategy: mixed\n", "kubeletDir": "/var/lib/k0s/kubelet"}
+    objs = objects(helmlite.render(over))
+    args = agent_container(objs)["args"]
+    assert args[:2] == ["--log-level", "debug"]
+    assert args[args.index("--poll-interval-ms") + 1] == "500"
+    assert args[args.index("--mps-control") + 1] == "/driver-root/usr/bin/nvidia-cuda-mps-control"
+    assert args[-2:] == ["--guard-grace-ms", "300000"]
+    assert "--mps-control" not in agent_container(default_objects())["args"]
+    assert find(objs, "ConfigMap")["data"]["policy.yaml"] == over["policy"]
+    vols = {v["name"]: v["hostPath"]["path"] for v in pod_spec(objs)["volumes"] if "hostPath" in v}
+    assert vols["device-plugins"] == "/var/lib/k0s/kubelet/device-plugins"
+    assert vols["pod-resources"] == "/var/lib/k0s/kubelet/pod-resources"
+
+
+def test_helmlite_semantics():
+    ctx = helmlite.Context({"a": {"b": 1000000, "s": "x", "e": [], "t": True, "l": ["p", "q"]}},
+                           {"name": "c", "version": "1", "appVersion": "2"}, "r", "ns")
+    r = lambda text: helmlite.render_text(text, ctx)  # noqa: E731
+    assert r("a {{ .Values.a.b }} {{ 9402 }} {{ .Values.a.s | quote }}") == 'a 1e+06 9402 "x"'
+    assert [helmlite.go_number(v) for v in (2000, 120000, 0.5, 123456789, 1.5e-5)] == \
+        ["2000", "120000", "0.5", "1.23456789e+08", "1.5e-05"]
+    assert r("x\n  {{- if .Values.a.e }}yes{{ else }}no{{ end -}}  \n y") == "xnoy"
+    assert r("{{ if not .Values.a.missing }}m{{ end }}") == "m"
+    assert r("k:{{- toYaml .Values.a.l | nindent 2 }}") == "k:\n  - p\n  - q"
+    assert r("{{ .Values.a.s | indent 3 }}|{{ .Release.Name }}/{{ .Release.Namespace }}/{{ .Chart.AppVersion }}") == \
+        "   x|r/ns/2"
+    assert r("{{/* note */}}z") == "z"
+    for bad in ("{{ .Values.a.missing }}", "{{ range .Values.a.l }}{{ end }}", "{{ include \"x\" . }}",
+                "{{ .Values.a.s | upper }}", "{{ if .Values.a.t }}", "{{ end }}", "{{ .Files.Get \"x\" }}",
+                "{{ else if .Values.a.t }}"):
+        with pytest.raises(helmlite.TemplateError):
+            r(bad)
+    assert helmlite.merge_values({"m": {"a": 1, "b": 2}, "l": [1]}, {"m": {"a": None, "c": 3}, "l": [2]}) == \
+        {"m": {"b": 2, "c": 3}, "l": [2]}
+
+
+# ------------------------------------------------------------------------------------------ (b) structure
+
+RENDERS = {
+    "default": None,
+    "unprivileged": {"securityContext": {"privileged": False}, "runtimeClassName": "nvidia", "hostPaths": {"dev": ""}},
+    "servicemonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                       "podAnnotations": {"example.com/team": "ml"}, "imagePullSecrets": [{"name": "regcred"}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_objects_validate_against_kubernetes_api(name):
+    for obj in objects(helmlite.render(RENDERS[name])):
+        if obj["kind"] == "ServiceMonitor":
+            continue  # a CRD: checked in test_service_monitor_enabled
+        assert k8s_schema.validate(obj) == [], obj["kind"]
+
+
+def test_plain_manifests_validate_against_kubernetes_api():
+    with open(MANIFESTS) as f:
+        for obj in yaml.safe_load_all(f):
+            if obj is not None:
+                assert k8s_schema.validate(obj) == [], obj["kind"]
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_objects_are_consistent(name):
+    objs = objects(helmlite.render(RENDERS[name]))
+    for o in objs:
+        assert o["metadata"]["namespace"] == helmlite.NAMESPACE, o["kind"]
+        assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
+    ds, svc, sa, cm = (find(objs, k) for k in ("DaemonSet", "Service", "ServiceAccount", "ConfigMap"))
+    spec = ds["spec"]["template"]["spec"]
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in ds["spec"]["selector"]["matchLabels"].items())
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()), "the Service selects the pods"
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert sa["automountServiceAccountToken"] is False and spec["automountServiceAccountToken"] is False
+    assert spec["hostPID"] is True and not spec.get("hostNetwork") and not spec.get("hostIPC")
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    c = agent_container(objs)
+    assert "command" not in c, "the image's ENTRYPOINT is gpuslice"
+    ports = {p["name"]: p for p in c["ports"]}
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"] and "metrics" in ports
+    assert svc["spec"]["ports"][0]["port"] == ports["metrics"]["containerPort"]
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    assert c["securityContext"]["runAsUser"] == 0 and c["securityContext"]["readOnlyRootFilesystem"] is True
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert len(vols) == len(spec["volumes"])
+    used = set()
+    for ctr in spec["containers"] + spec["initContainers"]:
+        assert ctr["image"] == c["image"]
+        for m in ctr["volumeMounts"]:
+            assert m["name"] in vols, f"{ctr['name']} mounts unknown volume {m['name']}"
+            used.add(m["name"])
+    assert used == set(vols), "every volume is mounted"
+    for v in vols.values():
+        if "hostPath" in v:
+            assert v["hostPath"]["type"] in ("Directory", "DirectoryOrCreate"), v["name"]
+            assert os.path.isabs(v["hostPath"]["path"])
+    assert vols["policy"]["configMap"]["name"] == cm["metadata"]["name"]
+    policy_mount = next(m for m in c["volumeMounts"] if m["name"] == "policy")
+    cfg = c["args"][c["args"].index("--config") + 1]
+    assert os.path.dirname(cfg) == policy_mount["mountPath"] and os.path.basename(cfg) in cm["data"]
+
+
+def _help_defaults(*args):
+    """{flag: default path} from `gpuslice ... --help` (wrapped lines joined)."""
+    p = subprocess.run([GPUSLICE, *args, "--help"], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    entries, cur = [], None
+    for line in p.stdout.splitlines():
+        m = re.match(r"^\s{2}(?:-\w, )?(--[\w-]+)(.*)$", line)
+        if m:
+            cur = [m.group(1), m.group(2)]
+            entries.append(cur)
+        elif cur and line.startswith(" " * 20):
+            cur[1] += " " + line.strip()
+        else:
+            cur = None
+    out = {}
+    for flag, text in entries:
+        d = re.search(r"default:?\s+(/[^\s;)]+)", text)
+        out[flag] = d.group(1) if d else None
+    return out
+
+
+def _under(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def test_host_paths_are_agent_defaults_or_documented():
+    agent_flags = _help_defaults("agent")
+    global_flags = _help_defaults()
+    objs = default_objects()
+    spec, c = pod_spec(objs), agent_container(objs)
+    args = c["args"]
+    split = args.index("agent")
+    given = {}
+    for i, a in enumerate(args):
+        if a.startswith("--"):
+            flags = global_flags if i < split else agent_flags
+            assert a in flags, f"{a} is not an option of gpuslice{'' if i < split else ' agent'} --help"
+            given[a] = args[i + 1]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    doc = read(DEPLOY_MD)
+    table = [line for line in doc.splitlines() if line.startswith("| `/")]
+    for v in spec["volumes"]:
+        if "hostPath" not in v:
+            continue
+        host, inside = v["hostPath"]["path"], mounts[v["name"]]["mountPath"]
+        assert any(line.startswith(f"| `{host}`") for line in table), \
+            f"host path {host} ({v['name']}) has no row in docs/deploy.md's host path table"
+        # flags whose value (or, when not given, default) lies under this mount
+        backing = [f for f, d in {**agent_flags, **global_flags}.items()
+                   if (given.get(f) or d) and str(given.get(f) or d).startswith("/") and _under(given.get(f) or d, inside)]
+        for f in backing:
+            default = agent_flags.get(f) or global_flags.get(f)
+            if default and f not in ("--nvml-lib",):
+                assert _under(default, host), f"{f}: the agent's default {default} is not under host path {host}"
+        if not backing:
+            row = next(line for line in table if line.startswith(f"| `{host}`"))
+            assert len(row) > 60, f"host path {host} is backed by no agent flag: docs/deploy.md must say why"
+    # The paths the agent hands to the kubelet must be the same inside the pod and on the host.
+    for name in ("guard-root", "guard-lib", "mps-root"):
+        assert mounts[name]["mountPath"] == {v["name"]: v for v in spec["volumes"]}[name]["hostPath"]["path"], name
+    policy_h = read(os.path.join(ROOT, "src", "config", "policy.h"))
+    mps_default = re.search(r'#define GS_MPS_ROOT_DEFAULT "([^"]+)"', policy_h).group(1)
+    assert helmlite.load_chart()[1]["hostPaths"]["mpsRoot"] == mps_default, "flags.mpsRoot's default"
+
+
+def test_every_value_is_documented():
+    """Every value of values.yaml has a row in docs/deploy.md's values table; a value the templates
+    pass through toYaml (a Kubernetes object) is one row."""
+    tdir = os.path.join(helmlite.CHART, "templates")
+    templates = "".join(read(os.path.join(tdir, f)) for f in sorted(os.listdir(tdir)))
+    verbatim = set(re.findall(r"toYaml \.Values\.([\w.]+)", templates))
+    assert {"nodeSelector", "resources", "tolerations"} <= verbatim
+
+    def leaves(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict) and v and prefix + k not in verbatim:
+                yield from leaves(v, f"{prefix}{k}.")
+            else:
+                yield prefix + k
+
+    doc = read(DEPLOY_MD)
+    keys = list(leaves(helmlite.load_chart()[1]))
+    assert "hostPaths.mpsRoot" in keys and "resources" in keys
+    for key in keys:
+        assert f"\n| `{key}` |" in doc, f"value {key} is not in docs/deploy.md's values table"
+    for key in re.findall(r"^\| `([\w.]+)` \|", doc, re.M):
+        if not key.startswith("/"):
+            assert key in keys, f"docs/deploy.md documents {key}, which values.yaml does not have"
+
+
+# ------------------------------------------------------------------------------------------ the pod, run
+
+class RenderedPod:
+    """The DaemonSet's pod on a simulated node: init containers then the agent, with the pod's
+    mounts redirected under a temporary directory standing for the host."""
+
+    def __init__(self, overrides=None, node=T4X2):
+        self.objs = objects(helmlite.render(overrides))
+        self.spec = pod_spec(self.objs)
+        self.base = tempfile.mkdtemp(prefix="gs-d-", dir="/tmp")
+        self.image = os.path.join(self.base, "image")
+        os.makedirs(self.image + IMAGE_LIB_DIR)
+        shutil.copy(GUARD_LIB, self.image + IMAGE_LIB_DIR)
+        self.mounts = {}  # mountPath -> volume
+        vols = {v["name"]: v for v in self.spec["volumes"]}
+        for ctr in self.spec["containers"] + self.spec["initContainers"]:
+            for m in ctr["volumeMounts"]:
+                self.mounts[m["mountPath"]] = vols[m["name"]]
+        for path, vol in self.mounts.items():
+            os.makedirs(self.host(path), exist_ok=True)
+            if "configMap" in vol:
+                cm = next(o for o in self.objs if o["kind"] == "ConfigMap"
+                          and o["metadata"]["name"] == vol["configMap"]["name"])
+                for key, text in cm["data"].items():
+                    with open(os.path.join(self.host(path), key), "w") as f:
+                        f.write(text)
+        self.kdir = self.host("/var/lib/kubelet/device-plugins")
+        self.node = node
+        self.proc = None
+        self.log_path = os.path.join(self.base, "agent.log")
+        self.kubelet = KubeletEmulator(self.kdir).start()
+
+    def host(self, path):
+        """Where a path inside the pod lives here: under the temporary host or the image."""
+        best = max((m for m in self.mounts if _under(path, m)), key=len, default=None)
+        if best is not None:
+            return self.base + path
+        if _under(path, IMAGE_LIB_DIR):
+            return self.image + path
+        return path
+
+    def unhost(self, path):
+        assert path.startswith(self.base + "/"), path
+        return path[len(self.base):]
+
+    def run_init_containers(self):
+        for ctr in self.spec["initContainers"]:
+            cmd = ctr["command"] + ctr.get("args", [])
+            assert cmd[:2] == ["/bin/sh", "-c"], "init containers run a shell line"
+            script = " ".join(self.host(w) if w.startswith("/") else w for w in shlex.split(cmd[2]))
+            p = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30)
+            assert p.returncode == 0, f"init container {ctr['name']}: {p.stderr}"
+
+    def start_agent(self):
+        c = next(c for c in self.spec["containers"] if c["name"] == "agent")
+        args = []
+        for i, a in enumerate(c["args"]):
+            if i and c["args"][i - 1] == "--metrics-address":
+                a = "127.0.0.1:0"  # a free port: tests run side by side
+            elif a.startswith("/"):
+                a = self.host(a)
+            args.append(a)
+        if "--nvml-lib" in args:  # the host's driver root holds the simulated NVML library
+            lib = args[args.index("--nvml-lib") + 1]
+            os.makedirs(os.path.dirname(lib), exist_ok=True)
+            os.symlink(SIM_LIB, lib)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE")}
+        for e in c.get("env", []):
+            env[e["name"]] = self.host(e["value"]) if e["value"].startswith("/") else e["value"]
+        self.args = [GPUSLICE, "--sim", self.node, "--sim-state", os.path.join(self.base, "sim"), *args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=log, env=env)
+        return self
+
+    def log(self):
+        return read(self.log_path)
+
+    def wait_log(self, pattern, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.log())
+            if m:
+                return m
+            assert self.proc.poll() is None, f"agent exited with {self.proc.returncode}\n{self.args}\n{self.log()}"
+            assert time.monotonic() < deadline, f"no log line matching {pattern!r}\n{self.args}\n{self.log()}"
+            time.sleep(0.05)
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.kubelet.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture
+def pods():
+    made = []
+
+    def make(overrides=None):
+        made.append(RenderedPod(overrides))
+        return made[-1]
+
+    yield make
+    for p in made:
+        print(f"---- {p.args if p.proc else 'not started'}\n{p.log()[-4000:] if p.proc else ''}")
+        p.close()
+
+
+@pytest.mark.parametrize("name", ["default", "unprivileged"])
+def test_agent_runs_with_rendered_pod(pods, name):
+    pod = pods(RENDERS[name])
+    pod.run_init_containers()
+    lib = pod.host(helmlite.load_chart()[1]["hostPaths"]["guardLib"] + "/libgpuslice-guard.so")
+    assert os.path.isfile(lib), "the init container installs the guard library on the host"
+    assert not os.path.exists(lib.replace("libgpuslice-guard.so", ".libgpuslice-guard.so.new"))
+    pod.run_init_containers()  # a restarted pod replaces it
+    pod.start_agent()
+    m = pod.wait_log(r"Serving metrics on \S+ \(port (\d+)\)")
+    pod.kubelet.wait_resources(["nvidia.com/gpu"], timeout=10)
+    assert len(pod.kubelet.devices("nvidia.com/gpu")) == 2
+    # the probes' endpoint
+    with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=5) as r:
+        assert r.status == 200 and "gpuslice_gpu_info" in r.read().decode()
+    features = pod.host("/etc/kubernetes/node-feature-discovery/features.d/gpuslice")
+    deadline = time.monotonic() + 5
+    while not os.path.exists(features) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "nvidia.com/gpu.count=2" in read(features).splitlines()
+    pod.proc.send_signal(signal.SIGTERM)
+    assert pod.proc.wait(10) == 0, pod.log()
+
+
+def test_guard_mounts_are_host_paths(pods):
+    """With a memoryPerReplica policy, the agent's Allocate answer names host files for the kubelet
+    to mount: they must exist and lie in host paths the pod mounts at the same place."""
+    pod = pods({"policy": read(TS_POLICY)})
+    pod.run_init_containers()
+    pod.start_agent()
+    pod.kubelet.wait_resources(["nvidia.com/gpu.shared"], timeout=10)
+    dev = sorted(d.id for d in pod.kubelet.devices("nvidia.com/gpu.shared"))[0]
+    resp = pod.kubelet.allocate("nvidia.com/gpu.shared", [dev])
+    assert resp.envs["GPUSLICE_GUARD_CONFIG"] == "/etc/gpuslice/guard.conf"
+    identity = {v["hostPath"]["path"] for p, v in pod.mounts.items() if "hostPath" in v and v["hostPath"]["path"] == p}
+    mounts = {m.container_path: m.host_path for m in resp.mounts}
+    assert set(mounts) >= {"/usr/lib/gpuslice/libgpuslice-guard.so", "/etc/gpuslice/guard.conf", "/etc/ld.so.preload"}
+    for inside, here in mounts.items():
+        assert os.path.exists(here), f"{inside}: {here} does not exist"
+        on_host = pod.unhost(here)
+        assert any(_under(on_host, h) for h in identity), f"{inside} comes from {on_host}, not a host path of the pod"
+    assert pod.unhost(mounts["/usr/lib/gpuslice/libgpuslice-guard.so"]) == "/var/lib/gpuslice/lib/libgpuslice-guard.so"
+    pod.proc.send_signal(signal.SIGTERM)
+    assert pod.proc.wait(10) == 0, pod.log()
+
+
+def test_default_policy_is_accepted():
+    policy = find(default_objects(), "ConfigMap")["data"]["policy.yaml"]
+    with tempfile.TemporaryDirectory(prefix="gs-d-") as d:
+        path = os.path.join(d, "policy.yaml")
+        with open(path, "w") as f:
+            f.write(policy)
+        p = subprocess.run([GPUSLICE, "--sim", T4X2, "--sim-state", os.path.join(d, "s"), "apply", "--config", path,
+                            "--json"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    out = yaml.safe_load(p.stdout)
+    assert [r["name"] for r in out["resources"]] == ["nvidia.com/gpu"] and out["warnings"] == []
+    assert {g["mode"] for g in out["gpus"]} == {"whole"}
