@@ -37,6 +37,7 @@
 #include "../guard/guard_limits.h"
 #include "agent/guard_reconcile.h"
 #include "cdi/cdi.h"
+#include "gpu/nvml_types.h"
 #include "mps/mps.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -70,6 +71,7 @@ struct agent {
     struct gs_mps_sup *mps;        /* MPS control daemons (src/mps), for the policy's MPS root */
     char mps_root[256];
     bool mps_stale_checked;        /* daemons left by an earlier agent stopped once */
+    int cm_saved[GS_MAX_GPUS];     /* compute mode + 1 before the agent set EXCLUSIVE_PROCESS (0: untouched) */
     char *cdi_spec;                /* the CDI spec as last written */
     char cdi_error[256];           /* why it could not be written, as last logged */
 };
@@ -282,10 +284,47 @@ static void mps_publish(struct agent *a, const struct gs_mps_gpu *gpus, size_t n
     pthread_mutex_unlock(&a->lock);
 }
 
+/* Compute modes: left as they are, unless the policy asks for EXCLUSIVE_PROCESS on MPS GPUs
+ * (gpuslice.mps.exclusiveProcess: only MPS clients may then use the GPU). A GPU the agent changed
+ * gets its previous mode back when it stops being served by MPS, or when the agent stops. */
+static void set_compute_mode(struct agent *a, unsigned gpu, unsigned mode, const char *why) {
+    if (gpu_set_compute_mode(a->node, gpu, mode) < 0) {
+        log_error("GPU %u: compute mode not set to %u (%s): %s", gpu, mode, why, gpu_node_error(a->node));
+        return;
+    }
+    log_info("GPU %u: compute mode set to %s (%s)", gpu, mode == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS ? "EXCLUSIVE_PROCESS"
+                                                           : mode == NVML_COMPUTEMODE_DEFAULT         ? "DEFAULT"
+                                                                                                      : "its previous mode",
+             why);
+    if (a->inv && gpu < a->inv->n_gpus)
+        a->inv->gpus[gpu].compute_mode = (int)mode;
+}
+
+static void mps_compute_modes(struct agent *a, const struct gs_plan *next) {
+    bool want[GS_MAX_GPUS] = { false };
+    for (unsigned i = 0; a->policy.mps_exclusive_process && i < next->n_resources; i++) {
+        const struct gs_resource *r = &next->resources[i];
+        for (unsigned k = 0; r->mps && k < r->n_devices; k++)
+            if (!r->devices[k].mig && r->devices[k].gpu < GS_MAX_GPUS) /* a MIG GPU's mode is not per instance */
+                want[r->devices[k].gpu] = true;
+    }
+    for (unsigned g = 0; a->inv && g < a->inv->n_gpus && g < GS_MAX_GPUS; g++) {
+        int cur = a->inv->gpus[g].compute_mode;
+        if (want[g] && cur >= 0 && cur != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS) {
+            a->cm_saved[g] = cur + 1;
+            set_compute_mode(a, g, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS, "MPS, gpuslice.mps.exclusiveProcess");
+        } else if (!want[g] && a->cm_saved[g]) {
+            set_compute_mode(a, g, (unsigned)(a->cm_saved[g] - 1), "no longer MPS with exclusiveProcess");
+            a->cm_saved[g] = 0;
+        }
+    }
+}
+
 /* Hands the plan's MPS GPUs to the supervisor and marks the replicas of a GPU whose daemon is not
  * running Unhealthy. */
 static void mps_sync(struct agent *a, struct gs_plan *next) {
     static struct gs_mps_gpu gpus[GS_METRICS_MAX_MPS];
+    mps_compute_modes(a, next);
     size_t n = mps_wanted(next, gpus, GS_METRICS_MAX_MPS);
     if (!n && !a->mps)
         return;
@@ -875,9 +914,6 @@ static int load_policy(struct agent *a, bool initial) {
     }
     for (unsigned i = 0; i < next.n_warnings; i++)
         log_warn("Policy %s: %s", a->o->config_path, next.warnings[i]);
-    if (next.mps_exclusive_process)
-        log_warn("Policy %s: gpuslice.mps.exclusiveProcess: this version does not change compute modes; the GPUs keep "
-                 "theirs", a->o->config_path);
     pthread_mutex_lock(&a->lock);
     a->policy = next;
     pthread_mutex_unlock(&a->lock);
@@ -1149,6 +1185,9 @@ out:
         gs_mps_sup_stop_all(a->mps); /* quit, directories removed */
         gs_mps_sup_free(a->mps);
     }
+    for (unsigned g = 0; g < GS_MAX_GPUS; g++) /* MPS is gone: other CUDA clients may use the GPU again */
+        if (a->cm_saved[g])
+            set_compute_mode(a, g, (unsigned)(a->cm_saved[g] - 1), "the agent stops");
     dp_manager_free(a->dp);
     if (a->plan_valid)
         gs_plan_free(&a->plan);

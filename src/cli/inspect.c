@@ -86,6 +86,11 @@ static json_t *inventory_json(const struct gs_inventory *inv, const char *lib) {
         json_object_set_new(jg, "utilization",
                             g->util_valid ? json_pack("{s:i,s:i}", "gpu", (int)g->util_gpu, "memory", (int)g->util_mem)
                                           : json_null());
+        static const char *const modes[] = { "default", "exclusive_thread", "prohibited", "exclusive_process" };
+        json_object_set_new(jg, "compute_mode",
+                            g->compute_mode >= 0 && g->compute_mode <= 3 ? json_string(modes[g->compute_mode]) : json_null());
+        json_object_set_new(jg, "temperature_c", g->temp_valid ? json_integer(g->temperature_c) : json_null());
+        json_object_set_new(jg, "power_w", g->power_valid ? json_real(g->power_mw / 1000.0) : json_null());
         json_object_set_new(jg, "mig", mig_json(g));
         json_t *procs = json_array();
         for (unsigned k = 0; k < g->n_procs; k++) {

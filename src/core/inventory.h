@@ -65,6 +65,10 @@ struct gs_gpu {
     unsigned long long mem_total, mem_used; /* bytes */
     bool util_valid;
     unsigned util_gpu, util_mem;            /* percent */
+    int compute_mode;                       /* NVML_COMPUTEMODE_* (0 default, 2 prohibited, 3 exclusive process); -1 unknown */
+    bool temp_valid, power_valid;
+    unsigned temperature_c;                 /* GPU core, degrees C */
+    unsigned power_mw;                      /* board power draw, milliwatts */
     bool lost;                              /* NVML_ERROR_GPU_IS_LOST */
     char error[160];                        /* set when the GPU could not be read completely */
     bool mig_capable;

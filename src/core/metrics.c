@@ -84,6 +84,14 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
     for (unsigned i = 0; i < inv->n_gpus; i++)
         if (inv->gpus[i].util_valid)
             put(&o, "gpuslice_gpu_utilization_ratio{" GPU_LABELS "} %.2f\n", GPU_ARGS(i), inv->gpus[i].util_gpu / 100.0);
+    header(&o, "gpuslice_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML, dcgm-exporter's DCGM_FI_DEV_GPU_TEMP).");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        if (inv->gpus[i].temp_valid)
+            put(&o, "gpuslice_gpu_temperature_celsius{" GPU_LABELS "} %u\n", GPU_ARGS(i), inv->gpus[i].temperature_c);
+    header(&o, "gpuslice_gpu_power_usage_watts", "gauge", "Board power draw (NVML, dcgm-exporter's DCGM_FI_DEV_POWER_USAGE).");
+    for (unsigned i = 0; i < inv->n_gpus; i++)
+        if (inv->gpus[i].power_valid)
+            put(&o, "gpuslice_gpu_power_usage_watts{" GPU_LABELS "} %.3f\n", GPU_ARGS(i), inv->gpus[i].power_mw / 1000.0);
     header(&o, "gpuslice_gpu_healthy", "gauge", "1 if the GPU is healthy (no critical Xid, not lost), else 0.");
     for (unsigned i = 0; i < inv->n_gpus; i++)
         put(&o, "gpuslice_gpu_healthy{" GPU_LABELS "} %d\n", GPU_ARGS(i),

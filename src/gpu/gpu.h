@@ -37,6 +37,10 @@ struct nvml_api {
     nvmlReturn_t (*DeviceGetArchitecture)(nvmlDevice_t, unsigned *);
     nvmlReturn_t (*DeviceGetCudaComputeCapability)(nvmlDevice_t, int *, int *);
     nvmlReturn_t (*DeviceGetUtilizationRates)(nvmlDevice_t, nvmlUtilization_t *);
+    nvmlReturn_t (*DeviceGetComputeMode)(nvmlDevice_t, unsigned *);
+    nvmlReturn_t (*DeviceSetComputeMode)(nvmlDevice_t, unsigned);
+    nvmlReturn_t (*DeviceGetTemperature)(nvmlDevice_t, unsigned, unsigned *);
+    nvmlReturn_t (*DeviceGetPowerUsage)(nvmlDevice_t, unsigned *);
     nvmlReturn_t (*DeviceGetComputeRunningProcesses)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
     nvmlReturn_t (*DeviceGetMigMode)(nvmlDevice_t, unsigned *, unsigned *);
     nvmlReturn_t (*DeviceSetMigMode)(nvmlDevice_t, unsigned, nvmlReturn_t *);
@@ -98,6 +102,10 @@ int gpu_errno(nvmlReturn_t r);
 /* Reads everything about the node. Per-GPU failures are recorded in gpus[i].error / .lost and do
  * not fail the whole read; only a failure to count GPUs does. */
 int gpu_inventory_read(struct gpu_node *node, struct gs_inventory *inv);
+
+/* Compute mode (NVML_COMPUTEMODE_*) of GPU `gpu`: a setting of the GPU, changed only when the
+ * policy asks (gpuslice.mps.exclusiveProcess); needs root on a real driver. */
+int gpu_set_compute_mode(struct gpu_node *node, unsigned gpu, unsigned mode);
 
 /* MIG operations (GPU by NVML index). */
 int gpu_mig_set_mode(struct gpu_node *node, unsigned gpu, bool enable, nvmlReturn_t *activation);

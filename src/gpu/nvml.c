@@ -63,6 +63,10 @@ static const struct symbol symbols[] = {
     SYM(DeviceGetArchitecture, false, "nvmlDeviceGetArchitecture"),
     SYM(DeviceGetCudaComputeCapability, false, "nvmlDeviceGetCudaComputeCapability"),
     SYM(DeviceGetUtilizationRates, false, "nvmlDeviceGetUtilizationRates"),
+    SYM(DeviceGetComputeMode, false, "nvmlDeviceGetComputeMode"),
+    SYM(DeviceSetComputeMode, false, "nvmlDeviceSetComputeMode"),
+    SYM(DeviceGetTemperature, false, "nvmlDeviceGetTemperature"),
+    SYM(DeviceGetPowerUsage, false, "nvmlDeviceGetPowerUsage"),
     SYM(DeviceGetComputeRunningProcesses, false, "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetComputeRunningProcesses_v2"),
     SYM(DeviceGetMigMode, false, "nvmlDeviceGetMigMode"),
@@ -393,6 +397,18 @@ static void read_gpu(struct gpu_node *n, unsigned idx, struct gs_gpu *g) {
         g->util_gpu = u.gpu;
         g->util_mem = u.memory;
     }
+    g->compute_mode = -1;
+    unsigned v;
+    if (a->DeviceGetComputeMode && a->DeviceGetComputeMode(d, &v) == NVML_SUCCESS)
+        g->compute_mode = (int)v;
+    if (a->DeviceGetTemperature && a->DeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS) {
+        g->temp_valid = true;
+        g->temperature_c = v;
+    }
+    if (a->DeviceGetPowerUsage && a->DeviceGetPowerUsage(d, &v) == NVML_SUCCESS) {
+        g->power_valid = true;
+        g->power_mw = v;
+    }
     if (a->DeviceGetMigMode && a->DeviceGetMigMode(d, &g->mig_current, &g->mig_pending) == NVML_SUCCESS) {
         g->mig_capable = true;
         /* Profiles can only be read while MIG is enabled; placements are read regardless. */
@@ -423,6 +439,19 @@ int gpu_inventory_read(struct gpu_node *n, struct gs_inventory *inv) {
     n->n_devices = count;
     for (unsigned i = 0; i < count; i++)
         read_gpu(n, i, &inv->gpus[i]);
+    return 0;
+}
+
+int gpu_set_compute_mode(struct gpu_node *n, unsigned gpu, unsigned mode) {
+    if (!n->api.DeviceSetComputeMode)
+        return missing(n, "nvmlDeviceSetComputeMode");
+    nvmlDevice_t d;
+    int e = device(n, gpu, &d);
+    if (e < 0)
+        return e;
+    nvmlReturn_t r = n->api.DeviceSetComputeMode(d, mode);
+    if (r != NVML_SUCCESS)
+        return fail(n, r, "nvmlDeviceSetComputeMode(GPU %u, %u)", gpu, mode);
     return 0;
 }
 

@@ -713,6 +713,55 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilizatio
     READ_END(r);
 }
 
+/* Compute mode: a setting of the physical GPU, kept in the state (the real call needs root). */
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, unsigned int *mode) {
+    READ_BEGIN;
+    struct dev_ref ref;
+    nvmlReturn_t r = resolve_gpu(d, &ref);
+    if (r == NVML_SUCCESS && !mode)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *mode = ref.gpu->compute_mode;
+    READ_END(r);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, unsigned int mode) {
+    WRITE_BEGIN;
+    struct dev_ref ref;
+    nvmlReturn_t r = resolve_gpu(d, &ref);
+    if (r == NVML_SUCCESS && mode > NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+        r = NVML_ERROR_NOT_SUPPORTED; /* removed from the driver long ago */
+    if (r == NVML_SUCCESS)
+        ref.gpu->compute_mode = mode;
+    WRITE_END(r);
+}
+
+/* Temperature and power are synthetic (no thermal model): a GPU with processes is warm and draws
+ * more. MIG device handles have neither, as with the driver. */
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, unsigned int sensor, unsigned int *temp) {
+    READ_BEGIN;
+    struct dev_ref ref;
+    nvmlReturn_t r = resolve_gpu(d, &ref);
+    if (r == NVML_SUCCESS && (sensor != NVML_TEMPERATURE_GPU || !temp))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *temp = ref.gpu->n_procs ? 65 : 35;
+    READ_END(r);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power) {
+    READ_BEGIN;
+    struct dev_ref ref;
+    nvmlReturn_t r = resolve_gpu(d, &ref);
+    if (r == NVML_SUCCESS && !power)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *power = ref.gpu->n_procs ? 240000 : 60000;
+    READ_END(r);
+}
+
 /* Processes: GPU handle = every process on the GPU; MIG handle = those on its GPU instance. */
 static nvmlReturn_t list_processes(nvmlDevice_t d, unsigned int *count, void *infos, size_t stride, bool with_ids) {
     READ_BEGIN;

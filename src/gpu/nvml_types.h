@@ -47,6 +47,12 @@ typedef struct nvmlEventSet_st *nvmlEventSet_t;
 
 #define NVML_DEVICE_MIG_DISABLE 0x0
 #define NVML_DEVICE_MIG_ENABLE 0x1
+/* nvmlComputeMode_t */
+#define NVML_COMPUTEMODE_DEFAULT 0
+#define NVML_COMPUTEMODE_EXCLUSIVE_THREAD 1 /* deprecated */
+#define NVML_COMPUTEMODE_PROHIBITED 2
+#define NVML_COMPUTEMODE_EXCLUSIVE_PROCESS 3
+#define NVML_TEMPERATURE_GPU 0 /* nvmlTemperatureSensors_t */
 
 /* GPU-instance profile indices (the `profile` argument of nvmlDeviceGetGpuInstanceProfileInfo). */
 #define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0

@@ -88,6 +88,7 @@ char *sim_state_to_json(const struct sim_state *s) {
         json_object_set_new(jg, "model", json_string(g->model->key));
         json_object_set_new(jg, "mig_current", json_integer(g->mig_current));
         json_object_set_new(jg, "mig_pending", json_integer(g->mig_pending));
+        json_object_set_new(jg, "compute_mode", json_integer(g->compute_mode));
         json_object_set_new(jg, "lost", json_boolean(g->lost));
         json_t *gis = json_array();
         for (unsigned id = 0; id < SIM_MAX_GI; id++) {
@@ -167,6 +168,8 @@ static int parse_gpu(json_t *jg, struct sim_gpu *g, unsigned idx, const char *pa
     }
     GET(jg, "mig_current", 0, 1, g->mig_current);
     GET(jg, "mig_pending", 0, 1, g->mig_pending);
+    if (json_object_get(jg, "compute_mode")) /* absent in state files of older versions: default */
+        GET(jg, "compute_mode", 0, 3, g->compute_mode);
     g->lost = json_is_true(json_object_get(jg, "lost"));
     json_t *gis = json_object_get(jg, "gis");
     size_t i;

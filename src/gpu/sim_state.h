@@ -49,6 +49,7 @@ struct sim_event {
 struct sim_gpu {
     const struct gs_model *model;
     unsigned mig_current, mig_pending;
+    unsigned compute_mode;            /* NVML_COMPUTEMODE_*: 0 default */
     bool lost;
     struct sim_gi gis[SIM_MAX_GI];
     unsigned n_procs;

@@ -1457,6 +1457,8 @@ def test_metrics_scraped_and_valid(h):
     assert s[f'gpuslice_gpu_memory_total_bytes{{gpu="0",UUID="{u[0]}"}}'] == 15360 * 2**20
     assert s[f'gpuslice_gpu_healthy{{gpu="0",UUID="{u[0]}"}}'] == 1
     assert s[f'gpuslice_gpu_healthy{{gpu="1",UUID="{u[1]}"}}'] == 0
+    assert s[f'gpuslice_gpu_temperature_celsius{{gpu="0",UUID="{u[0]}"}}'] == 35   # the simulator's idle values
+    assert s[f'gpuslice_gpu_power_usage_watts{{gpu="0",UUID="{u[0]}"}}'] == 60
     assert s[f'gpuslice_gpu_xid_errors_total{{gpu="1",UUID="{u[1]}"}}'] == 1
     assert s['gpuslice_resource_devices{resource="nvidia.com/gpu",health="healthy"}'] == 2
     assert s['gpuslice_resource_devices{resource="nvidia.com/gpu",health="unhealthy"}'] == 2

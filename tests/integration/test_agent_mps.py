@@ -224,3 +224,36 @@ def test_policy_errors(h):
     a = start(h, node, text, ["nvidia.com/gpu"])
     a.wait_log(r"policy line \d+: gpuslice.gpus selects GPU indices beyond the node's 2 GPUs \(mode mps\)")
     assert not os.path.exists(root) or os.listdir(root) in ([], ["shm"])
+
+
+def _modes(node):
+    return [g["compute_mode"] for g in node.inspect()["gpus"]]
+
+
+def test_compute_mode_only_when_asked(h):
+    node = h.node(T4X2)
+    root = os.path.join(h.base, "mps")
+    a = start(h, node, mps_policy(root), ["nvidia.com/gpu"])
+    h.kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 8 and {x.health for x in d} == {HEALTHY}, timeout=10)
+    assert _modes(node) == ["default", "default"]          # left as it is (NVIDIA's plugin sets it)
+    t = time.monotonic()
+    with open(a.policy, "w") as f:
+        f.write(mps_policy(root) + "gpuslice:\n  mps:\n    exclusiveProcess: true\n")
+    a.wait_log(r"GPU 1: compute mode set to EXCLUSIVE_PROCESS \(MPS, gpuslice.mps.exclusiveProcess\)")
+    assert _modes(node) == ["exclusive_process", "exclusive_process"]
+    # MPS no longer asked for on the node: the previous mode comes back
+    with open(a.policy, "w") as f:
+        f.write("version: v1\n")
+    h.kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 2, after=t, timeout=10)
+    _wait(lambda: _modes(node) == ["default", "default"], 5, "compute modes not restored", a)
+
+
+def test_compute_mode_restored_when_the_agent_stops(h):
+    node = h.node(T4X2)
+    root = os.path.join(h.base, "mps")
+    policy = mps_policy(root) + "gpuslice:\n  mps:\n    exclusiveProcess: true\n"
+    a = start(h, node, policy, ["nvidia.com/gpu"])
+    a.wait_log(r"GPU 0: compute mode set to EXCLUSIVE_PROCESS")
+    assert _modes(node)[0] == "exclusive_process"
+    assert a.stop() == 0
+    assert _modes(node)[0] == "default"
