@@ -64,6 +64,8 @@ struct agent {
     bool event_thread_started;
     unsigned long long last_gc_ns;
     unsigned long long last_guard_reconcile_ns;
+    unsigned long long last_attribution_ns;
+    char attribution_error[256];   /* why PodResources could not be asked, as last logged */
     char mig_state[16];           /* state of the policy's MIG layout, "" before the first try */
     char *labels;                 /* the features file as last written */
     struct gs_metrics_counters counters; /* under lock (Allocate counts come from the gRPC thread) */
@@ -669,6 +671,45 @@ static void reconcile_guard_counters(struct agent *a) {
     free(now);
 }
 
+/* Who holds which of our devices, from the kubelet's PodResources List (at most one call per
+ * --pod-attribution-interval-ms, far below the kubelet's 100 calls/s limit), for the metrics'
+ * namespace/pod/container labels. Devices of other resources are left out. */
+static void attribute_pods(struct agent *a) {
+    struct pr_list l;
+    char err[512];
+    if (pr_list(a->o->pod_resources, 2000, &l, err, sizeof(err)) < 0) {
+        if (strcmp(err, a->attribution_error) != 0)
+            log_warn("No pod attribution in the metrics: %s", err);
+        gs_strlcpy(a->attribution_error, err, sizeof(a->attribution_error));
+        pthread_mutex_lock(&a->lock);
+        a->counters.pods_known = false;
+        a->counters.n_pod_devices = 0;
+        pthread_mutex_unlock(&a->lock);
+        return;
+    }
+    if (a->attribution_error[0])
+        log_info("PodResources answers again: pod attribution resumes");
+    a->attribution_error[0] = '\0';
+    pthread_mutex_lock(&a->lock);
+    unsigned n = 0;
+    for (size_t i = 0; i < l.n && n < GS_METRICS_MAX_POD_DEVICES; i++) {
+        const struct pr_assignment *as = &l.items[i];
+        const struct gs_resource *r = a->plan_valid ? gs_plan_resource(&a->plan, as->resource) : NULL;
+        if (!r || !gs_resource_device(r, as->device_id))
+            continue;
+        struct gs_pod_device *pd = &a->counters.pod_devices[n++];
+        gs_strlcpy(pd->ns, as->ns, sizeof(pd->ns));
+        gs_strlcpy(pd->pod, as->pod, sizeof(pd->pod));
+        gs_strlcpy(pd->container, as->container, sizeof(pd->container));
+        gs_strlcpy(pd->resource, as->resource, sizeof(pd->resource));
+        gs_strlcpy(pd->device, as->device_id, sizeof(pd->device));
+    }
+    a->counters.n_pod_devices = n;
+    a->counters.pods_known = true;
+    pthread_mutex_unlock(&a->lock);
+    pr_list_free(&l);
+}
+
 /* ---- handlers called by the device plugins -------------------------------------------------- */
 
 /* Where the guard's files appear inside the container. */
@@ -1163,6 +1204,11 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
             refresh_inventory(a);
             if (a->cdi_error[0])
                 write_cdi_spec(a); /* it failed: the cause (a missing mig-minors line, ...) may be gone */
+            if (a->o->pod_attribution_ms && a->o->pod_resources && a->o->pod_resources[0] &&
+                t0 - a->last_attribution_ns >= a->o->pod_attribution_ms * 1000000ULL) {
+                a->last_attribution_ns = t0;
+                attribute_pods(a);
+            }
             if (a->o->guard_reconcile_ms &&
                 t0 - a->last_guard_reconcile_ns >= a->o->guard_reconcile_ms * 1000000ULL) {
                 a->last_guard_reconcile_ns = t0;

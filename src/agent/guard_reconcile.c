@@ -81,6 +81,22 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
         log_debug("Guard reconcile: %s", err);
         return;
     }
+    /* One device it was allocated for ("RESOURCE\tID" lines), for the pod attribution. */
+    char resource[GS_RESOURCE_NAME_MAX] = "", device[GS_DEVICE_ID_MAX] = "";
+    _cleanup_free_ char *devices = NULL;
+    if (snprintf(path, sizeof(path), "%s/devices", dir) < (int)sizeof(path) &&
+        gs_read_file(path, 1 << 16, &devices, NULL) == 0) {
+        char *tab = strchr(devices, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
+        if (tab && (size_t)(tab - devices) < sizeof(resource)) {
+            memcpy(resource, devices, (size_t)(tab - devices));
+            resource[tab - devices] = '\0';
+            size_t dl = nl ? (size_t)(nl - tab - 1) : strlen(tab + 1);
+            if (dl < sizeof(device)) {
+                memcpy(device, tab + 1, dl);
+                device[dl] = 0;
+            }
+        }
+    }
     struct stat st;
     if (snprintf(path, sizeof(path), "%s/state/region", dir) >= (int)sizeof(path))
         return;
@@ -101,6 +117,8 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
         *u = (struct gs_guard_usage){ .limit = dl->vram, .counted = atomic_load(&r->dev[dl->ordinal].used) };
         gs_strlcpy(u->allocation, name, sizeof(u->allocation));
         gs_strlcpy(u->uuid, dl->uuid, sizeof(u->uuid));
+        gs_strlcpy(u->resource, resource, sizeof(u->resource));
+        gs_strlcpy(u->device, device, sizeof(u->device));
         char pids[256] = "";
         size_t pl = 0;
         for (unsigned p = 0; p < g->n_procs; p++) {

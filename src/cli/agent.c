@@ -1,6 +1,7 @@
 /* agent.c (cli): `gpuslice agent` (the node daemon) and `gpuslice apply` (the one-shot form:
  * what the node would advertise under a policy, without serving the kubelet). */
 #include <errno.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -37,6 +38,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "guard-gc-interval-ms", required_argument, NULL, OPT_GUARD_GC },
         { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
         { "guard-reconcile-interval-ms", required_argument, NULL, OPT_GUARD_RECONCILE },
+        { "pod-attribution-interval-ms", required_argument, NULL, OPT_POD_ATTRIBUTION },
         { "features-file", required_argument, NULL, OPT_FEATURES },
         { "metrics-address", required_argument, NULL, OPT_METRICS },
         { "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
@@ -48,7 +50,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     };
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
-                               120000, 30000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
+                               120000, 30000, 10000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
@@ -69,21 +71,28 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
+        case OPT_POD_ATTRIBUTION: {
+            static const struct {
+                int opt;
+                const char *name;
+                size_t field;
+            } ms_opts[] = {
+                { OPT_GUARD_GC, "guard-gc-interval-ms", offsetof(struct agent_options, guard_gc_ms) },
+                { OPT_GUARD_GRACE, "guard-grace-ms", offsetof(struct agent_options, guard_grace_ms) },
+                { OPT_GUARD_RECONCILE, "guard-reconcile-interval-ms", offsetof(struct agent_options, guard_reconcile_ms) },
+                { OPT_POD_ATTRIBUTION, "pod-attribution-interval-ms", offsetof(struct agent_options, pod_attribution_ms) },
+            };
+            size_t k = 0;
+            while (ms_opts[k].opt != c)
+                k++;
             if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
-                fprintf(stderr, "gpuslice agent: --%s: '%s' is not a number of milliseconds\n",
-                        c == OPT_GUARD_GC      ? "guard-gc-interval-ms"
-                        : c == OPT_GUARD_GRACE ? "guard-grace-ms"
-                                               : "guard-reconcile-interval-ms",
-                        optarg);
+                fprintf(stderr, "gpuslice agent: --%s: '%s' is not a number of milliseconds\n", ms_opts[k].name, optarg);
                 return GS_EXIT_USAGE;
             }
-            if (c == OPT_GUARD_GC)
-                o.guard_gc_ms = (unsigned)v;
-            else if (c == OPT_GUARD_GRACE)
-                o.guard_grace_ms = (unsigned)v;
-            else
-                o.guard_reconcile_ms = (unsigned)v;
+            unsigned ms = (unsigned)v;
+            memcpy((char *)&o + ms_opts[k].field, &ms, sizeof(ms));
             break;
+        }
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
                 fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
@@ -115,6 +124,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --guard-reconcile-interval-ms N\n"
                    "                            how often the guard's counters are compared with NVML's\n"
                    "                            per-process memory, logged and exported (30000; 0 never)\n"
+                   "  --pod-attribution-interval-ms N\n"
+                   "                            how often PodResources is asked which pod holds which device,\n"
+                   "                            for the metrics' namespace/pod/container labels (10000; 0 never)\n"
                    "  --features-file FILE      node labels for Node Feature Discovery's local source, rewritten\n"
                    "                            when they change (default " GS_FEATURES_FILE ";\n"
                    "                            \"\" for none)\n"

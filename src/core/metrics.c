@@ -2,6 +2,7 @@
 #include "core/metrics.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,6 +61,14 @@ void gs_metrics_count_alloc(struct gs_metrics_counters *c, const char *resource,
         c->res[i].allocations++;
     else
         c->res[i].errors++;
+}
+
+static const struct gs_pod_device *pod_of(const struct gs_metrics_counters *c, const char *resource,
+                                          const char *device) {
+    for (unsigned i = 0; c->pods_known && device[0] && i < c->n_pod_devices; i++)
+        if (!strcmp(c->pod_devices[i].resource, resource) && !strcmp(c->pod_devices[i].device, device))
+            return &c->pod_devices[i];
+    return NULL;
 }
 
 int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan, const struct gs_health *health,
@@ -130,19 +139,42 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
                 put(&o, "gpuslice_replica_memory_quota_bytes{resource=\"%s\",device=\"%s\"} %llu\n",
                     esc(r->name, e3, sizeof(e3)), esc(r->devices[k].id, e1, sizeof(e1)), r->devices[k].quota);
     }
-    header(&o, "gpuslice_guard_memory_limit_bytes", "gauge", "VRAM quota of a guarded allocation on a GPU.");
-    for (unsigned i = 0; i < c->n_guard; i++)
-        put(&o, "gpuslice_guard_memory_limit_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
-            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].limit);
-    header(&o, "gpuslice_guard_memory_used_bytes", "gauge", "VRAM the guard counted for the allocation (all its processes).");
-    for (unsigned i = 0; i < c->n_guard; i++)
-        put(&o, "gpuslice_guard_memory_used_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
-            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].counted);
-    header(&o, "gpuslice_guard_memory_nvml_bytes", "gauge",
-           "VRAM NVML reports for the allocation's processes (includes what no hook sees, such as contexts).");
-    for (unsigned i = 0; i < c->n_guard; i++)
-        put(&o, "gpuslice_guard_memory_nvml_bytes{allocation=\"%s\",UUID=\"%s\"} %llu\n",
-            esc(c->guard[i].allocation, e3, sizeof(e3)), esc(c->guard[i].uuid, e1, sizeof(e1)), c->guard[i].nvml);
+    /* The guard's figures per allocation, attributed to the pod that holds its devices. */
+    static const struct {
+        const char *name, *help;
+        size_t field;
+    } guard_metrics[] = {
+        { "gpuslice_guard_memory_limit_bytes", "VRAM quota of a guarded allocation on a GPU.",
+          offsetof(struct gs_guard_usage, limit) },
+        { "gpuslice_guard_memory_used_bytes", "VRAM the guard counted for the allocation (all its processes).",
+          offsetof(struct gs_guard_usage, counted) },
+        { "gpuslice_guard_memory_nvml_bytes",
+          "VRAM NVML reports for the allocation's processes (includes what no hook sees, such as contexts).",
+          offsetof(struct gs_guard_usage, nvml) },
+    };
+    for (size_t m = 0; m < sizeof(guard_metrics) / sizeof(guard_metrics[0]); m++) {
+        header(&o, guard_metrics[m].name, "gauge", guard_metrics[m].help);
+        for (unsigned i = 0; i < c->n_guard; i++) {
+            const struct gs_guard_usage *g = &c->guard[i];
+            const struct gs_pod_device *pd = pod_of(c, g->resource, g->device);
+            char ns[128], pod[256], ctr[128];
+            unsigned long long v;
+            memcpy(&v, (const char *)g + guard_metrics[m].field, sizeof(v));
+            put(&o, "%s{allocation=\"%s\",UUID=\"%s\",namespace=\"%s\",pod=\"%s\",container=\"%s\"} %llu\n",
+                guard_metrics[m].name, esc(g->allocation, e3, sizeof(e3)), esc(g->uuid, e1, sizeof(e1)),
+                esc(pd ? pd->ns : "", ns, sizeof(ns)), esc(pd ? pd->pod : "", pod, sizeof(pod)),
+                esc(pd ? pd->container : "", ctr, sizeof(ctr)), v);
+        }
+    }
+    header(&o, "gpuslice_pod_device_info", "gauge",
+           "A device the kubelet assigned to a container (PodResources), always 1.");
+    for (unsigned i = 0; i < c->n_pod_devices; i++) {
+        const struct gs_pod_device *pd = &c->pod_devices[i];
+        char ns[128], pod[256], ctr[128];
+        put(&o, "gpuslice_pod_device_info{namespace=\"%s\",pod=\"%s\",container=\"%s\",resource=\"%s\",device=\"%s\"} 1\n",
+            esc(pd->ns, ns, sizeof(ns)), esc(pd->pod, pod, sizeof(pod)), esc(pd->container, ctr, sizeof(ctr)),
+            esc(pd->resource, e3, sizeof(e3)), esc(pd->device, e1, sizeof(e1)));
+    }
     header(&o, "gpuslice_mps_daemon_state", "gauge",
            "1 for the state the MPS control daemon of a GPU or MIG instance is in (running, starting, restarting, failed).");
     for (unsigned i = 0; i < c->n_mps; i++)

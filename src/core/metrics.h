@@ -15,6 +15,8 @@
 #define GS_METRICS_MAX_GUARD 256
 struct gs_guard_usage {
     char allocation[64];                           /* the directory under the guard root */
+    char resource[GS_RESOURCE_NAME_MAX];           /* one device it was allocated for (its devices file), */
+    char device[GS_DEVICE_ID_MAX];                 /* to find its pod among the pod devices */
     char uuid[GS_UUID_LEN];                        /* the GPU */
     unsigned long long limit;                      /* the quota */
     unsigned long long counted;                    /* what the guard counted (its region) */
@@ -28,6 +30,14 @@ struct gs_mps_daemon_status {
     char uuid[GS_UUID_LEN];
     char state[16];                                /* stopped, starting, running, restarting, failed */
     unsigned restarts;
+};
+
+/* A device the kubelet assigned to a container (PodResources List), for attribution. */
+#define GS_METRICS_MAX_POD_DEVICES 1024
+struct gs_pod_device {
+    char ns[64], pod[128], container[64];
+    char resource[GS_RESOURCE_NAME_MAX];
+    char device[GS_DEVICE_ID_MAX];
 };
 
 struct gs_metrics_counters {
@@ -44,6 +54,9 @@ struct gs_metrics_counters {
     struct gs_guard_usage guard[GS_METRICS_MAX_GUARD];
     unsigned n_mps;
     struct gs_mps_daemon_status mps[GS_METRICS_MAX_MPS];
+    bool pods_known;                               /* PodResources answered (else no attribution) */
+    unsigned n_pod_devices;
+    struct gs_pod_device pod_devices[GS_METRICS_MAX_POD_DEVICES];
 };
 
 /* Counts one Allocate of resource (creating its entry). */

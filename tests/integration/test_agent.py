@@ -1162,11 +1162,12 @@ def test_guard_counters_reconciled_with_nvml(h):
         assert f"{procs[0].pid}" in line and f"{procs[1].pid}" in line and str(bystander.pid) not in line
         assert "+512 MiB allocated through paths the guard does not see" in line
         m = _samples(_scrape(a))
-        key = 'allocation="%s",UUID="%s"' % (d, u[0])
+        nopod = ',namespace="",pod="",container=""'   # no PodResources here: not attributed
+        key = 'allocation="%s",UUID="%s"' % (d, u[0]) + nopod
         assert m["gpuslice_guard_memory_used_bytes{%s}" % key] == 1 << 30
         assert m["gpuslice_guard_memory_nvml_bytes{%s}" % key] == 1536 << 20
         assert m["gpuslice_guard_memory_limit_bytes{%s}" % key] == 2 << 30
-        okey = 'allocation="%s",UUID="%s"' % (other, u[0])
+        okey = 'allocation="%s",UUID="%s"' % (other, u[0]) + nopod
         assert m["gpuslice_guard_memory_nvml_bytes{%s}" % okey] == 0   # no process of its own
         assert "Guard reconcile: allocation " + other not in a.log()
         # The counts agree again once the untracked memory is gone; said once.
@@ -1179,6 +1180,43 @@ def test_guard_counters_reconciled_with_nvml(h):
         for p in procs + [bystander]:
             p.kill()
             p.wait()
+
+
+def test_metrics_attributed_to_pods(h):
+    """PodResources (an emulator built on python3-grpcio) says which pod holds which device: the
+    metrics carry namespace/pod/container, for devices and for the guard's figures."""
+    from podresources_emulator import PodResourcesEmulator
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "guard")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        pr.set([("ml", "trainer-0", "main", "nvidia.com/gpu", [f"{u[0]}::1"]),
+                ("ml", "trainer-0", "sidecar", "example.com/fpga", ["fpga0"]),        # not ours: left out
+                ("web", "ghost", "main", "nvidia.com/gpu", ["GPU-not-on-this-node::0"])])
+        a = h.agent(node, GUARD_POLICY, resources=["nvidia.com/gpu"],
+                    extra=["--guard-root", root, "--pod-resources-socket", pr.socket_path,
+                           "--pod-attribution-interval-ms", "100", "--guard-reconcile-interval-ms", "100",
+                           "--guard-gc-interval-ms", "0"])
+        d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"]))
+        _write_region(os.path.join(root, d, "state", "region"), 1 << 30)
+        info = f'gpuslice_pod_device_info{{namespace="ml",pod="trainer-0",container="main",resource="nvidia.com/gpu",device="{u[0]}::1"}}'
+        guard = ('gpuslice_guard_memory_used_bytes{allocation="%s",UUID="%s",namespace="ml",pod="trainer-0",'
+                 'container="main"}' % (d, u[0]))
+        _wait(lambda: _samples(_scrape(a)).get(guard) == 1 << 30, 5, "guard metrics not attributed", a)
+        m = _samples(_scrape(a))
+        assert m[info] == 1
+        assert not [k for k in m if k.startswith("gpuslice_pod_device_info") and k != info]
+        calls = pr.calls
+        settle(0.5)
+        assert 2 <= pr.calls - calls <= 8, "PodResources asked about every 100 ms"  # rate-limited by the interval
+        # PodResources gone: said once, attribution dropped rather than kept stale
+        pr.stop()
+        a.wait_log(r"No pod attribution in the metrics: ")
+        _wait(lambda: info not in _samples(_scrape(a)), 5, "stale attribution kept", a)
+        assert a.alive()
+    finally:
+        pr.stop()
 
 
 def test_guard_reconcile_skips_damaged_regions(h):
