@@ -596,11 +596,8 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* True if the kubelet still assigns one of the devices listed in dir/devices. */
-static bool still_assigned(const char *dir, const struct pr_list *l) {
-    char path[PATH_MAX + 16];
-    if (snprintf(path, sizeof(path), "%s/devices", dir) >= (int)sizeof(path))
-        return true;
+/* True if the kubelet still assigns one of the devices listed in the file ("RESOURCE\tID" lines). */
+static bool still_assigned(const char *path, const struct pr_list *l) {
     _cleanup_free_ char *text = NULL;
     if (gs_read_file(path, 1 << 20, &text, NULL) < 0)
         return true; /* cannot tell: keep */
@@ -616,13 +613,57 @@ static bool still_assigned(const char *dir, const struct pr_list *l) {
     return false;
 }
 
+/* The transient CDI specs of allocations (CDI_ROOT/<vendor>-<class>_alloc-<id>.json, each with its
+ * .devices record) go when PodResources no longer assigns their devices, after the grace period,
+ * like the guard files. l: the kubelet's list, NULL when it has not been asked yet. */
+static void gc_cdi_transient(struct agent *a, const struct pr_list *l) {
+    if (!a->o->cdi_root || !a->o->cdi_root[0])
+        return;
+    DIR *d = opendir(a->o->cdi_root);
+    if (!d)
+        return;
+    struct pr_list own;
+    bool asked = false;
+    char err[512];
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (!strstr(e->d_name, "_alloc-") || len < 8 || strcmp(e->d_name + len - 8, ".devices") != 0)
+            continue;
+        char rec[PATH_MAX], spec[PATH_MAX];
+        if (snprintf(rec, sizeof(rec), "%s/%s", a->o->cdi_root, e->d_name) >= (int)sizeof(rec))
+            continue;
+        snprintf(spec, sizeof(spec), "%.*s.json", (int)(strlen(rec) - 8), rec);
+        struct stat st;
+        if (stat(rec, &st) < 0 || (unsigned long long)(now - st.st_mtime) * 1000ULL < a->o->guard_grace_ms)
+            continue;
+        if (!l && !asked) {
+            if (pr_list(a->o->pod_resources, 5000, &own, err, sizeof(err)) < 0)
+                break;
+            asked = true;
+            l = &own;
+        }
+        if (!still_assigned(rec, l)) {
+            unlink(spec);
+            unlink(rec);
+            log_info("Removed the CDI spec of a pod that is gone: %s", spec);
+        }
+    }
+    closedir(d);
+    if (asked)
+        pr_list_free(&own);
+}
+
 /* The kubelet never calls Allocate again for a restarted container, so a container's guard files
  * live as long as its pod; they are removed once PodResources no longer assigns their devices.
  * When PodResources cannot be asked, nothing is removed. */
 static void gc_guard_files(struct agent *a) {
     DIR *d = opendir(a->o->guard_root);
-    if (!d)
+    if (!d) {
+        gc_cdi_transient(a, NULL);
         return;
+    }
     struct pr_list l;
     bool listed = false;
     char err[512];
@@ -645,12 +686,15 @@ static void gc_guard_files(struct agent *a) {
             }
             listed = true;
         }
-        if (!still_assigned(dir, &l)) {
+        char devices[PATH_MAX + 16];
+        snprintf(devices, sizeof(devices), "%s/devices", dir);
+        if (!still_assigned(devices, &l)) {
             remove_tree(dir);
             log_info("Removed the guard files of a pod that is gone: %s", dir);
         }
     }
     closedir(d);
+    gc_cdi_transient(a, listed ? &l : NULL);
     if (listed)
         pr_list_free(&l);
 }
@@ -864,6 +908,52 @@ int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const 
     return r;
 }
 
+/* With a CDI strategy the per-container items (the guard's files, MPS's pipe, shared memory and
+ * limits) go into a transient spec of their own, named in the answer beside the devices, instead
+ * of the answer's mounts and environment (the runtime would otherwise mount them twice). */
+static int cdi_transient(struct agent *a, const struct gs_resource *r, const char *const *ids, size_t n,
+                         struct gs_alloc_response *out, char *err, size_t errlen) {
+    static _Atomic unsigned long long seq;
+    if (!out->n_cdi || (!out->n_extra_mounts && !out->n_envs) || !a->o->cdi_root || !a->o->cdi_root[0])
+        return 0;
+    if (out->n_cdi == GS_ALLOC_MAX_CDI) {
+        snprintf(err, errlen, "more than %d CDI devices in one allocation", GS_ALLOC_MAX_CDI - 1);
+        return -E2BIG;
+    }
+    const char *kind = a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND;
+    char name[64], base[PATH_MAX], vc[GS_RESOURCE_NAME_MAX];
+    snprintf(name, sizeof(name), "alloc-%llx-%llx", (unsigned long long)time(NULL), ++seq);
+    gs_strlcpy(vc, kind, sizeof(vc));
+    for (char *c = vc; *c; c++)
+        if (*c == '/')
+            *c = '-'; /* "nvidia.com/gpu" -> "nvidia.com-gpu", as CDI names spec files */
+    if (snprintf(base, sizeof(base), "%s/%s_%s", a->o->cdi_root, vc, name) >= (int)sizeof(base) - 16) {
+        snprintf(err, errlen, "CDI root %s is too long", a->o->cdi_root);
+        return -ENAMETOOLONG;
+    }
+    char *text = NULL;
+    int rc = gs_cdi_alloc_spec(kind, name, out, &text, err, errlen);
+    if (rc < 0)
+        return rc;
+    char path[PATH_MAX + 16], devices[8192];
+    size_t dl = 0;
+    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
+        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", r->name, ids[i]);
+    snprintf(path, sizeof(path), "%s.devices", base); /* first: the record lets GC find the spec */
+    if (dl >= sizeof(devices) || (rc = gs_write_file_atomic(path, devices, dl, false)) < 0 ||
+        (snprintf(path, sizeof(path), "%s.json", base), (rc = gs_write_file_atomic(path, text, strlen(text), false)) < 0)) {
+        snprintf(err, errlen, "cannot write %s", path);
+        free(text);
+        return rc < 0 ? rc : -EIO;
+    }
+    free(text);
+    gs_strlcpy(out->cdi[out->n_cdi++], name, sizeof(out->cdi[0]));
+    out->n_extra_mounts = 0;
+    out->n_envs = 0;
+    log_info("Allocate %s: per-container edits in the CDI spec %s", r->name, path);
+    return 0;
+}
+
 static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
                        struct gs_alloc_response *out, char *err, size_t errlen) {
     struct agent *a = ctx;
@@ -891,6 +981,8 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         pthread_mutex_lock(&a->lock);
         rc = cdi_check(a, out, err, errlen);
         pthread_mutex_unlock(&a->lock);
+        if (rc == 0)
+            rc = cdi_transient(a, r, ids, n, out, err, errlen);
         if (rc < 0)
             gs_alloc_response_free(out);
     }

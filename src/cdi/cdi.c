@@ -214,3 +214,28 @@ int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj,
     }
     return 0;
 }
+
+int gs_cdi_alloc_spec(const char *kind, const char *name, const struct gs_alloc_response *a, char **out, char *err,
+                      size_t errlen) {
+    json_t *env = json_array(), *mounts = json_array();
+    for (unsigned i = 0; i < a->n_envs; i++) {
+        char kv[sizeof(a->envs[0].key) + sizeof(a->envs[0].value) + 2];
+        snprintf(kv, sizeof(kv), "%s=%s", a->envs[i].key, a->envs[i].value);
+        json_array_append_new(env, json_string(kv));
+    }
+    for (unsigned i = 0; i < a->n_extra_mounts; i++) {
+        const struct gs_mount *m = &a->extra_mounts[i];
+        json_array_append_new(mounts, json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", m->host_path, "containerPath",
+                                                m->container_path, "options", m->read_only ? "ro" : "rw", "nosuid",
+                                                "nodev", "rbind"));
+    }
+    json_t *spec = json_pack("{s:s,s:s,s:[{s:s,s:{s:o,s:o}}]}", "cdiVersion", GS_CDI_VERSION, "kind", kind, "devices",
+                             "name", name, "containerEdits", "env", env, "mounts", mounts);
+    *out = spec ? json_dumps(spec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(spec);
+    if (!*out) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}

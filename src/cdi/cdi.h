@@ -59,6 +59,13 @@ int gs_cdi_driver_files(const char *host_root, const char *read_root, const unsi
 int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj, const struct gs_mig_minors *mm,
                 const struct gs_cdi_driver *drv, const char *kind, char **out, char *err, size_t errlen);
 
+/* A transient spec for one allocation (CDI's "<vendor>-<class>_<id>" file): one device `name`
+ * whose edits are the answer's per-container items, the guard's files and MPS's pipe and shared
+ * memory as mounts (read-only ones "ro", others "rw", all "nosuid", "nodev", "rbind") and the
+ * environment (GPUSLICE_GUARD_CONFIG, CUDA_MPS_*). JSON text in *out (caller frees); -ENOMEM. */
+int gs_cdi_alloc_spec(const char *kind, const char *name, const struct gs_alloc_response *a, char **out, char *err,
+                      size_t errlen);
+
 /* The fully qualified CDI name of a device: "nvidia.com/gpu=GPU-...". */
 void gs_cdi_qualified(const char *kind, const char *name, char *buf, size_t len);
 

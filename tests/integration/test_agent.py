@@ -1343,6 +1343,55 @@ def test_cdi_driver_files_seen_through_the_container_mount(h):
     a.wait_log(r"CDI spec written to .* \(4 driver files from /run/nvidia/driver, read at " + re.escape(mounted) + r"\)")
 
 
+def _transient(agent, name):
+    with open(os.path.join(agent.cdi_root, f"nvidia.com-gpu_{name}.json")) as f:
+        return json.load(f)
+
+
+def test_cdi_guard_edits_in_a_transient_spec(h):
+    """With cdi-cri the guard's files and environment are in a per-allocation spec named in the
+    answer, not also in the answer's mounts (the runtime would mount them twice); the spec goes
+    with the pod."""
+    from podresources_emulator import PodResourcesEmulator
+    from test_cdi import validator
+    node = h.node(T4X2)
+    u = node.uuids()
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        policy = _cdi_policy(["cdi-cri"]) + "      memoryPerReplica: 4GiB\n"
+        a = h.agent(node, policy, resources=["nvidia.com/gpu"],
+                    extra=["--proc-root", _proc_root(h), "--guard-root", os.path.join(h.base, "guard"),
+                           "--pod-resources-socket", pr.socket_path, "--guard-gc-interval-ms", "100",
+                           "--guard-grace-ms", "0"])
+        pr.set([("default", "p", "main", "nvidia.com/gpu", [f"{u[0]}::1"])])
+        r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"])
+        names = [d.name for d in r.cdi_devices]
+        assert names[0] == f"nvidia.com/gpu={u[0]}" and names[1].startswith("nvidia.com/gpu=alloc-") and len(names) == 2
+        assert not r.mounts and not r.envs
+        alloc = names[1].split("=", 1)[1]
+        spec = _transient(a, alloc)
+        assert not list(validator().iter_errors(spec))
+        (dev,) = spec["devices"]
+        assert dev["name"] == alloc
+        edits = dev["containerEdits"]
+        assert edits["env"] == ["GPUSLICE_GUARD_CONFIG=/etc/gpuslice/guard.conf"]
+        mounts = {m["containerPath"]: m for m in edits["mounts"]}
+        assert set(mounts) == {"/usr/lib/gpuslice/libgpuslice-guard.so", "/etc/gpuslice/guard.conf",
+                               "/run/gpuslice/guard", "/etc/ld.so.preload"}
+        assert mounts["/run/gpuslice/guard"]["options"][0] == "rw" and mounts["/etc/gpuslice/guard.conf"]["options"][0] == "ro"
+        with open(mounts["/etc/gpuslice/guard.conf"]["hostPath"]) as f:
+            assert f"device 0 {u[0]} {4 << 30} 0" in f.read().splitlines()
+        # the pod goes: its transient spec goes too (the node's spec stays)
+        pr.set([])
+        _wait(lambda: not os.path.exists(os.path.join(a.cdi_root, f"nvidia.com-gpu_{alloc}.json")), 5,
+              "transient CDI spec of a gone pod not removed", a)
+        assert not os.path.exists(os.path.join(a.cdi_root, f"nvidia.com-gpu_{alloc}.devices"))
+        assert os.path.exists(os.path.join(a.cdi_root, "gpuslice.json"))
+        a.wait_log(r"Removed the CDI spec of a pod that is gone")
+    finally:
+        pr.stop()
+
+
 def test_cdi_spec_not_written_without_driver(h):
     node = h.node(T4X2)
     proc = os.path.join(h.base, "noproc")

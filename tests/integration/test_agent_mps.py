@@ -257,3 +257,23 @@ def test_compute_mode_restored_when_the_agent_stops(h):
     assert _modes(node)[0] == "exclusive_process"
     assert a.stop() == 0
     assert _modes(node)[0] == "default"
+
+
+def test_cdi_mps_edits_in_a_transient_spec(h):
+    from test_agent import _proc_root, _transient
+    from test_cdi import validator
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = os.path.join(h.base, "mps")
+    policy = mps_policy(root).replace("version: v1\nflags:\n", "version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n")
+    a = h.agent(node, policy, resources=["nvidia.com/gpu"], extra=["--mps-control", FAKE, "--proc-root", _proc_root(h)])
+    h.kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 8 and {x.health for x in d} == {HEALTHY}, timeout=10)
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::3"])
+    assert not r.mounts and not r.envs
+    alloc = r.cdi_devices[1].name.split("=", 1)[1]
+    spec = _transient(a, alloc)
+    assert not list(validator().iter_errors(spec))
+    edits = spec["devices"][0]["containerEdits"]
+    assert "CUDA_MPS_PIPE_DIRECTORY=/mps/pipe" in edits["env"] and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in edits["env"]
+    mounts = {m["containerPath"]: m["hostPath"] for m in edits["mounts"]}
+    assert mounts["/mps/pipe"] == os.path.join(root, u[1], "pipe") and mounts["/dev/shm"] == os.path.join(root, "shm")
