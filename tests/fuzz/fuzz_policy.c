@@ -2,6 +2,7 @@
  * catch it checks the parser's promises: an error is one non-empty line starting with the input
  * name and leaves the output alone, and a success is a policy the agent can trust without
  * checking it again (modes, replica ranges, terminated strings, valid resource names). */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,23 +23,23 @@ static bool resource_ok(const char *s, size_t size, bool may_be_empty) {
     return slash && slash != s && slash[1] && !strchr(slash + 1, '/') && strlen(s) < GS_RESOURCE_NAME_MAX;
 }
 
-static void check(const struct gs_policy *p) {
-    if (p->mig_strategy > GS_MIG_MIXED || p->id_strategy > GS_ID_INDEX || p->alloc_policy > GS_ALLOC_PACKED)
+/* MPS shares must fit in one GPU; every limit in range. */
+static void check_mps_limits(unsigned replicas, unsigned compute, unsigned long long pinned) {
+    if (replicas > GS_MPS_MAX_REPLICAS || compute > 100 || (compute && replicas * compute > 100) || pinned == 0)
         __builtin_trap();
-    if (p->list_strategy == 0 || (p->list_strategy & ~(unsigned)(GS_LIST_ENVVAR | GS_LIST_VOLUME_MOUNTS)))
-        __builtin_trap();
-    if (!terminated(p->driver_root, sizeof(p->driver_root)) || p->driver_root[0] != '/' ||
-        !terminated(p->dev_root, sizeof(p->dev_root)) || p->dev_root[0] != '/')
-        __builtin_trap();
+}
 
-    if (p->n_ts_resources > GS_POLICY_MAX_RESOURCES || (p->ts_present != (p->n_ts_resources > 0)))
-        __builtin_trap();
-    for (unsigned i = 0; i < p->n_ts_resources; i++) {
-        const struct gs_ts_resource *r = &p->ts_resources[i];
+static void check_replicated(const struct gs_ts_resource *list, unsigned n, bool mps) {
+    for (unsigned i = 0; i < n; i++) {
+        const struct gs_ts_resource *r = &list[i];
         if (!resource_ok(r->name, sizeof(r->name), false) || !resource_ok(r->rename, sizeof(r->rename), true))
             __builtin_trap();
         if (r->replicas < 2 || r->replicas > 1024 || r->n_devices > GS_POLICY_MAX_DEVICES ||
             r->devices_count > GS_POLICY_MAX_DEVICES)
+            __builtin_trap();
+        if (mps)
+            check_mps_limits(r->replicas, r->compute_per_replica, r->pinned_per_replica);
+        else if (r->compute_per_replica || r->pinned_per_replica)
             __builtin_trap();
         /* exactly one of all / count / list */
         if ((int)r->devices_all + (r->devices_count > 0) + (r->n_devices > 0) != 1)
@@ -47,14 +48,42 @@ static void check(const struct gs_policy *p) {
             if (!terminated(r->devices[j].text, sizeof(r->devices[j].text)) || !r->devices[j].text[0])
                 __builtin_trap();
     }
+}
+
+static void check(const struct gs_policy *p) {
+    if (p->mig_strategy > GS_MIG_MIXED || p->id_strategy > GS_ID_INDEX || p->alloc_policy > GS_ALLOC_PACKED)
+        __builtin_trap();
+    if (p->list_strategy == 0 || (p->list_strategy & ~(unsigned)(GS_LIST_ENVVAR | GS_LIST_VOLUME_MOUNTS |
+                                                                 GS_LIST_CDI_ANNOTATIONS | GS_LIST_CDI_CRI)))
+        __builtin_trap();
+    if (!terminated(p->driver_root, sizeof(p->driver_root)) || p->driver_root[0] != '/' ||
+        !terminated(p->dev_root, sizeof(p->dev_root)) || p->dev_root[0] != '/')
+        __builtin_trap();
+
+    if (p->n_ts_resources > GS_POLICY_MAX_RESOURCES || (p->ts_present != (p->n_ts_resources > 0)) ||
+        p->n_mps_resources > GS_POLICY_MAX_RESOURCES || (p->mps_present && p->ts_present))
+        __builtin_trap();
+    check_replicated(p->ts_resources, p->n_ts_resources, false);
+    check_replicated(p->mps_resources, p->n_mps_resources, true);
+    if (!terminated(p->mps_root, sizeof(p->mps_root)) || p->mps_root[0] != '/' ||
+        !terminated(p->cdi_annotation_prefix, sizeof(p->cdi_annotation_prefix)) ||
+        strlen(p->cdi_annotation_prefix) < 2 || p->cdi_annotation_prefix[strlen(p->cdi_annotation_prefix) - 1] != '/' ||
+        !terminated(p->container_driver_root, sizeof(p->container_driver_root)) ||
+        (p->container_driver_root[0] && p->container_driver_root[0] != '/'))
+        __builtin_trap();
 
     if (p->n_rules > GS_POLICY_MAX_RULES)
         __builtin_trap();
     for (unsigned i = 0; i < p->n_rules; i++) {
         const struct gs_gpu_rule *r = &p->rules[i];
-        if (r->mode < GS_MODE_WHOLE || r->mode > GS_MODE_DISABLED || r->line == 0)
+        if (r->mode < GS_MODE_WHOLE || r->mode > GS_MODE_MPS || r->line == 0)
             __builtin_trap();
-        if ((r->mode == GS_MODE_TIME_SLICING) != (r->replicas != 0) || r->replicas > 1024 || r->replicas == 1)
+        bool shared = r->mode == GS_MODE_TIME_SLICING || r->mode == GS_MODE_MPS;
+        if (shared != (r->replicas != 0) || r->replicas > 1024 || r->replicas == 1)
+            __builtin_trap();
+        if (r->mode == GS_MODE_MPS)
+            check_mps_limits(r->replicas, r->compute_per_replica, r->pinned_per_replica);
+        if (r->memory_per_replica && !shared)
             __builtin_trap();
         if (!resource_ok(r->resource, sizeof(r->resource), true) ||
             (r->resource[0] && (r->mode == GS_MODE_MIG || r->mode == GS_MODE_DISABLED)))
