@@ -74,6 +74,11 @@ struct agent {
     char mps_root[256];
     bool mps_stale_checked;        /* daemons left by an earlier agent stopped once */
     int cm_saved[GS_MAX_GPUS];     /* compute mode + 1 before the agent set EXCLUSIVE_PROCESS (0: untouched) */
+    unsigned n_hist;               /* request sizes seen per resource (GetPreferredAllocation), under lock */
+    struct {
+        char resource[GS_RESOURCE_NAME_MAX];
+        unsigned count[GS_ALLOC_SIZE_HIST];
+    } hist[GS_PLAN_MAX_RESOURCES];
     char *cdi_spec;                /* the CDI spec as last written */
     char cdi_error[256];           /* why it could not be written, as last logged */
 };
@@ -997,14 +1002,33 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     return rc;
 }
 
+/* Request sizes per resource (under a->lock). */
+static unsigned *size_hist(struct agent *a, const char *resource) {
+    for (unsigned i = 0; i < a->n_hist; i++)
+        if (!strcmp(a->hist[i].resource, resource))
+            return a->hist[i].count;
+    if (a->n_hist == GS_PLAN_MAX_RESOURCES)
+        return NULL;
+    gs_strlcpy(a->hist[a->n_hist].resource, resource, sizeof(a->hist[0].resource));
+    return a->hist[a->n_hist++].count;
+}
+
 static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
                            const char *const *must, size_t n_must, size_t size, const char **out) {
     struct agent *a = ctx;
     pthread_mutex_lock(&a->lock);
     /* An MPS client talks to one daemon: replicas of one container come from one GPU. */
     enum gs_alloc_policy policy = r->mps ? GS_ALLOC_PACKED : a->policy.alloc_policy;
+    /* The node's request sizes so far, the fragmentation policy's picture of its workload. */
+    unsigned *hist = size_hist(a, r->name);
+    unsigned h[GS_ALLOC_SIZE_HIST] = { 0 };
+    if (hist) {
+        if (size > 0)
+            hist[size < GS_ALLOC_SIZE_HIST ? size : GS_ALLOC_SIZE_HIST - 1]++;
+        memcpy(h, hist, sizeof(h));
+    }
     pthread_mutex_unlock(&a->lock);
-    return gs_preferred(r, avail, n_avail, must, n_must, size, policy, out);
+    return gs_preferred(r, avail, n_avail, must, n_must, size, policy, h, out);
 }
 
 /* ---- policy --------------------------------------------------------------------------------- */

@@ -62,7 +62,7 @@ static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod",
 /* Same order as the enums in policy.h. */
 static const char *const mig_values[] = { "none", "single", "mixed", NULL };
 static const char *const id_values[] = { "uuid", "index", NULL };
-static const char *const alloc_values[] = { "distributed", "packed", NULL };
+static const char *const alloc_values[] = { "distributed", "packed", "fragmentation", NULL };
 static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };
 /* The first two map to GS_LIST_ENVVAR and GS_LIST_VOLUME_MOUNTS; the CDI ones are recognised so
  * that the message can say they are not supported rather than unknown. */

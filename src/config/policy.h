@@ -10,7 +10,7 @@
  *       passDeviceSpecs: false
  *       deviceListStrategy: envvar            # or volume-mounts, cdi-annotations, cdi-cri, or a list
  *       deviceIDStrategy: uuid | index
- *       sharedDevicesAllocationPolicy: distributed | packed
+ *       sharedDevicesAllocationPolicy: distributed | packed | fragmentation   # the last: gpuslice
  *   sharing:
  *     timeSlicing:
  *       renameByDefault: true                 # time-sliced resources get the ".shared" suffix
@@ -69,7 +69,7 @@
 #define GS_MPS_ROOT_DEFAULT "/run/nvidia/mps" /* NVIDIA's helm default for flags.mpsRoot */
 
 enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
-enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED };
+enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED, GS_ALLOC_FRAGMENTATION };
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
 enum gs_list_strategy {
     GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3

@@ -1,8 +1,10 @@
 /* alloc.c: Allocate answers and preferred allocations (pure; see alloc.h). */
 #include "core/alloc.h"
+#include "place/place.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,8 +413,28 @@ static bool chosen_already(const char **out, size_t n, const char *id) {
     return false;
 }
 
+/* FGD fragmentation (milli-GPU) of one GPU of `replicas` replicas with `free` of them free, under
+ * requests of k replicas with the weights of hist: the placement engine's score on a one-GPU
+ * node (a request of k replicas asks k/replicas of the GPU). */
+static double gpu_frag(unsigned replicas, unsigned free, const unsigned *hist) {
+    struct pl_target t[GS_ALLOC_SIZE_HIST];
+    size_t nt = 0;
+    double total = 0;
+    for (unsigned k = 1; hist && k < GS_ALLOC_SIZE_HIST; k++)
+        total += hist[k];
+    for (unsigned k = 1; k < GS_ALLOC_SIZE_HIST && k <= replicas; k++) {
+        double w = total > 0 ? hist[k] / total : (k == 1);
+        if (w > 0)
+            t[nt++] = (struct pl_target){ .milli = (int)(1000 * k / replicas), .num = 1, .p = w };
+    }
+    struct pl_cluster c = { .targets = t, .n_targets = nt };
+    struct pl_node n = { .cpu_left = INT64_MAX / 2, .mem_left = INT64_MAX / 2, .n_gpu = 1, .model = -1 };
+    n.gpu_free[0] = (int)(1000 * free / replicas);
+    return pl_node_frag(&c, &n);
+}
+
 size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_t n_avail, const char *const *must,
-                    size_t n_must, size_t size, enum gs_alloc_policy policy, const char **out) {
+                    size_t n_must, size_t size, enum gs_alloc_policy policy, const unsigned *hist, const char **out) {
     size_t n = 0;
     for (size_t i = 0; i < n_must && n < size; i++)
         if (gs_resource_device(r, must[i]) && !chosen_already(out, n, must[i]))
@@ -506,7 +528,17 @@ size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_
                 continue;
             }
             unsigned lx = load[x->dev->gpu], lb = load[best->dev->gpu];
-            bool better = policy == GS_ALLOC_PACKED ? lx > lb : lx < lb;
+            bool better = policy == GS_ALLOC_DISTRIBUTED ? lx < lb : lx > lb;
+            if (policy == GS_ALLOC_FRAGMENTATION && x->dev->gpu != best->dev->gpu) {
+                unsigned gx = x->dev->gpu, gb = best->dev->gpu;
+                double dx = gpu_frag(total[gx], total[gx] - lx - 1, hist) - gpu_frag(total[gx], total[gx] - lx, hist);
+                double db = gpu_frag(total[gb], total[gb] - lb - 1, hist) - gpu_frag(total[gb], total[gb] - lb, hist);
+                if (dx != db) {
+                    if (dx < db)
+                        best = x;
+                    continue;
+                }
+            }
             if (better || (lx == lb && (x->dev->gpu < best->dev->gpu ||
                                         (x->dev->gpu == best->dev->gpu && x->dev->replica < best->dev->replica))))
                 best = x;

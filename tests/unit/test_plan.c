@@ -297,9 +297,9 @@ static void test_preferred(void **state) {
     for (unsigned i = 0; i < 16; i++)
         avail[i] = r->devices[i].id;
     /* distributed: 3 replicas on 3 GPUs; packed: all on one. */
-    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_DISTRIBUTED, out), 3);
+    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_DISTRIBUTED, NULL, out), 3);
     assert_int_equal(__builtin_popcount(gpus_of(r, out, 3)), 3);
-    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_PACKED, out), 3);
+    assert_int_equal(gs_preferred(r, avail, 16, NULL, 0, 3, GS_ALLOC_PACKED, NULL, out), 3);
     assert_int_equal(__builtin_popcount(gpus_of(r, out, 3)), 1);
     /* distributed prefers the least used GPUs: GPUs 0 and 1 have replicas in use. */
     const char *partial[16];
@@ -308,18 +308,40 @@ static void test_preferred(void **state) {
         if (!(r->devices[i].gpu == 0 && r->devices[i].replica < 2) && !(r->devices[i].gpu == 1 && r->devices[i].replica < 1))
             partial[k++] = r->devices[i].id;
     assert_int_equal(k, 13);
-    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, NULL, out), 2);
     assert_int_equal(gpus_of(r, out, 2), (1u << 2) | (1u << 3));
     /* packed prefers the most used GPU that can hold the request. */
-    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_PACKED, out), 2);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 2, GS_ALLOC_PACKED, NULL, out), 2);
     assert_int_equal(gpus_of(r, out, 2), 1u << 0);
     /* must_include is always part of the answer. */
     const char *must[] = { r->devices[13].id };
-    assert_int_equal(gs_preferred(r, avail, 16, must, 1, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gs_preferred(r, avail, 16, must, 1, 2, GS_ALLOC_DISTRIBUTED, NULL, out), 2);
     assert_string_equal(out[0], r->devices[13].id);
     assert_int_equal(__builtin_popcount(gpus_of(r, out, 2)), 2);
     /* more than is available: as many as there are. */
-    assert_int_equal(gs_preferred(r, avail, 2, NULL, 0, 5, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gs_preferred(r, avail, 2, NULL, 0, 5, GS_ALLOC_DISTRIBUTED, NULL, out), 2);
+
+    /* fragmentation: GPU 0 has 2 replicas in use, GPU 1 one, GPUs 2 and 3 none, and the node's
+     * requests have been for 2 replicas. One more replica: on GPU 0 it would leave a single
+     * replica that no 2-replica request can use (+250 milli-GPU of fragmentation); on GPU 1 or 2
+     * nothing is stranded, and GPU 1 is the more used. Distributed takes GPU 2, packed GPU 0. */
+    k = 0;
+    for (unsigned i = 0; i < 16; i++)
+        if (!(r->devices[i].gpu == 0 && r->devices[i].replica < 2) && !(r->devices[i].gpu == 1 && r->devices[i].replica < 1))
+            partial[k++] = r->devices[i].id;
+    unsigned twos[GS_ALLOC_SIZE_HIST] = { [2] = 5 };
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 1, GS_ALLOC_FRAGMENTATION, twos, out), 1);
+    assert_int_equal(gpus_of(r, out, 1), 1u << 1);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 1, GS_ALLOC_DISTRIBUTED, twos, out), 1);
+    assert_int_equal(gpus_of(r, out, 1), 1u << 2);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 1, GS_ALLOC_PACKED, twos, out), 1);
+    assert_int_equal(gpus_of(r, out, 1), 1u << 0);
+    /* With single replicas only, nothing fragments: the most used GPU with room, as packed. */
+    unsigned ones[GS_ALLOC_SIZE_HIST] = { [1] = 3 };
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 1, GS_ALLOC_FRAGMENTATION, ones, out), 1);
+    assert_int_equal(gpus_of(r, out, 1), 1u << 0);
+    assert_int_equal(gs_preferred(r, partial, k, NULL, 0, 1, GS_ALLOC_FRAGMENTATION, NULL, out), 1);
+    assert_int_equal(gpus_of(r, out, 1), 1u << 0);
     gs_plan_free(&plan);
     free(pol);
     /* whole GPUs: stay on one NUMA node (GPUs 0,1 on node 0; 2,3 on node 1). */
@@ -327,7 +349,7 @@ static void test_preferred(void **state) {
     assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
     r = gs_plan_resource(&plan, "nvidia.com/gpu");
     const char *wavail[] = { r->devices[1].id, r->devices[2].id, r->devices[3].id };
-    assert_int_equal(gs_preferred(r, wavail, 3, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, out), 2);
+    assert_int_equal(gs_preferred(r, wavail, 3, NULL, 0, 2, GS_ALLOC_DISTRIBUTED, NULL, out), 2);
     assert_int_equal(gpus_of(r, out, 2), (1u << 2) | (1u << 3));
     gs_plan_free(&plan);
     free(pol);
