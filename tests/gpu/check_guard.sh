@@ -43,6 +43,8 @@ set -Eeuo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 self=$here/$(basename "$0")
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 to_bytes() { # SIZE (as gpuslice takes it: 10GiB, 512MiB, 1073741824) -> bytes
     local s=$1 n u
@@ -101,13 +103,8 @@ guard_lib=${GPUSLICE_GUARD_LIB:-$root/build/guard/libgpuslice-guard.so}
 py=${PYTHON:-python3}
 gt=$here/guard_torch.py
 budget=${GS_BUDGET_S:-330}
-out_dir=${OUT:-/tmp}
-mkdir -p "$out_dir"
-results=$out_dir/guard-gpu-results.txt
-# The logs stay in a temporary directory and are packed into $OUT/guard-gpu-logs.tar.gz at the end
-# (one file: a device machine's $OUT brings back only a few).
-logs=$(mktemp -d "${TMPDIR:-/tmp}/guard-gpu-logs.XXXXXX")
-: >"$results"
+cap_reserve=10 cap_min=30 why_max=300 # lib.sh: cap keeps 10 s for the end, wants 30 s by default
+gs_setup guard                        # $OUT/guard-gpu-results.txt, $OUT/guard-gpu-logs.tar.gz
 
 # The guard must be in the guarded processes only: not in this shell nor in the unguarded runs.
 unset GPUSLICE_GUARD_CONFIG
@@ -126,17 +123,7 @@ else
     uenv=()
 fi
 
-# ---- reporting --------------------------------------------------------------------------------
-
-failed=0
-say() { printf '%s\n' "$*" | tee -a "$results"; }
-check() { # STATUS NAME DETAIL
-    say "$1 $2: $3"
-    if [[ $1 == FAIL ]]; then failed=1; fi
-    return 0
-}
-figure() { say "FIGURE $1 $2 $3"; }
-note() { say "# $*"; }
+# ---- reporting (say, check, figure, note, why, rc_note: lib.sh) --------------------------------
 
 relay() { # FILE: the PASS/FAIL/SKIP/FIGURE/# lines a python step printed
     local line
@@ -150,14 +137,11 @@ relay() { # FILE: the PASS/FAIL/SKIP/FIGURE/# lines a python step printed
     return 0
 }
 
-why() { # OUT ERR: one line saying why a step gave no answer
+why_first() { # OUT ERR (for lib.sh's why): the step's `error ...` line, else the guard's last word
     local s
     s=$(grep -h -m1 '^error ' "$1" 2>/dev/null || true)
     [[ -n $s ]] || s=$(grep -h 'gpuslice-guard\[' "$2" 2>/dev/null | tail -n 1 || true)
-    [[ -n $s ]] || s=$(grep -v '^[[:space:]]*$' "$2" 2>/dev/null | tail -n 1 || true)
-    [[ -n $s ]] || s="no output"
-    s=${s//$'\n'/ }
-    printf '%s' "${s:0:300}"
+    printf '%s' "$s"
 }
 
 guard_notes() { # ERR: the guard's own stderr lines (why it failed open or closed), once each
@@ -167,85 +151,14 @@ guard_notes() { # ERR: the guard's own stderr lines (why it failed open or close
     return 0
 }
 
-rc_note() { # RC TIMEOUT
-    if (($1 == 124 || $1 == 137)); then printf 'timed out after %ss' "$2"; else printf 'exit %s' "$1"; fi
-}
-
 # ---- time budget and processes ----------------------------------------------------------------
 
-cap() { # WANT [MIN]: prints the timeout to give a step (WANT, or what the budget still allows);
-    # fails when less than MIN (default 30) seconds are left
-    local want=$1 min=${2:-30} left
-    left=$((budget - SECONDS - 10))
-    if ((left < min)); then return 1; fi
-    if ((want < left)); then echo "$want"; else echo "$left"; fi
-}
 skip_budget() { check SKIP "$1" "time budget: ${budget}s for the whole run, $((budget - SECONDS))s left"; }
 
-live=() # pids of `timeout` processes we started; each leads its own process group
-forget() {
-    local p=$1 q keep=()
-    for q in ${live[@]+"${live[@]}"}; do [[ $q == "$p" ]] || keep+=("$q"); done
-    live=(${keep[@]+"${keep[@]}"})
-}
-kill_group() { # PID of a timeout we started: the whole group (gpuslice exec does not pass SIGTERM on)
-    kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null || true
-}
-start_bg() { # TIMEOUT OUT ERR CMD...: starts CMD under timeout in the background; sets bg_pid
-    local t=$1 o=$2 e=$3
-    shift 3
-    timeout -k 5 "$t" "$@" >"$o" 2>"$e" </dev/null &
-    bg_pid=$!
-    live+=("$bg_pid")
-}
-wait_bg() { # PID: waits for it; returns its exit status
-    local rc=0
-    wait "$1" || rc=$?
-    forget "$1"
-    return "$rc"
-}
-run_to() { # TIMEOUT OUT ERR CMD...: runs CMD under timeout (in the background, so a signal to
-    # this script is handled at once); returns CMD's status, 124 when it timed out
-    start_bg "$@"
-    wait_bg "$bg_pid"
-}
-# shellcheck disable=SC2317 # cleanup and on_exit run from traps
-cleanup() {
-    local p
-    ((${#live[@]} > 0)) || return 0
-    for p in "${live[@]}"; do kill_group "$p"; done
-    sleep 2
-    for p in "${live[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
-    live=()
-}
-err_line=""
-# shellcheck disable=SC2317
-on_exit() {
-    local rc=$?
-    trap - EXIT INT TERM
-    cleanup
-    if ((rc != 0 && rc != 77)) && [[ $rc != "$expected_rc" ]]; then
-        check FAIL check_guard_script "stopped early (status $rc${err_line:+, line $err_line}): see $logs"
-    fi
-    local np nf ns
-    np=$(grep -c '^PASS ' "$results" || true)
-    nf=$(grep -c '^FAIL ' "$results" || true)
-    ns=$(grep -c '^SKIP ' "$results" || true)
-    say "# summary: $np passed, $nf failed, $ns skipped in ${SECONDS}s; logs in $logs and $out_dir/guard-gpu-logs.tar.gz"
-    tar -czf "$out_dir/guard-gpu-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null || true
-    if ((rc == 77)); then exit 77; fi
-    if ((failed || nf > 0)); then exit 1; fi
-    exit "$rc"
-}
-expected_rc=0
-finish() { # STATUS: an exit this script means (not a step that broke)
-    expected_rc=$1
-    exit "$1"
-}
-trap 'err_line=$LINENO' ERR
-trap on_exit EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# (cap, start_bg, wait_bg, run_to, kill_group, kill_live, finish and the exit trap: lib.sh)
+# shellcheck disable=SC2317 # cleanup runs from the exit trap
+cleanup() { kill_live; }
+gs_traps
 
 sampler=""
 start_sampler() { # FILE: GPU utilization every second while a measurement runs
@@ -262,25 +175,11 @@ stop_sampler() {
     sampler=""
 }
 mean_of() { awk '$1 ~ /^[0-9.]+$/ { s += $1; n++ } END { if (n) printf "%.1f", s / n; else printf "n/a" }' "$1"; }
-ratio() { awk -v a="$1" -v b="$2" -v m="${3:-1}" 'BEGIN { if (b > 0) printf "%.3f", m * a / b; else printf "n/a" }'; }
-within() { awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(x != "n/a" && x + 0 >= lo && x + 0 <= hi) }'; }
 
 # ---- prerequisites ----------------------------------------------------------------------------
 
-note "check_guard.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname 2>/dev/null || echo '?'); budget ${budget}s; logs in $logs"
-
-if ! command -v nvidia-smi >/dev/null; then
-    check SKIP gpu "nvidia-smi not found: not a GPU machine"
-    finish 77
-fi
-
-rc=0
-run_to 30 "$logs/gpu.csv" "$logs/gpu.err" nvidia-smi -i "$dev" \
-    --query-gpu=name,driver_version,memory.total,mig.mode.current,compute_mode --format=csv,noheader,nounits || rc=$?
-if ((rc != 0)); then
-    check FAIL gpu "nvidia-smi -i $dev --query-gpu failed ($(rc_note "$rc" 30)): $(why /dev/null "$logs/gpu.err")"
-    finish 1
-fi
+gs_begin check_guard.sh
+query_gpu name,driver_version,memory.total,mig.mode.current,compute_mode
 IFS=',' read -r gpu_name gpu_driver gpu_mem gpu_mig gpu_cmode <"$logs/gpu.csv" || true
 gpu_mem=${gpu_mem// /} gpu_mig=${gpu_mig# } gpu_cmode=${gpu_cmode# }
 note "gpu $dev: ${gpu_name}, driver ${gpu_driver# }, ${gpu_mem} MiB, MIG ${gpu_mig}, compute mode ${gpu_cmode}"

@@ -28,12 +28,17 @@ Output (stdout, flushed line by line):
 Any other failure: `error ...` on stdout and a non-zero exit.
 """
 import argparse
+import ctypes as C
 import os
 import re
 import signal
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # cudadrv.py, wherever this is run from
+from cudadrv import (PTX_HEADER, BackendUnavailable, CudaError, Driver,  # noqa: E402
+                     import_torch, matmul_operands, measure, ptx_entry, wait_for)
 
 # Before torch is imported (the caching allocator reads it when CUDA is first used): without
 # expandable segments every 256 MiB tensor is exactly one cudaMalloc (cuMemAlloc_v2) of 256 MiB
@@ -48,7 +53,6 @@ os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:False"  # the name torch
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 CHUNK = 256 * MiB
-CUDA_ERROR_OUT_OF_MEMORY = 2
 
 _UNITS = {"": 1, "B": 1, "K": KiB, "KiB": KiB, "KB": 1000, "M": MiB, "MiB": MiB, "MB": 1000**2,
           "G": GiB, "GiB": GiB, "GB": 1000**3, "T": TiB, "TiB": TiB, "TB": 1000**4}
@@ -102,25 +106,14 @@ class Limits:
             return None
 
 
-class BackendUnavailable(Exception):
-    pass
-
-
 # ---- torch ---------------------------------------------------------------------------------------
 
 class TorchBackend:
     name = "torch"
 
     def __init__(self):
-        try:
-            import torch  # noqa: PLC0415 (imported here: the driver backend must work without it)
-        except Exception as e:  # ImportError, or a broken install raising anything
-            raise BackendUnavailable(f"torch does not import: {e}") from e
-        self.torch = torch
-        if not torch.cuda.is_available():
-            raise BackendUnavailable(f"torch {torch.__version__} sees no CUDA device "
-                                     f"(built for CUDA {torch.version.cuda})")
-        self._oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+        self.torch = import_torch()
+        self._oom_type = getattr(self.torch.cuda, "OutOfMemoryError", None)
 
     def describe(self):
         t = self.torch
@@ -174,10 +167,7 @@ class TorchBackend:
         """A compute-bound step: 8 bf16 (or fp16) 8192^3 matrix products, then a sync."""
         t = self.torch
         n, k = 8192, 8
-        dt = t.bfloat16 if t.cuda.is_bf16_supported() else t.float16
-        a = t.randn(n, n, device="cuda", dtype=dt)
-        b = t.randn(n, n, device="cuda", dtype=dt)
-        c = t.empty(n, n, device="cuda", dtype=dt)
+        a, b, c, dtype = matmul_operands(t, n)
 
         def step():
             for _ in range(k):
@@ -185,39 +175,19 @@ class TorchBackend:
             t.cuda.synchronize()
             return k
 
-        return step, 2.0 * n ** 3, f"matmul {n}x{n}x{n} {str(dt).replace('torch.', '')}, {k} per sync"
+        return step, 2.0 * n ** 3, f"matmul {n}x{n}x{n} {dtype}, {k} per sync"
 
 
 # ---- the driver through ctypes --------------------------------------------------------------------
 
 # gs_noop: an empty kernel. gs_spin: each thread runs a dependent FMA chain ITERS long and stores
-# the result (so it cannot be optimised away). PTX ISA 7.0 / sm_70: any driver for CUDA >= 11
-# JIT-compiles it for the GPU at hand.
-PTX = rb"""
-.version 7.0
-.target sm_70
-.address_size 64
-
+# the result (so it cannot be optimised away). PTX_HEADER, ptx_entry: cudadrv.py (ISA 7.0, sm_70).
+PTX = PTX_HEADER + rb"""
 .visible .entry gs_noop()
 {
 	ret;
 }
-
-.visible .entry gs_spin(
-	.param .u64 gs_spin_out,
-	.param .u32 gs_spin_iters
-)
-{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<4>;
-	.reg .f32 	%f<4>;
-	.reg .b64 	%rd<3>;
-
-	ld.param.u64 	%rd1, [gs_spin_out];
-	ld.param.u32 	%r1, [gs_spin_iters];
-	cvta.to.global.u64 	%rd2, %rd1;
-	mov.u32 	%r3, %tid.x;
-	cvt.rn.f32.u32 	%f1, %r3;
+""" + ptx_entry("gs_spin", preds=2, floats=4) + rb"""
 	mov.f32 	%f2, 0f3F7FBE77;
 	mov.f32 	%f3, 0f3DCCCCCD;
 	mov.u32 	%r2, 0;
@@ -231,119 +201,46 @@ $L__spin:
 }
 """
 
-CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
-
-class CudaError(Exception):
-    pass
-
-
-class DriverBackend:
+class DriverBackend(Driver):
     name = "driver"
 
     def __init__(self):
-        import ctypes as C  # noqa: PLC0415
-
-        self.C = C
-        try:
-            self.lib = C.CDLL("libcuda.so.1")
-        except OSError as e:
-            raise BackendUnavailable(f"libcuda.so.1 does not load: {e}") from e
-        P = C.POINTER
-        required = {
-            "cuInit": [C.c_uint],
-            "cuDeviceGet": [P(C.c_int), C.c_int],
-            "cuDevicePrimaryCtxRetain": [P(C.c_void_p), C.c_int],
-            "cuCtxSetCurrent": [C.c_void_p],
-            "cuCtxSynchronize": [],
-            "cuMemGetInfo_v2": [P(C.c_size_t), P(C.c_size_t)],
-            "cuDeviceTotalMem_v2": [P(C.c_size_t), C.c_int],
-            "cuMemAlloc_v2": [P(C.c_uint64), C.c_size_t],
-            "cuMemFree_v2": [C.c_uint64],
-        }
-        optional = {  # launch, busy and descriptions only
-            "cuDeviceGetName": [C.c_char_p, C.c_int, C.c_int],
-            "cuDeviceGetAttribute": [P(C.c_int), C.c_int, C.c_int],
-            "cuDriverGetVersion": [P(C.c_int)],
-            "cuModuleLoadData": [P(C.c_void_p), C.c_char_p],
-            "cuModuleGetFunction": [P(C.c_void_p), C.c_void_p, C.c_char_p],
-            "cuLaunchKernel": [C.c_void_p, C.c_uint, C.c_uint, C.c_uint, C.c_uint, C.c_uint, C.c_uint,
-                               C.c_uint, C.c_void_p, C.c_void_p, C.c_void_p],
-            "cuGetErrorName": [C.c_int, P(C.c_char_p)],
-        }
-        self._f = {}
-        for table, needed in ((required, True), (optional, False)):
-            for name, argtypes in table.items():
-                try:
-                    fn = getattr(self.lib, name)  # dlsym(libcuda, name): the guard answers hooked names
-                except AttributeError as e:
-                    if needed:
-                        raise BackendUnavailable(f"libcuda.so.1 has no {name}") from e
-                    continue
-                fn.restype = C.c_int
-                fn.argtypes = argtypes
-                self._f[name] = fn
-        self.dev = C.c_int(0)
+        super().__init__(
+            required=("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuCtxSynchronize",
+                      "cuMemGetInfo_v2", "cuDeviceTotalMem_v2", "cuMemAlloc_v2", "cuMemFree_v2"),
+            optional=(  # launch, busy and descriptions only
+                "cuDeviceGetName", "cuDeviceGetAttribute", "cuDriverGetVersion", "cuModuleLoadData",
+                "cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorName"))
         self.ptrs = []
         self.module = None
 
-    def fn(self, name):
-        f = self._f.get(name)
-        if f is None:
-            raise CudaError(f"libcuda.so.1 has no {name}")
-        return f
-
-    def _err(self, r):
-        s = self.C.c_char_p()
-        f = self._f.get("cuGetErrorName")
-        if f is not None and f(r, self.C.byref(s)) == 0 and s.value:
-            return s.value.decode()
-        return f"CUresult {r}"
-
-    def check(self, r, what):
-        if r != 0:
-            raise CudaError(f"{what}: {self._err(r)} ({r})")
-
     def describe(self):
-        C = self.C
         parts = []
         try:
-            v = C.c_int()
-            self.check(self.fn("cuDriverGetVersion")(C.byref(v)), "cuDriverGetVersion")
-            parts.append(f"driver-api={v.value // 1000}.{v.value % 1000 // 10}")
-            name = C.create_string_buffer(256)
-            self.check(self.fn("cuDeviceGetName")(name, 256, self.dev), "cuDeviceGetName")
-            parts.append(f"device={name.value.decode().replace(' ', '_')}")
+            parts.append(f"driver-api={self.driver_version()}")
+            parts.append(f"device={self.device_name().decode().replace(' ', '_')}")
         except CudaError as e:
             parts.append(f"({e})")
         return " ".join(parts)
 
     def init(self):
-        C = self.C
-        self.check(self.fn("cuInit")(0), "cuInit")
-        self.check(self.fn("cuDeviceGet")(C.byref(self.dev), 0), "cuDeviceGet")
-        ctx = C.c_void_p()
-        self.check(self.fn("cuDevicePrimaryCtxRetain")(C.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
-        self.check(self.fn("cuCtxSetCurrent")(ctx), "cuCtxSetCurrent")
+        self.init_context()
 
     def mem_info(self):
-        C = self.C
         free, total = C.c_size_t(), C.c_size_t()
         self.check(self.fn("cuMemGetInfo_v2")(C.byref(free), C.byref(total)), "cuMemGetInfo_v2")
         return free.value, total.value
 
     def device_total(self):
-        C = self.C
         t = C.c_size_t()
         self.check(self.fn("cuDeviceTotalMem_v2")(C.byref(t), self.dev), "cuDeviceTotalMem_v2")
         return t.value
 
     def alloc(self, n):
-        p = self.C.c_uint64()
-        r = self.fn("cuMemAlloc_v2")(self.C.byref(p), n)
-        if r == CUDA_ERROR_OUT_OF_MEMORY:
+        p = self.mem_alloc(n, oom=True)
+        if p is None:
             return None
-        self.check(r, f"cuMemAlloc_v2({n})")
         self.ptrs.append(p.value)
         return p.value
 
@@ -355,18 +252,12 @@ class DriverBackend:
         for p in list(self.ptrs):
             self.free(p)
 
-    def sync(self):
-        self.check(self.fn("cuCtxSynchronize")(), "cuCtxSynchronize")
-
     def function(self, name):
-        C = self.C
         if self.module is None:
             mod = C.c_void_p()
             self.check(self.fn("cuModuleLoadData")(C.byref(mod), PTX), "cuModuleLoadData (PTX JIT)")
             self.module = mod
-        fn = C.c_void_p()
-        self.check(self.fn("cuModuleGetFunction")(C.byref(fn), self.module, name.encode()), "cuModuleGetFunction")
-        return fn
+        return self.get_function(self.module, name)
 
     def tiny_launcher(self):
         fn = self.function("gs_noop")
@@ -374,22 +265,13 @@ class DriverBackend:
         return lambda: launch(fn, 1, 1, 1, 1, 1, 1, 0, None, None, None)
 
     def busy_step(self):
-        C = self.C
         fn = self.function("gs_spin")
-        sms = C.c_int()
-        self.check(self.fn("cuDeviceGetAttribute")(C.byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev),
-                   "cuDeviceGetAttribute")
-        grid, block = sms.value * 8, 256
+        grid, block = self.sm_count() * 8, 256
         out_ptr = C.c_uint64(self.alloc(4) or 0)
         if not out_ptr.value:
             raise CudaError("cannot allocate 4 bytes")
-        iters = C.c_uint32(1 << 12)
-        params = (C.c_void_p * 2)(C.addressof(out_ptr), C.addressof(iters))
-        launch = self.fn("cuLaunchKernel")
-
-        def one():
-            self.check(launch(fn, grid, 1, 1, block, 1, 1, 0, None, params, None), "cuLaunchKernel(gs_spin)")
-
+        iters = C.c_uint32(1 << 12)  # the calibration below changes it: the launches see the new value
+        one = self.make_launcher(fn, grid, block, (out_ptr, iters), "cuLaunchKernel(gs_spin)")
         one()  # the first launch loads the module (lazy loading): not part of the calibration
         self.sync()
         # Calibrate: about 10 ms a kernel when alone on the GPU.
@@ -536,25 +418,11 @@ def cmd_busy(be, args):
     for _ in range(3):
         step()
     out(f"ready backend={be.name} {desc}")
-    if args.go:
-        end = time.monotonic() + args.wait
-        while not os.path.exists(args.go):
-            if time.monotonic() > end:
-                out(f"error no go file {args.go} after {args.wait} s")
-                return 3
-            time.sleep(0.02)
-    t0 = last = time.monotonic()
-    done = done_last = 0
-    while True:
-        done += step()
-        now = time.monotonic()
-        if now - last >= 1.0:
-            rate = (done - done_last) / (now - last)
-            out(f"tick {now - t0:.2f} iters_per_s {rate:.3f} tflops {rate * flop / 1e12:.2f}")
-            last, done_last = now, done
-        if now - t0 >= args.seconds:
-            break
-    el = now - t0
+    if args.go and not wait_for(args.go, args.wait, 0.02):
+        out(f"error no go file {args.go} after {args.wait} s")
+        return 3
+    done, el = measure(step, args.seconds,
+                       lambda t, rate: out(f"tick {t:.2f} iters_per_s {rate:.3f} tflops {rate * flop / 1e12:.2f}"))
     out(f"mean iters_per_s {done / el:.3f} tflops {done * flop / el / 1e12:.2f} seconds {el:.2f}")
     return 0
 
