@@ -945,33 +945,26 @@ static cuEventRecord_fn ptsz_record(void) {
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                                unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
                                void **extra) {
-    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params,
-                            extra);
-    if (__builtin_expect(!real_cuLaunchKernel, 0)) {
+    if (__builtin_expect(!real_cuLaunchKernel, 0)) { /* first call: the guard loads the driver */
         guard_state();
         if (!real_cuLaunchKernel)
             return CUDA_ERROR_NOT_INITIALIZED;
-        if (atomic_load(&g_pacing))
-            return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params,
-                                extra);
     }
+    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
+        return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
     return real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                                     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
                                     void **extra) {
-    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    if (__builtin_expect(!real_cuLaunchKernel_ptsz, 0)) {
+    if (__builtin_expect(!real_cuLaunchKernel_ptsz, 0)) { /* first call: the guard loads the driver */
         guard_state();
         if (!real_cuLaunchKernel_ptsz)
             return CUDA_ERROR_NOT_INITIALIZED;
-        if (atomic_load(&g_pacing))
-            return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params,
-                                extra);
     }
+    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
+        return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
     return real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
