@@ -601,6 +601,18 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* Which devices an allocation's files belong to ("RESOURCE\tID" lines): when the kubelet no
+ * longer assigns any of them, the pod is gone and the files can go (still_assigned). */
+static int write_devices_record(const char *path, const char *resource, const char *const *ids, size_t n) {
+    char devices[8192];
+    size_t dl = 0;
+    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
+        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", resource, ids[i]);
+    if (dl >= sizeof(devices))
+        return -ENOBUFS;
+    return gs_write_file_atomic(path, devices, dl, false);
+}
+
 /* True if the kubelet still assigns one of the devices listed in the file ("RESOURCE\tID" lines). */
 static bool still_assigned(const char *path, const struct pr_list *l) {
     _cleanup_free_ char *text = NULL;
@@ -814,14 +826,8 @@ static int inject_guard(struct agent *a, const struct gs_resource *res, const ch
         snprintf(err, errlen, "cannot write %s", path);
         return len < 0 ? len : r;
     }
-    /* Which devices the files belong to: when the kubelet no longer assigns any of them, the pod
-     * is gone and the files can go. */
-    char devices[8192];
-    size_t dl = 0;
-    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
-        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", res->name, ids[i]);
     snprintf(path, sizeof(path), "%s/devices", dir);
-    if (dl >= sizeof(devices) || gs_write_file_atomic(path, devices, dl, false) < 0) {
+    if (write_devices_record(path, res->name, ids, n) < 0) {
         snprintf(err, errlen, "cannot write %s", path);
         return -EIO;
     }
@@ -940,12 +946,9 @@ static int cdi_transient(struct agent *a, const struct gs_resource *r, const cha
     int rc = gs_cdi_alloc_spec(kind, name, out, &text, err, errlen);
     if (rc < 0)
         return rc;
-    char path[PATH_MAX + 16], devices[8192];
-    size_t dl = 0;
-    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
-        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", r->name, ids[i]);
+    char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s.devices", base); /* first: the record lets GC find the spec */
-    if (dl >= sizeof(devices) || (rc = gs_write_file_atomic(path, devices, dl, false)) < 0 ||
+    if ((rc = write_devices_record(path, r->name, ids, n)) < 0 ||
         (snprintf(path, sizeof(path), "%s.json", base), (rc = gs_write_file_atomic(path, text, strlen(text), false)) < 0)) {
         snprintf(err, errlen, "cannot write %s", path);
         free(text);
