@@ -67,7 +67,7 @@ static json_t *device(const char *name, json_t *nodes) {
     return json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits", "deviceNodes", nodes);
 }
 
-static bool valid_kind(const char *kind) {
+bool gs_cdi_kind_valid(const char *kind) {
     const char *slash = strchr(kind, '/');
     if (!slash || slash == kind || !slash[1] || strchr(slash + 1, '/'))
         return false;
@@ -153,7 +153,7 @@ int gs_cdi_driver_files(const char *host_root, const char *read_root, const unsi
 int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj, const struct gs_mig_minors *mm,
                 const struct gs_cdi_driver *drv, const char *kind, char **out, char *err, size_t errlen) {
     *out = NULL;
-    if (!valid_kind(kind)) {
+    if (!gs_cdi_kind_valid(kind)) {
         snprintf(err, errlen, "CDI kind '%s': expected VENDOR/CLASS, e.g. nvidia.com/gpu", kind);
         return -EINVAL;
     }

@@ -13,6 +13,7 @@
 #ifndef GS_CDI_H
 #define GS_CDI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/alloc.h"
@@ -65,6 +66,9 @@ int gs_cdi_spec(const struct gs_inventory *inv, const struct gs_dev_majors *maj,
  * environment (GPUSLICE_GUARD_CONFIG, CUDA_MPS_*). JSON text in *out (caller frees); -ENOMEM. */
 int gs_cdi_alloc_spec(const char *kind, const char *name, const struct gs_alloc_response *a, char **out, char *err,
                       size_t errlen);
+
+/* A CDI kind: VENDOR/CLASS ("nvidia.com/gpu"). */
+bool gs_cdi_kind_valid(const char *kind);
 
 /* The fully qualified CDI name of a device: "nvidia.com/gpu=GPU-...". */
 void gs_cdi_qualified(const char *kind, const char *name, char *buf, size_t len);

@@ -147,6 +147,16 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         default: return GS_EXIT_USAGE;
         }
     }
+    if (o.cdi_kind && !gs_cdi_kind_valid(o.cdi_kind)) {
+        fprintf(stderr, "gpuslice agent: --cdi-kind: '%s' is not a CDI kind (VENDOR/CLASS, e.g. %s)\n", o.cdi_kind,
+                GS_CDI_KIND);
+        return GS_EXIT_USAGE;
+    }
+    if (o.container_driver_root && o.container_driver_root[0] != '/') {
+        fprintf(stderr, "gpuslice agent: --container-driver-root: '%s' is not an absolute path\n",
+                o.container_driver_root);
+        return GS_EXIT_USAGE;
+    }
     if (optind < argc) {
         fprintf(stderr, "gpuslice agent: unexpected argument '%s'\n", argv[optind]);
         return GS_EXIT_USAGE;

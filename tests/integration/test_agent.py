@@ -1586,6 +1586,11 @@ def test_metrics_bad_address(h):
 @pytest.mark.parametrize("args,message", [
     (["agent", "--guard-gc-interval-ms", "abc"], "--guard-gc-interval-ms: 'abc' is not a number of milliseconds"),
     (["agent", "--guard-grace-ms", "-5"], "--guard-grace-ms: '-5' is not a number of milliseconds"),
+    (["agent", "--guard-reconcile-interval-ms", "1e3"], "--guard-reconcile-interval-ms: '1e3' is not a number of milliseconds"),
+    (["agent", "--pod-attribution-interval-ms", "soon"], "--pod-attribution-interval-ms: 'soon' is not a number of milliseconds"),
+    (["agent", "--cdi-kind", "gpu"], "--cdi-kind: 'gpu' is not a CDI kind (VENDOR/CLASS, e.g. nvidia.com/gpu)"),
+    (["agent", "--cdi-kind", "nvidia.com/gpu/x"], "--cdi-kind: 'nvidia.com/gpu/x' is not a CDI kind"),
+    (["agent", "--container-driver-root", "driver"], "--container-driver-root: 'driver' is not an absolute path"),
     (["apply", "--json", "--labels"], "--json and --labels cannot be combined"),
 ])
 def test_bad_command_line(h, args, message):
