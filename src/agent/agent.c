@@ -527,8 +527,8 @@ static void reconcile_mig(struct agent *a) {
     if (a->policy.mig_layout_file[0]) {
         file = malloc(sizeof(*file));
         if (!file || gs_miglayout_load(a->policy.mig_layout_file, file, err, sizeof(err)) < 0) {
-            log_error("MIG layout not applied: %s", file ? err : "out of memory");
             write_mig_status(a, "failed", file ? err : "out of memory");
+            log_error("MIG layout not applied: %s", file ? err : "out of memory");
             free(file);
             return;
         }
@@ -538,8 +538,8 @@ static void reconcile_mig(struct agent *a) {
     unsigned steps = 0;
     int r = plans ? gs_mig_plan_node(a->inv, file, a->policy.mig_config, plans, selected, err, sizeof(err)) : -ENOMEM;
     if (r < 0) {
-        log_error("MIG layout %s not applied: %s", a->policy.mig_config, plans ? err : "out of memory");
         write_mig_status(a, "failed", plans ? err : "out of memory");
+        log_error("MIG layout %s not applied: %s", a->policy.mig_config, plans ? err : "out of memory");
         goto out;
     }
     memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
@@ -563,12 +563,12 @@ static void reconcile_mig(struct agent *a) {
     r = gs_mig_apply_node(a->node, file, a->policy.mig_config, a->policy.mig_force, &res, err, sizeof(err));
     memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
     if (r < 0) {
+        write_mig_status(a, "failed", err); /* first: whoever reads the log line finds the state written */
         log_error("MIG layout %s failed after %u step(s): %s", a->policy.mig_config, res.steps_done, err);
-        write_mig_status(a, "failed", err);
     } else {
+        write_mig_status(a, "applied", NULL);
         log_info("MIG layout %s applied: %u created, %u destroyed, %u kept", a->policy.mig_config, res.creates,
                  res.destroys, res.kept);
-        write_mig_status(a, "applied", NULL);
     }
     refresh_inventory(a);
     if (a->plan_valid)
