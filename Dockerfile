@@ -12,8 +12,8 @@ FROM debian:bookworm-slim AS build
 # The build part of scripts/deps.sh; the test and fuzzing packages are left out (-Dtests=false).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      gcc pkg-config meson ninja-build \
-      libyaml-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
+      gcc libstdc++-12-dev pkg-config meson ninja-build \
+      libyaml-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -23,10 +23,10 @@ RUN meson setup /build -Dtests=false --buildtype=release --prefix=/usr -Dlibdir=
  && meson install -C /build --destdir /out
 
 FROM debian:bookworm-slim
-# The libraries the binaries link (their own dependencies come with them).
+# The shared libraries the binaries link (gRPC core, abseil and libstdc++ are linked in statically).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libyaml-0-2 libjansson4 libgrpc29 libprotobuf-c1 libmicrohttpd12 \
+      libyaml-0-2 libjansson4 libprotobuf-c1 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/gpuslice /usr/bin/gpuslice
 COPY --from=build /out/usr/lib/gpuslice/ /usr/lib/gpuslice/

@@ -36,6 +36,23 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
 
 
+def write_smaps_summary(pid, path):
+    """Resident kB per mapped file (anonymous mappings by their name), biggest first."""
+    per = {}
+    name = None
+    for line in open(f"/proc/{pid}/smaps"):
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else "[anon]"
+            per.setdefault(name, {"Rss": 0, "Anonymous": 0})
+        elif head and head[0] in ("Rss:", "Anonymous:"):
+            per[name][head[0][:-1]] += int(head[1])
+    with open(path, "w") as out:
+        out.write("rss_kb anon_kb mapping\n")
+        for n, v in sorted(per.items(), key=lambda kv: -kv[1]["Rss"]):
+            out.write(f"{v['Rss']} {v['Anonymous']} {n}\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpuslice", default=os.path.join(ROOT, "build", "gpuslice"))
@@ -43,6 +60,7 @@ def main():
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--xid-trials", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=10)
+    ap.add_argument("--smaps", help="write the agent's resident memory per mapping (from /proc/PID/smaps) here")
     args = ap.parse_args()
 
     base = tempfile.mkdtemp(prefix="gs-b-", dir="/tmp")
@@ -121,6 +139,8 @@ def main():
         rss = {k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines() if ":" in line)}
         rollup = open(f"/proc/{agent.pid}/smaps_rollup").read()
         rss.update({k: v.strip() for k, v in (line.split(":", 1) for line in rollup.splitlines()[1:] if ":" in line)})
+        if args.smaps:
+            write_smaps_summary(agent.pid, args.smaps)
     finally:
         agent.send_signal(signal.SIGTERM)
         try:

@@ -8,6 +8,7 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <time.h>
@@ -81,6 +82,9 @@ struct agent {
     } hist[GS_PLAN_MAX_RESOURCES];
     char *cdi_spec;                /* the CDI spec as last written */
     char cdi_error[256];           /* why it could not be written, as last logged */
+    char *metrics_text;            /* publish_metrics' buffer, metrics_cap bytes */
+    size_t metrics_cap;
+    unsigned long long trim_calls, trim_last_call_ns, trim_last_ns; /* trim_when_quiet */
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -1065,17 +1069,23 @@ static int load_policy(struct agent *a, bool initial) {
     unsigned long long h = hash_text(text, len);
     if (!initial && h == a->policy_hash)
         return 0;
-    struct gs_policy next;
+    /* On the heap: a policy is ~280 KiB, and stack pages once touched stay resident. */
+    _cleanup_free_ struct gs_policy *next = malloc(sizeof(*next));
+    if (!next) {
+        log_error("Cannot load policy %s: out of memory%s", a->o->config_path,
+                  initial ? "" : "; keeping the running policy");
+        return -ENOMEM;
+    }
     char err[512];
-    r = gs_policy_parse(a->o->config_path, text, len, &next, err, sizeof(err));
+    r = gs_policy_parse(a->o->config_path, text, len, next, err, sizeof(err));
     if (r < 0) {
         log_error("Rejected policy: %s%s", err, initial ? "" : "; keeping the running policy");
         return r;
     }
-    for (unsigned i = 0; i < next.n_warnings; i++)
-        log_warn("Policy %s: %s", a->o->config_path, next.warnings[i]);
+    for (unsigned i = 0; i < next->n_warnings; i++)
+        log_warn("Policy %s: %s", a->o->config_path, next->warnings[i]);
     pthread_mutex_lock(&a->lock);
-    a->policy = next;
+    a->policy = *next;
     pthread_mutex_unlock(&a->lock);
     a->policy_hash = h;
     if (!initial)
@@ -1090,18 +1100,54 @@ static int load_policy(struct agent *a, bool initial) {
 static void publish_metrics(struct agent *a) {
     if (!a->metrics || !a->plan_valid)
         return;
-    size_t cap = 1 << 20;
-    char *text = malloc(cap);
-    if (!text)
-        return;
-    pthread_mutex_lock(&a->lock);
-    int n = gs_metrics_format(a->inv, &a->plan, &a->health, &a->counters, text, cap);
-    pthread_mutex_unlock(&a->lock);
+    /* One buffer kept across iterations, grown when the text outgrows it: rendering every
+     * 200 ms into a fresh megabyte would churn the allocator (and glibc's mmap threshold). */
+    int n;
+    for (;;) {
+        if (!a->metrics_text) {
+            size_t cap = a->metrics_cap ? a->metrics_cap : 64 * 1024;
+            a->metrics_text = malloc(cap);
+            if (!a->metrics_text)
+                return;
+            a->metrics_cap = cap;
+        }
+        pthread_mutex_lock(&a->lock);
+        n = gs_metrics_format(a->inv, &a->plan, &a->health, &a->counters, a->metrics_text, a->metrics_cap);
+        pthread_mutex_unlock(&a->lock);
+        if (n != -ENOSPC || a->metrics_cap >= 64u << 20)
+            break;
+        free(a->metrics_text);
+        a->metrics_text = NULL;
+        a->metrics_cap *= 2;
+    }
     if (n >= 0)
-        metrics_http_publish(a->metrics, text, (size_t)n);
+        metrics_http_publish(a->metrics, a->metrics_text, (size_t)n);
     else
         log_warn("Cannot render the metrics: %s", strerror(-n));
-    free(text);
+}
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+/* Hands freed heap memory back to the kernel when the allocator holds more than 512 KiB free:
+ * gRPC allocates per call on its own threads, the simulated NVML parses its state file, and glibc
+ * keeps what was freed. Checked once a second, and not while Allocate calls are coming in
+ * (malloc_trim takes the arenas' locks); a call resets the 1 s quiet period. */
+static void trim_when_quiet(struct agent *a, unsigned long long now) {
+    unsigned long long calls = 0;
+    pthread_mutex_lock(&a->lock);
+    for (unsigned i = 0; i < a->counters.n_resources; i++)
+        calls += a->counters.res[i].allocations + a->counters.res[i].errors;
+    pthread_mutex_unlock(&a->lock);
+    if (calls != a->trim_calls) {
+        a->trim_calls = calls;
+        a->trim_last_call_ns = now;
+    }
+    if (now - a->trim_last_call_ns < 1000000000ULL || now - a->trim_last_ns < 1000000000ULL)
+        return;
+    a->trim_last_ns = now;
+    struct mallinfo2 mi = mallinfo2();
+    if (mi.fordblks > 512 * 1024)
+        malloc_trim(0);
 }
 
 /* ---- NVML event thread ---------------------------------------------------------------------- */
@@ -1222,6 +1268,10 @@ static void handle_inotify(struct agent *a, bool *reload) {
 }
 
 int agent_run(struct gpu_node *node, const struct agent_options *o) {
+    /* Two malloc arenas, not one per thread (up to 8 per core): the agent's ~10 threads (gRPC's,
+     * the metrics server's, the NVML event thread) allocate little, and each arena keeps pages of
+     * its own resident. */
+    mallopt(M_ARENA_MAX, 2);
     struct agent *a = calloc(1, sizeof(*a));
     if (!a)
         return 1;
@@ -1334,6 +1384,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
                 reconcile_guard_counters(a);
             }
             recover_quiet_gpus(a);
+            trim_when_quiet(a, t0);
             if (replan(a, false) < 0)
                 a->counters.reconcile_errors++;
             a->counters.reconcile_seconds = (double)(gs_now_ns() - t0) / 1e9;
@@ -1346,6 +1397,7 @@ out:
         pthread_join(a->event_thread, NULL);
     gpu_events_close(a->events);
     metrics_http_stop(a->metrics);
+    free(a->metrics_text);
     if (a->mps) {
         gs_mps_sup_stop_all(a->mps); /* quit, directories removed */
         gs_mps_sup_free(a->mps);

@@ -1,5 +1,5 @@
-/* metrics_http.h: serves the agent's latest metrics text on GET /metrics (libmicrohttpd, its own
- * thread). The agent renders the text; the server only hands out the last one published. */
+/* metrics_http.h: serves the agent's latest metrics text on GET /metrics (HTTP/1.x on a thread of
+ * its own). The agent renders the text; the server only hands out the last one published. */
 #ifndef GS_METRICS_HTTP_H
 #define GS_METRICS_HTTP_H
 

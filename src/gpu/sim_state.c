@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,8 +58,15 @@ void sim_state_fingerprint(const struct gs_nodedesc *nd, char *buf, size_t len) 
         snprintf(buf + n, len - n, ";driver=%s;cuda=%d.%d", nd->driver_version, nd->cuda_major, nd->cuda_minor);
 }
 
+/* Zeroes the state's header only: each GPU entry is zeroed when it is filled. The state is sized
+ * for the largest node, and touching all of it would make every process that loads the simulated
+ * NVML resident in ~1.3 MiB it never uses; entries at and past n_gpus are never read. */
+static void reset_header(struct sim_state *s) {
+    memset(s, 0, offsetof(struct sim_state, gpus));
+}
+
 void sim_state_init(struct sim_state *s, const struct gs_nodedesc *nd, unsigned long long seed) {
-    memset(s, 0, sizeof(*s));
+    reset_header(s);
     sim_state_fingerprint(nd, s->fingerprint, sizeof(s->fingerprint));
     s->seed = seed;
     gs_strlcpy(s->driver_version, nd->driver_version, sizeof(s->driver_version));
@@ -66,6 +74,7 @@ void sim_state_init(struct sim_state *s, const struct gs_nodedesc *nd, unsigned 
     s->cuda_minor = nd->cuda_minor;
     s->n_gpus = nd->n_gpus;
     for (unsigned i = 0; i < nd->n_gpus; i++) {
+        memset(&s->gpus[i], 0, sizeof(s->gpus[i]));
         s->gpus[i].model = nd->gpus[i].model;
         s->gpus[i].mig_current = s->gpus[i].mig_pending = nd->gpus[i].mig_enabled ? 1 : 0;
     }
@@ -243,7 +252,7 @@ int sim_state_from_json(const char *path, const char *text, struct sim_state *s,
         snprintf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
         return -EINVAL;
     }
-    memset(s, 0, sizeof(*s));
+    reset_header(s);
     const char *ctx = "state";
     int r = -EINVAL;
     long long version;
@@ -269,6 +278,7 @@ int sim_state_from_json(const char *path, const char *text, struct sim_state *s,
     }
     size_t i;
     json_array_foreach(gpus, i, jg) {
+        memset(&s->gpus[i], 0, sizeof(s->gpus[i]));
         if (parse_gpu(jg, &s->gpus[i], (unsigned)i, path, err, errlen) < 0)
             goto fail;
         s->n_gpus++;

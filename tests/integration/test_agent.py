@@ -1562,6 +1562,83 @@ def test_metrics_scraped_and_valid(h):
     assert e.value.code == 404
 
 
+def _metrics_port(agent):
+    line = agent.wait_log(r"Serving metrics on .* \(port \d+\)")
+    return int(re.search(r"\(port (\d+)\)", line).group(1))
+
+
+def _raw_http(port, data, timeout=5):
+    """Sends data on a fresh connection and returns everything the server sent until it closed."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def test_metrics_http_protocol(h):
+    """The metrics endpoint speaks HTTP/1.x properly: HEAD, keep-alive with pipelined requests,
+    405 with Allow, 400 / 505 / 414 / 431 for what it cannot take, closing on Connection: close."""
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    port = _metrics_port(a)
+    full = _scrape(a)
+    assert "gpuslice_gpu_info" in full
+
+    # two pipelined requests on one connection, the last asking to close
+    raw = _raw_http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                          b"HEAD /metrics?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+    parts = raw.split(b"HTTP/1.1 ")
+    assert len(parts) == 3, raw[:300]
+    get_head, get_body = parts[1].split(b"\r\n\r\n", 1)
+    assert b"Content-Type: text/plain; version=0.0.4" in get_head
+    length = int(re.search(rb"Content-Length: (\d+)", get_head).group(1))
+    assert length == len(get_body) and b"gpuslice_gpu_info" in get_body
+    head_head, head_body = parts[2].split(b"\r\n\r\n", 1)
+    assert head_head.startswith(b"200 OK") and b"Connection: close" in head_head and head_body == b""
+    assert int(re.search(rb"Content-Length: (\d+)", head_head).group(1)) > 0
+
+    def status(data):
+        return int(_raw_http(port, data).split(b" ", 2)[1])
+
+    assert status(b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab") == 405
+    assert b"Allow: GET, HEAD" in _raw_http(port, b"PUT /metrics HTTP/1.0\r\n\r\n")
+    assert status(b"GET /other HTTP/1.0\r\n\r\n") == 404
+    assert status(b"GARBAGE\r\n\r\n") == 400
+    assert status(b"GET /metrics HTTP/1.1\r\nBad header\r\n\r\n") == 400
+    assert status(b"GET /metrics HTTP/1.1\r\n Folded: x\r\n\r\n") == 400
+    assert status(b"GET /metrics HTTP/2.0\r\n\r\n") == 505
+    assert status(b"GET /" + b"a" * 1000 + b" HTTP/1.1\r\n\r\n") == 414
+    assert status(b"GET /metrics HTTP/1.1\r\n" + b"X-Filler: " + b"y" * 9000 + b"\r\n\r\n") == 431
+    # HTTP/1.0 without keep-alive: the server closes after the response (_raw_http returns)
+    assert _raw_http(port, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+    assert a.alive()
+
+
+def test_metrics_http_slow_clients_do_not_block_scrapes(h):
+    """Idle connections (up to and past the 16 served at once) do not keep a scrape from being
+    answered once they close, and a half-sent request does not block others."""
+    import socket
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    port = _metrics_port(a)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+    idle[0].sendall(b"GET /metr")  # a head cut in the middle
+    assert "gpuslice_gpu_info" in _scrape(a)
+    more = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]  # slots now full
+    for s in idle + more[:8]:
+        s.close()
+    assert "gpuslice_gpu_info" in _scrape(a)  # answered once slots are free again
+    for s in more[8:]:
+        s.close()
+    assert a.alive()
+
+
 def test_metrics_port_in_use_keeps_serving_kubelet(h):
     import socket
     s = socket.socket()

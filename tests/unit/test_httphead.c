@@ -1,0 +1,107 @@
+/* test_httphead.c: the HTTP/1.x request head parser of the metrics server (src/core/httphead.h). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/httphead.h"
+
+static int parse(const char *s, struct gs_http_head *h) {
+    return gs_http_parse_head(s, strlen(s), h);
+}
+
+static void test_complete_head(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    const char *req = "GET /metrics?name[]=up HTTP/1.1\r\nHost: node:9400\r\nAccept: */*\r\n\r\nNEXT";
+    assert_int_equal(parse(req, &h), (int)(strlen(req) - 4));
+    assert_string_equal(h.method, "GET");
+    assert_string_equal(h.path, "/metrics");
+    assert_int_equal(h.minor, 1);
+    assert_true(h.keep_alive);
+    assert_false(h.has_body);
+    /* bare LF line ends and empty lines before the request line (RFC 9112 §2.2) */
+    assert_int_equal(parse("\r\n\nHEAD / HTTP/1.0\nX:  y \n\n", &h), 27);
+    assert_string_equal(h.method, "HEAD");
+    assert_string_equal(h.path, "/");
+    assert_int_equal(h.minor, 0);
+    assert_false(h.keep_alive); /* HTTP/1.0 closes by default */
+}
+
+static void test_incomplete_needs_more(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (size_t n = 0; n < strlen(req); n++)
+        assert_int_equal(gs_http_parse_head(req, n, &h), 0);
+    assert_int_equal(gs_http_parse_head(req, strlen(req), &h), (int)strlen(req));
+}
+
+static void test_connection_and_body(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    assert_true(parse("GET / HTTP/1.1\r\nConnection: TE, close\r\n\r\n", &h) > 0);
+    assert_false(h.keep_alive);
+    assert_true(parse("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", &h) > 0);
+    assert_true(h.keep_alive);
+    assert_true(parse("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n", &h) > 0);
+    assert_true(h.has_body);
+    assert_true(parse("POST / HTTP/1.1\r\nContent-Length: 000\r\n\r\n", &h) > 0);
+    assert_false(h.has_body);
+    assert_true(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0);
+    assert_true(h.has_body);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    static const struct {
+        const char *req;
+        int err;
+    } cases[] = {
+        { "GARBAGE\r\n\r\n", -EBADMSG },
+        { "GET\r\n\r\n", -EBADMSG },
+        { "GET  / HTTP/1.1\r\n\r\n", -EBADMSG },           /* two spaces */
+        { "GET / HTTP/1.1 \r\n\r\n", -EBADMSG },
+        { "GET / HTTP/11\r\n\r\n", -EBADMSG },
+        { "GET / http/1.1\r\n\r\n", -EBADMSG },
+        { "G(T / HTTP/1.1\r\n\r\n", -EBADMSG },           /* not a token */
+        { "GET /\x01 HTTP/1.1\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\rX\n\r\n", -EBADMSG },           /* CR not before LF */
+        { "GET / HTTP/1.1\r\nNo colon\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\r\nName : v\r\n\r\n", -EBADMSG }, /* space before the colon */
+        { "GET / HTTP/1.1\r\n: v\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\r\nA: b\x01\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/1.1\r\nContent-Length:\r\n\r\n", -EBADMSG },
+        { "GET / HTTP/2.0\r\n\r\n", -EPROTONOSUPPORT },
+        { "GET / HTTP/0.9\r\n\r\n", -EPROTONOSUPPORT },
+        { "ABCDEFGHIJKLMNOPQ / HTTP/1.1\r\n\r\n", -EOPNOTSUPP },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int r = parse(cases[i].req, &h);
+        if (r != cases[i].err)
+            fail_msg("case %zu (%s): got %d, want %d", i, cases[i].req, r, cases[i].err);
+    }
+    char longpath[600] = "GET /";
+    memset(longpath + 5, 'a', 300);
+    strcpy(longpath + 305, " HTTP/1.1\r\n\r\n");
+    assert_int_equal(parse(longpath, &h), -ENAMETOOLONG);
+    /* an error in a complete line is found before the head is complete */
+    assert_int_equal(parse("GET / HTTP/1.1\r\nbad line\r\nHost:", &h), -EBADMSG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_complete_head),
+        cmocka_unit_test(test_incomplete_needs_more),
+        cmocka_unit_test(test_connection_and_body),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
