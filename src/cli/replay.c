@@ -13,7 +13,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "Usage: gpuslice replay --nodes NODES.csv --pods PODS.csv --policy NAME --seed N\n"
-            "                       [--inflation 1.3] [--out FILE.csv] [--timing]\n\n"
+            "                       [--inflation 1.3] [--out FILE.csv] [--timing] [--placed-shares FILE]\n\n"
             "Replays a cluster trace as the FGD paper (USENIX ATC'23) does: every pod arrives once, in a\n"
             "seeded shuffle, resampled until INFLATION x the cluster's GPU capacity has arrived; a pod that\n"
             "fits nowhere is dropped. Prints the GPU allocation ratio at 100 %% arrived workload.\n\n"
@@ -23,12 +23,14 @@ static void usage(FILE *f) {
             "  --seed N           the seed (the paper uses 42..51)\n"
             "  --inflation X      arrived workload at the end, x GPU capacity (default 1.3)\n"
             "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct, one row per 1 %%\n"
-            "  --timing           also measure each decision (median, p99, max) and the replay time\n");
+            "  --timing           also measure each decision (median, p99, max) and the replay time\n"
+            "  --placed-shares FILE  write the milli-GPU of each GPU-sharing pod placed before 100 %%\n"
+            "                     arrived, one per line (input of bench/place_bound.py)\n");
 }
 
 int cmd_replay(const struct cli *cli, int argc, char **argv) {
     (void)cli;
-    enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING };
+    enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING, OPT_SHARES };
     static const struct option opts[] = {
         { "nodes", required_argument, NULL, OPT_NODES },
         { "pods", required_argument, NULL, OPT_PODS },
@@ -37,10 +39,11 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         { "inflation", required_argument, NULL, OPT_INFL },
         { "out", required_argument, NULL, OPT_OUT },
         { "timing", no_argument, NULL, OPT_TIMING },
+        { "placed-shares", required_argument, NULL, OPT_SHARES },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *nodes = NULL, *pods = NULL, *out = NULL, *policy = NULL;
+    const char *nodes = NULL, *pods = NULL, *out = NULL, *policy = NULL, *shares = NULL;
     struct rp_options o = { PL_FGD, 42, 1.3, 95, 0 };
     int have_seed = 0, c;
     char *end;
@@ -50,6 +53,10 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         case OPT_PODS: pods = optarg; break;
         case OPT_OUT: out = optarg; break;
         case OPT_TIMING: o.time_decisions = 1; break;
+        case OPT_SHARES:
+            shares = optarg;
+            o.record_shares = 1;
+            break;
         case OPT_POLICY:
             policy = optarg;
             if (pl_policy_from_name(optarg, &o.policy) < 0) {
@@ -121,6 +128,20 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
             }
         }
     }
+    if (shares) {
+        FILE *f = fopen(shares, "w");
+        if (!f) {
+            fprintf(stderr, "gpuslice replay: %s: %s\n", shares, strerror(errno));
+            rc = GS_EXIT_FAILURE;
+        } else {
+            for (size_t i = 0; i < r->n_shares; i++)
+                fprintf(f, "%d\n", r->shares[i]);
+            if (fclose(f) != 0) {
+                fprintf(stderr, "gpuslice replay: %s: %s\n", shares, strerror(errno));
+                rc = GS_EXIT_FAILURE;
+            }
+        }
+    }
     FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
     fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%.2f alloc_final=%.2f\n",
             pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed,
@@ -128,6 +149,7 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
     if (o.time_decisions)
         fprintf(sf, "replay_s=%.3f decision_us_median=%.1f decision_us_p99=%.1f decision_us_max=%.1f\n", r->wall_s,
                 r->lat_median_us, r->lat_p99_us, r->lat_max_us);
+    rp_result_release(r);
     free(r);
     rp_trace_free(&t);
     return rc;

@@ -414,6 +414,14 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         }
     }
 
+    if (o->record_shares) {
+        r->shares = malloc(len * sizeof(*r->shares) + 1);
+        if (!r->shares) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+
     /* the replay: one event per pod, in order; a pod that fits nowhere is dropped */
     int64_t arrived = 0;
     double total = (double)node_total;
@@ -431,6 +439,8 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
             lat[k] = (now_s() - ts) * 1e6;
         if (s == 0) {
             pl_commit(&c, p, &ch);
+            if (r->shares && p->num_gpu == 1 && p->gpu_milli > 0 && p->gpu_milli < PL_MILLI && arrived < node_total)
+                r->shares[r->n_shares++] = p->gpu_milli;
         } else {
             r->n_failed++;
             r->n_failed_gpu += pod_gpu(p) > 0;
@@ -470,8 +480,16 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
     }
     rc = 0;
 out:
+    if (rc < 0)
+        rp_result_release(r);
     pl_cluster_free(&c);
     free(sorted), free(nsorted), free(seq), free(perm), free(orig), free(specs), free(nodes);
     free(sum_a), free(sum_f), free(cnt), free(lat);
     return rc;
+}
+
+void rp_result_release(struct rp_result *r) {
+    free(r->shares);
+    r->shares = NULL;
+    r->n_shares = 0;
 }

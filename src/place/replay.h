@@ -37,6 +37,7 @@ struct rp_options {
     double inflation;  /* 1.3: resample pods until 130 % of the cluster's GPU capacity has arrived */
     int threshold_pct; /* FGD's target workload: the most frequent specs covering this % (95) */
     int time_decisions; /* measure each decision's latency */
+    int record_shares;  /* fill rp_result.shares (see there) */
 };
 
 struct rp_result {
@@ -49,8 +50,14 @@ struct rp_result {
     double final_alloc_pct;
     double wall_s;            /* the replay loop */
     double lat_median_us, lat_p99_us, lat_max_us;
+    /* with record_shares: the milli-GPU of every GPU-sharing pod placed while less than 100 % of
+     * the capacity had arrived, in arrival order (what bench/place_bound.py packs offline) */
+    int *shares;
+    size_t n_shares;
 };
 
 int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r);
+/* Frees what rp_run allocated in r (the shares). */
+void rp_result_release(struct rp_result *r);
 
 #endif

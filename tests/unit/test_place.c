@@ -328,6 +328,29 @@ static void test_replay_deterministic(void **state) {
             assert_true(a->alloc_pct[x] <= 100.0 + 1e-9);
         }
     }
+    /* recording the placed shares changes no decision; they are the sharing pods' sizes */
+    struct rp_options o = { PL_GPUSLICE, 42, 1.3, 95, 0 };
+    assert_int_equal(rp_run(&t, &o, a), 0);
+    o.record_shares = 1;
+    assert_int_equal(rp_run(&t, &o, b), 0);
+    assert_null(a->shares);
+    assert_int_equal(a->n_failed, b->n_failed);
+    for (int x = 0; x < a->n_pct; x++)
+        assert_true(isnan(a->alloc_pct[x]) ? isnan(b->alloc_pct[x]) : a->alloc_pct[x] == b->alloc_pct[x]);
+    assert_true(b->n_shares > 0);
+    size_t n_sharing = 0;
+    for (size_t i = 0; i < t.n_pods; i++)
+        n_sharing += t.pods[i].num_gpu == 1 && t.pods[i].gpu_milli > 0 && t.pods[i].gpu_milli < PL_MILLI;
+    assert_true(n_sharing > 0);
+    for (size_t i = 0; i < b->n_shares; i++) {
+        int m = b->shares[i], known = 0;
+        for (size_t j = 0; j < t.n_pods; j++) /* each is the size of some sharing pod of the trace */
+            known |= t.pods[j].num_gpu == 1 && t.pods[j].gpu_milli == m && m < PL_MILLI;
+        assert_true(known);
+    }
+    rp_result_release(b);
+    assert_null(b->shares);
+    assert_int_equal(b->n_shares, 0);
     free(a);
     free(b);
     rp_trace_free(&t);
