@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run-sim.sh: the README's first command. Builds gpuslice and runs its main job on a simulated
 # node (no GPU needed): `gpuslice apply` of a per-GPU policy (MIG on the H100s, time-slicing on
-# the L4s) on 4x H100 + 2x L4, printing every resource and device the node advertises to
-# Kubernetes. The simulated node starts fresh each time, with a few MIG instances created the way
+# two L4s, the third whole) on 4x H100 + 3x L4, printing every resource and device the node
+# advertises to Kubernetes. The simulated node starts fresh each time, with a few MIG instances created the way
 # an operator would by hand (`sim mig-create`).
 # With arguments, runs gpuslice with them on the same simulated node instead, e.g.
 #   scripts/run-sim.sh inspect --json
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 if [ -d build ]; then meson setup --reconfigure build >/dev/null; else meson setup build >/dev/null; fi
 ninja -C build >/dev/null
-node=examples/nodes/h100x4-l4x2.yaml
+node=examples/nodes/h100x4-l4x3.yaml
 state="${GPUSLICE_SIM_STATE:-$PWD/build/sim-state}"
 gs() { build/gpuslice --sim "$node" --sim-state "$state" "$@"; }
 if [ $# -gt 0 ]; then
