@@ -443,6 +443,20 @@ static nvmlReturn_t resolve_ci(nvmlComputeInstance_t c, struct dev_ref *ref) {
     return NVML_SUCCESS;
 }
 
+/* A resolved handle's result, or INVALID_ARGUMENT when the call's output pointer is NULL (NVML
+ * checks the handle first). */
+static nvmlReturn_t with_out(nvmlReturn_t r, const void *out) {
+    return r == NVML_SUCCESS && !out ? NVML_ERROR_INVALID_ARGUMENT : r;
+}
+
+/* A MIG device handle (NOT_SUPPORTED for a GPU handle, as NVML answers), then the output pointer. */
+static nvmlReturn_t resolve_mig_device_out(nvmlDevice_t d, struct dev_ref *ref, const void *out) {
+    nvmlReturn_t r = resolve_device(d, ref);
+    if (r == NVML_SUCCESS && !ref->ci)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    return with_out(r, out);
+}
+
 /* Read-only entry point helper: lock, run body, unlock. */
 #define READ_BEGIN                                                                                            \
     nvmlReturn_t ret_ = lock_state(false);                                                                    \
@@ -544,9 +558,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !index)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), index);
     if (r == NVML_SUCCESS)
         *index = ref.index;
     READ_END(r);
@@ -602,9 +614,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !pci)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), pci);
     if (r == NVML_SUCCESS) {
         memset(pci, 0, sizeof(*pci));
         /* Buses spaced as on an 8-GPU HGX board: 0x18, 0x2a, 0x3a, ... */
@@ -645,9 +655,7 @@ static void memory_of(const struct dev_ref *ref, unsigned long long *total, unsi
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !mem)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), mem);
     if (r == NVML_SUCCESS) {
         memory_of(&ref, &mem->total, &mem->used);
         mem->free = mem->total - mem->used;
@@ -658,9 +666,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *mem) {
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *mem) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !mem)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), mem);
     if (r == NVML_SUCCESS && mem->version != nvmlMemory_v2)
         r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (r == NVML_SUCCESS) {
@@ -674,9 +680,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *
 EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *arch) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !arch)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), arch);
     if (r == NVML_SUCCESS)
         *arch = (unsigned)ref.gpu->model->arch;
     READ_END(r);
@@ -717,9 +721,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilizatio
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, unsigned int *mode) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !mode)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), mode);
     if (r == NVML_SUCCESS)
         *mode = ref.gpu->compute_mode;
     READ_END(r);
@@ -754,9 +756,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, unsigned int sensor
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !power)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), power);
     if (r == NVML_SUCCESS)
         *power = ref.gpu->n_procs ? 240000 : 60000;
     READ_END(r);
@@ -766,9 +766,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
 static nvmlReturn_t list_processes(nvmlDevice_t d, unsigned int *count, void *infos, size_t stride, bool with_ids) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !count)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), count);
     if (r != NVML_SUCCESS)
         READ_END(r);
     unsigned n = 0;
@@ -1172,9 +1170,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profi
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstance_t *gi) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_mig_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !gi)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_mig_gpu(d, &ref), gi);
     if (r == NVML_SUCCESS)
         r = id < SIM_MAX_GI && ref.gpu->gis[id].used ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
     if (r == NVML_SUCCESS)
@@ -1185,9 +1181,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id
 EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t g, nvmlGpuInstanceInfo_t *info) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gi(g, &ref);
-    if (r == NVML_SUCCESS && !info)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gi(g, &ref), info);
     if (r == NVML_SUCCESS) {
         info->device = gpu_handle(ref.index);
         info->id = ref.gi_id;
@@ -1339,9 +1333,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t g, u
                                                          nvmlComputeInstance_t *ci) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gi(g, &ref);
-    if (r == NVML_SUCCESS && !ci)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gi(g, &ref), ci);
     if (r == NVML_SUCCESS)
         r = id < SIM_MAX_CI && ref.gi->cis[id].used ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
     if (r == NVML_SUCCESS)
@@ -1352,9 +1344,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t g, u
 EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t c, nvmlComputeInstanceInfo_t *info) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_ci(c, &ref);
-    if (r == NVML_SUCCESS && !info)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_ci(c, &ref), info);
     if (r == NVML_SUCCESS) {
         info->device = mig_handle(ref.index, ref.gi_id, ref.ci_id);
         info->gpuInstance = gi_handle(ref.index, ref.gi_id);
@@ -1384,9 +1374,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t c) {
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !count)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), count);
     if (r == NVML_SUCCESS)
         *count = ref.gpu->mig_current ? (ref.gpu->model->mig_mem_slices == 8 ? 7 : ref.gpu->model->mig_mem_slices)
                                       : 0;
@@ -1414,9 +1402,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned
 EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMig) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !isMig)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), isMig);
     if (r == NVML_SUCCESS)
         *isMig = ref.ci != NULL;
     READ_END(r);
@@ -1436,11 +1422,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !ref.ci)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && !id)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = resolve_mig_device_out(d, &ref, id);
     if (r == NVML_SUCCESS)
         *id = ref.gi_id;
     READ_END(r);
@@ -1449,11 +1431,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
 EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_device(d, &ref);
-    if (r == NVML_SUCCESS && !ref.ci)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && !id)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = resolve_mig_device_out(d, &ref, id);
     if (r == NVML_SUCCESS)
         *id = ref.ci_id;
     READ_END(r);
@@ -1509,9 +1487,7 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
 EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !types)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), types);
     if (r == NVML_SUCCESS)
         *types = nvmlEventTypeXidCriticalError;
     READ_END(r);
@@ -1520,9 +1496,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned lo
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
     READ_BEGIN;
     struct dev_ref ref;
-    nvmlReturn_t r = resolve_gpu(d, &ref);
-    if (r == NVML_SUCCESS && !set)
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = with_out(resolve_gpu(d, &ref), set);
     if (r == NVML_SUCCESS && (types & ~nvmlEventTypeXidCriticalError))
         r = NVML_ERROR_NOT_SUPPORTED;
     if (r == NVML_SUCCESS)
