@@ -3,9 +3,13 @@
  * A scrape endpoint needs little of HTTP: one path, GET and HEAD, no bodies. This server does
  * that and no more, so the agent links no HTTP library (libmicrohttpd brought GnuTLS and its
  * dependencies into the agent's memory, about 2 MiB, for TLS it never used). Requests are read
- * with the pure parser in src/core/httphead.c (fuzzed); keep-alive and pipelining work, a
- * connection idle for 10 s is closed, and at most 16 connections are served at once (more wait
- * in the listen backlog). */
+ * with the pure parser in src/core/httphead.c (fuzzed); keep-alive and pipelining work.
+ *
+ * Limits, so that no client can keep Prometheus out: each phase of a connection has a fixed
+ * deadline that progress does not extend (10 s to send a request head from its first byte, or
+ * between requests; 10 s to take a response; 2 s of draining before a close); at most 16
+ * connections, and a 17th evicts the one whose phase started longest ago. Responses share the
+ * published text by reference (no copy per connection). */
 #include "agent/metrics_http.h"
 
 #include <arpa/inet.h>
@@ -19,24 +23,38 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/httphead.h"
+#include "util/log.h"
 
 #define MAX_CONNS 16
 #define IN_MAX 8192            /* the longest request head taken (431 beyond) */
-#define IDLE_TIMEOUT_MS 10000
+#define PHASE_MS 10000         /* to send a head, to wait between requests, to take a response */
 #define LINGER_MS 2000         /* how long unread input is drained before a close */
+#define ACCEPT_PAUSE_MS 100    /* after accept failed for want of descriptors or memory */
+
+/* A published text, shared by the responses that send it. */
+struct snap {
+    unsigned refs; /* under metrics_http.lock */
+    size_t cap, len;
+    char text[];
+};
 
 struct conn {
     int fd; /* -1: free slot */
+    enum { READING, WRITING, DRAINING } state;
+    long long since, deadline; /* when this phase started, when it must end */
     size_t in_len;
-    char *out; /* response being sent, NULL while reading */
-    size_t out_len, out_off;
+    char head[512]; /* the response's status line and header fields */
+    size_t head_len;
+    struct snap *body; /* the response's body (a reference), or NULL */
+    const char *body_ptr;
+    size_t body_len;
+    size_t sent; /* of head_len + body_len */
     bool close_after;
-    bool draining; /* response sent, write side shut: reading until the client closes */
-    long long deadline;
     char in[IN_MAX];
 };
 
@@ -44,10 +62,10 @@ struct metrics_http {
     int lfd;
     int wake[2]; /* written by metrics_http_stop */
     pthread_t thread;
-    pthread_mutex_t lock; /* guards text and len */
-    char *text; /* cap bytes */
-    size_t len, cap;
+    pthread_mutex_t lock; /* guards cur and every snap's refs */
+    struct snap *cur;     /* the text served; NULL before the first publish */
     unsigned port;
+    long long accept_paused_until;
     struct conn conns[MAX_CONNS];
 };
 
@@ -57,152 +75,195 @@ static long long now_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void conn_close(struct conn *c) {
-    close(c->fd);
-    free(c->out);
-    c->fd = -1;
-    c->out = NULL;
-    c->in_len = c->out_len = c->out_off = 0;
-    c->close_after = c->draining = false;
+static void snap_unref(struct metrics_http *m, struct snap *s) {
+    if (!s)
+        return;
+    pthread_mutex_lock(&m->lock);
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (last)
+        free(s);
 }
 
-/* Builds the response for one request into c->out. */
-static int respond(struct conn *c, int code, const char *reason, const char *extra,
-                   const char *body, size_t body_len, bool head_only) {
+static void phase(struct conn *c, int state, long long ms) {
+    c->state = state;
+    c->since = now_ms();
+    c->deadline = c->since + ms;
+}
+
+static void release_response(struct metrics_http *m, struct conn *c) {
+    snap_unref(m, c->body);
+    c->body = NULL;
+    c->body_ptr = NULL;
+    c->head_len = c->body_len = c->sent = 0;
+}
+
+static void conn_close(struct metrics_http *m, struct conn *c) {
+    close(c->fd);
+    release_response(m, c);
+    c->fd = -1;
+    c->in_len = 0;
+    c->close_after = false;
+}
+
+/* Starts sending a response (body: a text of body_len bytes, held by ref when from a snap). */
+static void respond(struct conn *c, int code, const char *reason, const char *extra, const char *body,
+                    size_t body_len, struct snap *ref, bool head_only, bool keep_alive_10) {
     char date[64];
     struct tm tm;
     time_t t = time(NULL);
     strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
-    char head[512];
-    int n = snprintf(head, sizeof(head),
+    int n = snprintf(c->head, sizeof(c->head),
                      "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: gpuslice\r\nContent-Length: %zu\r\n%s%s\r\n", code,
-                     reason, date, body_len, extra, c->close_after ? "Connection: close\r\n" : "");
-    if (n < 0 || (size_t)n >= sizeof(head))
-        return -EOVERFLOW;
-    size_t total = (size_t)n + (head_only ? 0 : body_len);
-    char *out = malloc(total ? total : 1);
-    if (!out)
-        return -ENOMEM;
-    memcpy(out, head, (size_t)n);
-    if (!head_only && body_len)
-        memcpy(out + n, body, body_len);
-    c->out = out;
-    c->out_len = total;
-    c->out_off = 0;
-    return 0;
+                     reason, date, body_len, extra,
+                     c->close_after    ? "Connection: close\r\n"
+                     : keep_alive_10   ? "Connection: keep-alive\r\n" /* RFC 9112 §9.3: 1.0 needs it */
+                                       : "");
+    c->head_len = n > 0 && (size_t)n < sizeof(c->head) ? (size_t)n : 0;
+    c->body = ref;
+    c->body_ptr = body;
+    c->body_len = head_only ? 0 : body_len;
+    c->sent = 0;
+    phase(c, WRITING, PHASE_MS);
 }
 
-static int serve_request(struct metrics_http *m, struct conn *c, const struct gs_http_head *h) {
+static bool known_method(const char *m) {
+    static const char *const known[] = { "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT" };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(m, known[i]) == 0)
+            return true;
+    return false;
+}
+
+static void serve_request(struct metrics_http *m, struct conn *c, const struct gs_http_head *h) {
     static const char not_found[] = "gpuslice serves /metrics only\n";
     bool get = strcmp(h->method, "GET") == 0, head = strcmp(h->method, "HEAD") == 0;
     c->close_after = !h->keep_alive || h->has_body; /* bodies are not read: the stream ends here */
-    if (!get && !head)
-        return respond(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "", 0, false);
-    if (strcmp(h->path, "/metrics") != 0)
-        return respond(c, 404, "Not Found", "Content-Type: text/plain; charset=utf-8\r\n", not_found,
-                       sizeof(not_found) - 1, head);
+    bool ka10 = h->minor == 0 && h->keep_alive;
+    if (!get && !head) {
+        if (known_method(h->method))
+            respond(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "", 0, NULL, false, ka10);
+        else
+            respond(c, 501, "Not Implemented", "", "", 0, NULL, false, ka10);
+        return;
+    }
+    if (strcmp(h->path, "/metrics") != 0) {
+        respond(c, 404, "Not Found", "Content-Type: text/plain; charset=utf-8\r\n", not_found,
+                sizeof(not_found) - 1, NULL, head, ka10);
+        return;
+    }
     pthread_mutex_lock(&m->lock);
-    int r = respond(c, 200, "OK", "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
-                    m->text ? m->text : "", m->len, head);
+    struct snap *s = m->cur;
+    if (s)
+        s->refs++;
     pthread_mutex_unlock(&m->lock);
-    return r;
+    respond(c, 200, "OK", "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n", s ? s->text : "",
+            s ? s->len : 0, s, head, ka10);
 }
 
 /* A request head that cannot be served: answer with the error and close. */
-static int reject(struct conn *c, int err) {
+static void reject(struct conn *c, int err) {
     c->close_after = true;
     switch (err) {
-    case -EPROTONOSUPPORT:
-        return respond(c, 505, "HTTP Version Not Supported", "", "", 0, false);
-    case -ENAMETOOLONG:
-        return respond(c, 414, "URI Too Long", "", "", 0, false);
-    case -EOPNOTSUPP:
-        return respond(c, 501, "Not Implemented", "", "", 0, false);
-    case -E2BIG:
-        return respond(c, 431, "Request Header Fields Too Large", "", "", 0, false);
-    default:
-        return respond(c, 400, "Bad Request", "", "", 0, false);
+    case -EPROTONOSUPPORT: respond(c, 505, "HTTP Version Not Supported", "", "", 0, NULL, false, false); break;
+    case -ENAMETOOLONG: respond(c, 414, "URI Too Long", "", "", 0, NULL, false, false); break;
+    case -EOPNOTSUPP: respond(c, 501, "Not Implemented", "", "", 0, NULL, false, false); break;
+    case -E2BIG: respond(c, 431, "Request Header Fields Too Large", "", "", 0, NULL, false, false); break;
+    default: respond(c, 400, "Bad Request", "", "", 0, NULL, false, false); break;
     }
 }
 
 /* Parses what has arrived; when a whole head is there, starts its response. */
 static void process_input(struct metrics_http *m, struct conn *c) {
-    if (c->out || c->in_len == 0)
+    if (c->state != READING || c->in_len == 0)
         return;
     struct gs_http_head h;
     int n = gs_http_parse_head(c->in, c->in_len, &h);
-    int r;
     if (n > 0) {
-        r = serve_request(m, c, &h);
+        serve_request(m, c, &h);
         memmove(c->in, c->in + n, c->in_len - (size_t)n); /* a pipelined next request stays */
         c->in_len -= (size_t)n;
     } else if (n < 0) {
-        r = reject(c, n);
+        reject(c, n);
     } else if (c->in_len == sizeof(c->in)) {
-        r = reject(c, -E2BIG);
-    } else {
-        return;
+        reject(c, -E2BIG);
     }
-    if (r < 0)
-        conn_close(c);
 }
 
 static void on_readable(struct metrics_http *m, struct conn *c) {
-    if (c->draining) {
+    if (c->state == DRAINING) {
         ssize_t n = recv(c->fd, c->in, sizeof(c->in), 0);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            conn_close(c);
+            conn_close(m, c);
         return;
     }
     ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        conn_close(c);
+        conn_close(m, c);
         return;
     }
     if (n > 0) {
+        if (c->in_len == 0) /* a new head starts: its own 10 s, not extended by what follows */
+            phase(c, READING, PHASE_MS);
         c->in_len += (size_t)n;
-        c->deadline = now_ms() + IDLE_TIMEOUT_MS;
         process_input(m, c);
     }
 }
 
 static void on_writable(struct metrics_http *m, struct conn *c) {
-    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    struct iovec iov[2];
+    int n_iov = 0;
+    size_t total = c->head_len + c->body_len;
+    if (c->sent < c->head_len)
+        iov[n_iov++] = (struct iovec){ c->head + c->sent, c->head_len - c->sent };
+    if (c->body_len) {
+        size_t off = c->sent > c->head_len ? c->sent - c->head_len : 0;
+        iov[n_iov++] = (struct iovec){ (char *)c->body_ptr + off, c->body_len - off };
+    }
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n_iov };
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
-            conn_close(c);
+            conn_close(m, c);
         return;
     }
-    c->out_off += (size_t)n;
-    c->deadline = now_ms() + IDLE_TIMEOUT_MS;
-    if (c->out_off < c->out_len)
+    c->sent += (size_t)n;
+    if (c->sent < total)
         return;
-    free(c->out);
-    c->out = NULL;
+    release_response(m, c);
     if (c->close_after) {
         /* Closing with unread input would reset the connection, and the client could lose the
          * response (RFC 9112 §9.6): shut the write side and drain until the client closes. */
         shutdown(c->fd, SHUT_WR);
-        c->draining = true;
-        c->deadline = now_ms() + LINGER_MS;
+        phase(c, DRAINING, LINGER_MS);
         return;
     }
+    phase(c, READING, PHASE_MS); /* waiting for the next request */
     process_input(m, c);
 }
 
 static void accept_one(struct metrics_http *m) {
     int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+        /* Out of descriptors or memory, the connection stays queued and the socket readable:
+         * stop looking at it for a while rather than spin. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+            m->accept_paused_until = now_ms() + ACCEPT_PAUSE_MS;
         return;
-    for (int i = 0; i < MAX_CONNS; i++) {
-        struct conn *c = &m->conns[i];
-        if (c->fd < 0) {
-            c->fd = fd;
-            c->deadline = now_ms() + IDLE_TIMEOUT_MS;
-            return;
-        }
     }
-    close(fd); /* not reached: the listen socket is polled only while a slot is free */
+    struct conn *slot = NULL;
+    for (int i = 0; i < MAX_CONNS && !slot; i++)
+        if (m->conns[i].fd < 0)
+            slot = &m->conns[i];
+    if (!slot) { /* full: the connection whose phase started longest ago makes room */
+        slot = &m->conns[0];
+        for (int i = 1; i < MAX_CONNS; i++)
+            if (m->conns[i].since < slot->since)
+                slot = &m->conns[i];
+        conn_close(m, slot);
+    }
+    slot->fd = fd;
+    phase(slot, READING, PHASE_MS);
 }
 
 static void *serve(void *arg) {
@@ -211,27 +272,32 @@ static void *serve(void *arg) {
         struct pollfd p[2 + MAX_CONNS];
         int idx[MAX_CONNS];
         int np = 0, nc = 0;
-        long long now = now_ms(), next = now + IDLE_TIMEOUT_MS;
+        long long now = now_ms(), next = now + PHASE_MS;
         p[np++] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
         for (int i = 0; i < MAX_CONNS; i++) {
             struct conn *c = &m->conns[i];
             if (c->fd < 0)
                 continue;
             if (c->deadline <= now) {
-                conn_close(c);
+                conn_close(m, c);
                 continue;
             }
             if (c->deadline < next)
                 next = c->deadline;
             idx[nc++] = i;
-            p[np++] = (struct pollfd){ .fd = c->fd, .events = c->out ? POLLOUT : POLLIN };
+            p[np++] = (struct pollfd){ .fd = c->fd, .events = c->state == WRITING ? POLLOUT : POLLIN };
         }
-        bool room = nc < MAX_CONNS;
-        if (room)
+        bool listening = m->accept_paused_until <= now;
+        if (listening)
             p[np++] = (struct pollfd){ .fd = m->lfd, .events = POLLIN };
+        else if (m->accept_paused_until < next)
+            next = m->accept_paused_until;
         int r = poll(p, (nfds_t)np, (int)(next - now));
-        if (r < 0 && errno != EINTR)
-            break;
+        if (r < 0 && errno != EINTR) {
+            log_warn("Metrics server: poll: %s; retrying in 100 ms", strerror(errno));
+            usleep(100000);
+            continue;
+        }
         if (r <= 0)
             continue;
         if (p[0].revents)
@@ -239,19 +305,19 @@ static void *serve(void *arg) {
         for (int k = 0; k < nc; k++) {
             struct conn *c = &m->conns[idx[k]];
             short ev = p[1 + k].revents;
-            if (!ev)
+            if (!ev || c->fd < 0)
                 continue;
-            if (c->out && (ev & (POLLOUT | POLLERR | POLLHUP)))
+            if (c->state == WRITING)
                 on_writable(m, c);
-            else if (!c->out && (ev & (POLLIN | POLLERR | POLLHUP)))
+            else
                 on_readable(m, c);
         }
-        if (room && p[np - 1].revents & POLLIN)
+        if (listening && p[np - 1].revents & POLLIN)
             accept_one(m);
     }
     for (int i = 0; i < MAX_CONNS; i++)
         if (m->conns[i].fd >= 0)
-            conn_close(&m->conns[i]);
+            conn_close(m, &m->conns[i]);
     return NULL;
 }
 
@@ -317,19 +383,25 @@ unsigned metrics_http_port(const struct metrics_http *m) {
 
 void metrics_http_publish(struct metrics_http *m, const char *text, size_t len) {
     pthread_mutex_lock(&m->lock);
-    if (len + 1 > m->cap) { /* grown only: the text is republished every loop iteration */
-        char *bigger = realloc(m->text, len + 1);
-        if (!bigger) {
-            pthread_mutex_unlock(&m->lock);
-            return;
-        }
-        m->text = bigger;
-        m->cap = len + 1;
+    struct snap *s = m->cur;
+    if (s && s->refs == 1 && s->cap >= len) { /* no response holds it: rewritten in place */
+        memcpy(s->text, text, len);
+        s->len = len;
+        pthread_mutex_unlock(&m->lock);
+        return;
     }
-    memcpy(m->text, text, len);
-    m->text[len] = '\0';
-    m->len = len;
     pthread_mutex_unlock(&m->lock);
+    struct snap *n = malloc(sizeof(*n) + len + 1);
+    if (!n)
+        return;
+    n->refs = 1;
+    n->cap = n->len = len;
+    memcpy(n->text, text, len);
+    pthread_mutex_lock(&m->lock);
+    struct snap *old = m->cur;
+    m->cur = n;
+    pthread_mutex_unlock(&m->lock);
+    snap_unref(m, old);
 }
 
 void metrics_http_stop(struct metrics_http *m) {
@@ -341,7 +413,7 @@ void metrics_http_stop(struct metrics_http *m) {
     close(m->lfd);
     close(m->wake[0]);
     close(m->wake[1]);
+    snap_unref(m, m->cur);
     pthread_mutex_destroy(&m->lock);
-    free(m->text);
     free(m);
 }

@@ -78,12 +78,28 @@ static int parse_request_line(const char *l, size_t n, struct gs_http_head *h) {
     if (i == t || i == n || l[i] != ' ')
         return -EBADMSG;
     size_t tlen = i - t;
-    const char *q = memchr(l + t, '?', tlen);
+    const char *target = l + t;
+    /* absolute form: http://host[:port]/path -> /path (a proxy's request; servers must take it) */
+    size_t skip = tlen >= 7 && strncasecmp(target, "http://", 7) == 0    ? 7
+                  : tlen >= 8 && strncasecmp(target, "https://", 8) == 0 ? 8
+                                                                         : 0;
+    if (skip) {
+        const char *slash = memchr(target + skip, '/', tlen - skip);
+        if (!slash) {
+            static const char root[] = "/";
+            target = root;
+            tlen = 1;
+        } else {
+            tlen -= (size_t)(slash - target);
+            target = slash;
+        }
+    }
+    const char *q = memchr(target, '?', tlen);
     if (q)
-        tlen = (size_t)(q - (l + t));
+        tlen = (size_t)(q - target);
     if (tlen >= sizeof(h->path))
         return -ENAMETOOLONG;
-    memcpy(h->path, l + t, tlen);
+    memcpy(h->path, target, tlen);
     h->path[tlen] = '\0';
     i++;
     const char *v = l + i;
@@ -94,11 +110,16 @@ static int parse_request_line(const char *l, size_t n, struct gs_http_head *h) {
     if (v[5] != '1')
         return -EPROTONOSUPPORT;
     h->minor = v[7] - '0';
-    h->keep_alive = h->minor >= 1;
     return 0;
 }
 
-static int parse_field(const char *l, size_t n, struct gs_http_head *h) {
+struct fields {
+    bool close;   /* "close" in some Connection field */
+    bool keep;    /* "keep-alive" in some Connection field */
+    int n_host;
+};
+
+static int parse_field(const char *l, size_t n, struct gs_http_head *h, struct fields *f) {
     size_t i = 0;
     while (i < n && is_tchar((unsigned char)l[i]))
         i++;
@@ -119,10 +140,10 @@ static int parse_field(const char *l, size_t n, struct gs_http_head *h) {
     const char *val = l + i;
     size_t val_len = e - i;
     if (token_is(name, name_len, "Connection")) {
-        if (list_has(val, val_len, "close"))
-            h->keep_alive = false;
-        else if (list_has(val, val_len, "keep-alive"))
-            h->keep_alive = true;
+        f->close |= list_has(val, val_len, "close");
+        f->keep |= list_has(val, val_len, "keep-alive");
+    } else if (token_is(name, name_len, "Host")) {
+        f->n_host++;
     } else if (token_is(name, name_len, "Transfer-Encoding")) {
         h->has_body = true;
     } else if (token_is(name, name_len, "Content-Length")) {
@@ -158,15 +179,20 @@ int gs_http_parse_head(const char *buf, size_t len, struct gs_http_head *h) {
     if (r < 0)
         return r;
     p = next;
+    struct fields f = { 0 };
     for (;;) {
         r = line_end(buf, len, p, &end, &next);
         if (r <= 0)
             return r < 0 ? -EBADMSG : 0;
-        if (end == p)
+        if (end == p) {
+            if (h->minor >= 1 && f.n_host != 1)
+                return -EBADMSG;
+            h->keep_alive = !f.close && (h->minor >= 1 || f.keep);
             return next > (size_t)0x7fffffff ? -EBADMSG : (int)next;
+        }
         if (buf[p] == ' ' || buf[p] == '\t') /* obsolete line folding: rejected (RFC 9112 §5.2) */
             return -EBADMSG;
-        r = parse_field(buf + p, end - p, h);
+        r = parse_field(buf + p, end - p, h, &f);
         if (r < 0)
             return r;
         p = next;

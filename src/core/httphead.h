@@ -11,15 +11,18 @@
 
 struct gs_http_head {
     char method[GS_HTTP_METHOD_MAX]; /* as sent: "GET", "HEAD", ... */
-    char path[GS_HTTP_PATH_MAX];     /* the target without its query string: "/metrics" */
+    char path[GS_HTTP_PATH_MAX];     /* the target's path, without query string, scheme and host
+                                      * (absolute form, RFC 9112 §3.2.2): "/metrics" */
     int minor;                       /* HTTP/1.<minor> */
-    bool keep_alive;                 /* what the client asked for (1.1 default yes, 1.0 default no) */
+    bool keep_alive;                 /* what the client asked for (1.1 default yes, 1.0 default no;
+                                      * a "close" anywhere in Connection wins) */
     bool has_body;                   /* Content-Length > 0 or Transfer-Encoding: not for a scrape */
 };
 
 /* Parses the request head at the start of buf[0..len). Returns the head's length in bytes (up to
  * and including the empty line) when it is complete, 0 when more bytes are needed, or a negative
- * errno: -EBADMSG for a malformed request line or header field, -EPROTONOSUPPORT for a version
+ * errno: -EBADMSG for a malformed request line or header field (or an HTTP/1.1 request without
+ * exactly one Host field, RFC 9112 §3.2), -EPROTONOSUPPORT for a version
  * other than HTTP/1.x, -ENAMETOOLONG for a target longer than GS_HTTP_PATH_MAX - 1 and
  * -EOPNOTSUPP for a method longer than GS_HTTP_METHOD_MAX - 1 (no method this server knows). */
 int gs_http_parse_head(const char *buf, size_t len, struct gs_http_head *h);

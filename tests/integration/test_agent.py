@@ -1606,12 +1606,23 @@ def test_metrics_http_protocol(h):
     def status(data):
         return int(_raw_http(port, data).split(b" ", 2)[1])
 
-    assert status(b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab") == 405
+    assert status(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab") == 405
     assert b"Allow: GET, HEAD" in _raw_http(port, b"PUT /metrics HTTP/1.0\r\n\r\n")
+    assert status(b"BREW /metrics HTTP/1.0\r\n\r\n") == 501
     assert status(b"GET /other HTTP/1.0\r\n\r\n") == 404
+    assert status(b"GET http://node:9400/metrics HTTP/1.0\r\n\r\n") == 200   # absolute form
     assert status(b"GARBAGE\r\n\r\n") == 400
-    assert status(b"GET /metrics HTTP/1.1\r\nBad header\r\n\r\n") == 400
-    assert status(b"GET /metrics HTTP/1.1\r\n Folded: x\r\n\r\n") == 400
+    assert status(b"GET /metrics HTTP/1.1\r\n\r\n") == 400                     # 1.1 without Host
+    assert status(b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad header\r\n\r\n") == 400
+    assert status(b"GET /metrics HTTP/1.1\r\nHost: x\r\n Folded: x\r\n\r\n") == 400
+    # HTTP/1.0 keep-alive is confirmed (else a 1.0 client waits for the close)
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"HEAD /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        assert b"Connection: keep-alive\r\n" in s.recv(4096)
+    # a "close" wins over a later keep-alive: the server closes after the response
+    assert _raw_http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                           b"Connection: keep-alive\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
     assert status(b"GET /metrics HTTP/2.0\r\n\r\n") == 505
     assert status(b"GET /" + b"a" * 1000 + b" HTTP/1.1\r\n\r\n") == 414
     assert status(b"GET /metrics HTTP/1.1\r\n" + b"X-Filler: " + b"y" * 9000 + b"\r\n\r\n") == 431
@@ -1621,21 +1632,61 @@ def test_metrics_http_protocol(h):
 
 
 def test_metrics_http_slow_clients_do_not_block_scrapes(h):
-    """Idle connections (up to and past the 16 served at once) do not keep a scrape from being
-    answered once they close, and a half-sent request does not block others."""
+    """Clients that hold connections (idle, or dripping a head a byte at a time) cannot keep a
+    scrape out: the 17th connection evicts the one whose phase started longest ago."""
     import socket
     node = h.node(T4X2)
     a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
     port = _metrics_port(a)
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
-    idle[0].sendall(b"GET /metr")  # a head cut in the middle
+    slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    try:
+        for s in slow:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX: ")
+        for _ in range(3):  # keep dripping: progress does not buy time or a slot
+            time.sleep(0.5)
+            for s in slow:
+                try:
+                    s.sendall(b"a")
+                except OSError:
+                    pass  # evicted
+        t = time.monotonic()
+        assert "gpuslice_gpu_info" in _scrape(a)
+        assert time.monotonic() - t < 2
+    finally:
+        for s in slow:
+            s.close()
+    assert a.alive()
+
+
+def _cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_metrics_http_out_of_descriptors_does_not_spin(h):
+    """With no file descriptor left, accept fails and the connection stays queued: the server
+    must back off, not poll a readable socket in a loop, and serve again once descriptors free."""
+    import resource
+    import socket
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    port = _metrics_port(a)
+    pid = a.proc.pid
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    n_open = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (n_open + 1, old[1]))
+    conns = []
+    try:
+        conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        time.sleep(0.5)
+        cpu = _cpu_seconds(pid)
+        time.sleep(2)
+        assert _cpu_seconds(pid) - cpu < 0.5, "the agent spins while it cannot accept"
+    finally:
+        for s in conns:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
     assert "gpuslice_gpu_info" in _scrape(a)
-    more = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]  # slots now full
-    for s in idle + more[:8]:
-        s.close()
-    assert "gpuslice_gpu_info" in _scrape(a)  # answered once slots are free again
-    for s in more[8:]:
-        s.close()
     assert a.alive()
 
 

@@ -44,16 +44,35 @@ static void test_incomplete_needs_more(void **state) {
 static void test_connection_and_body(void **state) {
     (void)state;
     struct gs_http_head h;
-    assert_true(parse("GET / HTTP/1.1\r\nConnection: TE, close\r\n\r\n", &h) > 0);
+    assert_true(parse("GET / HTTP/1.1\r\nHost: x\r\nConnection: TE, close\r\n\r\n", &h) > 0);
     assert_false(h.keep_alive);
     assert_true(parse("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", &h) > 0);
     assert_true(h.keep_alive);
-    assert_true(parse("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n", &h) > 0);
+    /* a close anywhere wins, whatever the order */
+    assert_true(parse("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n", &h) > 0);
+    assert_false(h.keep_alive);
+    assert_true(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", &h) > 0);
+    assert_false(h.keep_alive);
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n", &h) > 0);
     assert_true(h.has_body);
-    assert_true(parse("POST / HTTP/1.1\r\nContent-Length: 000\r\n\r\n", &h) > 0);
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 000\r\n\r\n", &h) > 0);
     assert_false(h.has_body);
-    assert_true(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0);
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0);
     assert_true(h.has_body);
+}
+
+static void test_host_and_absolute_form(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    assert_int_equal(parse("GET /metrics HTTP/1.1\r\n\r\n", &h), -EBADMSG);           /* no Host */
+    assert_int_equal(parse("GET /metrics HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", &h), -EBADMSG);
+    assert_true(parse("GET /metrics HTTP/1.0\r\n\r\n", &h) > 0);                     /* 1.0 needs none */
+    assert_true(parse("GET http://node:9400/metrics?x HTTP/1.1\r\nHost: node:9400\r\n\r\n", &h) > 0);
+    assert_string_equal(h.path, "/metrics");
+    assert_true(parse("GET HTTPS://node HTTP/1.1\r\nHost: node\r\n\r\n", &h) > 0);
+    assert_string_equal(h.path, "/");
+    assert_true(parse("GET http:/x HTTP/1.0\r\n\r\n", &h) > 0); /* not absolute form: as sent */
+    assert_string_equal(h.path, "http:/x");
 }
 
 static void test_errors(void **state) {
@@ -101,6 +120,7 @@ int main(void) {
         cmocka_unit_test(test_complete_head),
         cmocka_unit_test(test_incomplete_needs_more),
         cmocka_unit_test(test_connection_and_body),
+        cmocka_unit_test(test_host_and_absolute_form),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
