@@ -21,6 +21,12 @@ COPY . .
 RUN meson setup /build -Dtests=false --buildtype=release --prefix=/usr -Dlibdir=lib \
  && ninja -C /build \
  && meson install -C /build --destdir /out
+# gRPC core, abseil, upb, re2, c-ares and libstdc++ are linked into the binary statically: their
+# licences ship with it, and the exact versions are recorded (rebuild when Debian updates them).
+ENV BUNDLED="libgrpc-dev libabsl-dev libre2-dev libc-ares-dev libstdc++-12-dev"
+RUN mkdir -p /out/usr/share/doc/gpuslice/bundled \
+ && for p in $BUNDLED; do cp -L /usr/share/doc/$p/copyright /out/usr/share/doc/gpuslice/bundled/$p.copyright; done \
+ && dpkg-query -W -f '${Package} ${Version}\n' $BUNDLED > /out/usr/share/doc/gpuslice/bundled/versions.txt
 
 FROM debian:bookworm-slim
 # The shared libraries the binaries link (gRPC core, abseil and libstdc++ are linked in statically).
@@ -30,6 +36,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/gpuslice /usr/bin/gpuslice
 COPY --from=build /out/usr/lib/gpuslice/ /usr/lib/gpuslice/
+COPY --from=build /out/usr/share/doc/gpuslice/ /usr/share/doc/gpuslice/
 COPY examples/nodes/ /usr/share/gpuslice/examples/nodes/
 LABEL org.opencontainers.image.title="gpuslice" \
       org.opencontainers.image.description="Kubernetes node agent that shares NVIDIA GPUs: MIG, time-slicing with VRAM quotas, MPS" \

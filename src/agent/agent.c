@@ -84,7 +84,9 @@ struct agent {
     char cdi_error[256];           /* why it could not be written, as last logged */
     char *metrics_text;            /* publish_metrics' buffer, metrics_cap bytes */
     size_t metrics_cap;
-    unsigned long long trim_calls, trim_last_call_ns, trim_last_ns; /* trim_when_quiet */
+    atomic_ullong last_call_ns;    /* when the last Allocate or GetPreferredAllocation began */
+    unsigned long long trim_last_ns; /* trim_when_quiet */
+    int metrics_err;               /* publish_metrics' last error (logged once per cause) */
 };
 
 /* ---- inventory ------------------------------------------------------------------------------ */
@@ -969,6 +971,7 @@ static int cdi_transient(struct agent *a, const struct gs_resource *r, const cha
 static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
                        struct gs_alloc_response *out, char *err, size_t errlen) {
     struct agent *a = ctx;
+    atomic_store(&a->last_call_ns, gs_now_ns());
     struct gs_mig_minors mm = { 0 };
     bool need_minors = false;
     pthread_mutex_lock(&a->lock);
@@ -1023,6 +1026,7 @@ static unsigned *size_hist(struct agent *a, const char *resource) {
 static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
                            const char *const *must, size_t n_must, size_t size, const char **out) {
     struct agent *a = ctx;
+    atomic_store(&a->last_call_ns, gs_now_ns());
     pthread_mutex_lock(&a->lock);
     /* An MPS client talks to one daemon: replicas of one container come from one GPU. */
     enum gs_alloc_policy policy = r->mps ? GS_ALLOC_PACKED : a->policy.alloc_policy;
@@ -1100,12 +1104,14 @@ static int load_policy(struct agent *a, bool initial) {
 static void publish_metrics(struct agent *a) {
     if (!a->metrics || !a->plan_valid)
         return;
-    /* One buffer kept across iterations, grown when the text outgrows it: rendering every
-     * 200 ms into a fresh megabyte would churn the allocator (and glibc's mmap threshold). */
+    /* One buffer kept across iterations, grown when the text outgrows it (up to 16 MiB) and
+     * shrunk when the text falls under a quarter of it: rendering every 200 ms into a fresh
+     * buffer would churn the allocator, and a buffer that only grows would keep a peak resident. */
+    enum { MIN_CAP = 64 * 1024, MAX_CAP = 16 << 20 };
     int n;
     for (;;) {
         if (!a->metrics_text) {
-            size_t cap = a->metrics_cap ? a->metrics_cap : 64 * 1024;
+            size_t cap = a->metrics_cap ? a->metrics_cap : MIN_CAP;
             a->metrics_text = malloc(cap);
             if (!a->metrics_text)
                 return;
@@ -1114,35 +1120,36 @@ static void publish_metrics(struct agent *a) {
         pthread_mutex_lock(&a->lock);
         n = gs_metrics_format(a->inv, &a->plan, &a->health, &a->counters, a->metrics_text, a->metrics_cap);
         pthread_mutex_unlock(&a->lock);
-        if (n != -ENOSPC || a->metrics_cap >= 64u << 20)
+        if (n != -ENOSPC || a->metrics_cap >= MAX_CAP)
             break;
         free(a->metrics_text);
         a->metrics_text = NULL;
         a->metrics_cap *= 2;
     }
-    if (n >= 0)
+    if (n >= 0) {
         metrics_http_publish(a->metrics, a->metrics_text, (size_t)n);
-    else
-        log_warn("Cannot render the metrics: %s", strerror(-n));
+        if (a->metrics_cap > MIN_CAP && (size_t)n < a->metrics_cap / 4) {
+            free(a->metrics_text); /* the next render allocates half */
+            a->metrics_text = NULL;
+            a->metrics_cap /= 2;
+        }
+    } else if (n != a->metrics_err) {
+        log_warn("Cannot render the metrics: %s%s", strerror(-n),
+                 n == -ENOSPC ? " (the text is over 16 MiB)" : ""); /* once per cause */
+    }
+    a->metrics_err = n < 0 ? n : 0;
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
 /* Hands freed heap memory back to the kernel when the allocator holds more than 512 KiB free:
  * gRPC allocates per call on its own threads, the simulated NVML parses its state file, and glibc
- * keeps what was freed. Checked once a second, and not while Allocate calls are coming in
- * (malloc_trim takes the arenas' locks); a call resets the 1 s quiet period. */
+ * keeps what was freed. Checked at the inventory polls, at most once a second, and only when no
+ * Allocate or GetPreferredAllocation call started in the last second (malloc_trim takes the
+ * arenas' locks, and would delay a burst of calls). */
 static void trim_when_quiet(struct agent *a, unsigned long long now) {
-    unsigned long long calls = 0;
-    pthread_mutex_lock(&a->lock);
-    for (unsigned i = 0; i < a->counters.n_resources; i++)
-        calls += a->counters.res[i].allocations + a->counters.res[i].errors;
-    pthread_mutex_unlock(&a->lock);
-    if (calls != a->trim_calls) {
-        a->trim_calls = calls;
-        a->trim_last_call_ns = now;
-    }
-    if (now - a->trim_last_call_ns < 1000000000ULL || now - a->trim_last_ns < 1000000000ULL)
+    unsigned long long last_call = atomic_load(&a->last_call_ns); /* may be after now */
+    if (last_call + 1000000000ULL > now || now - a->trim_last_ns < 1000000000ULL)
         return;
     a->trim_last_ns = now;
     struct mallinfo2 mi = mallinfo2();

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,8 @@ static void usage(FILE *f) {
             "  --inflation X      arrived workload at the end, x GPU capacity (default 1.3)\n"
             "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct, one row per 1 %%\n"
             "  --timing           also measure each decision (median, p99, max) and the replay time\n"
-            "  --placed-shares FILE  write the milli-GPU of each GPU-sharing pod placed before 100 %%\n"
-            "                     arrived, one per line (input of bench/place_bound.py)\n");
+            "  --placed-shares FILE  write the milli-GPU of each GPU-sharing pod placed up to the end of\n"
+            "                     the 100 %% bucket, one per line (input of bench/place_bound.py)\n");
 }
 
 int cmd_replay(const struct cli *cli, int argc, char **argv) {
@@ -122,7 +123,8 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
                 else
                     fprintf(f, "%d,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x]);
             }
-            if (f != stdout && fclose(f) != 0) {
+            bool bad = ferror(f) != 0;
+            if ((f != stdout && fclose(f) != 0) || bad) {
                 fprintf(stderr, "gpuslice replay: %s: %s\n", out, strerror(errno));
                 rc = GS_EXIT_FAILURE;
             }
@@ -136,7 +138,8 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         } else {
             for (size_t i = 0; i < r->n_shares; i++)
                 fprintf(f, "%d\n", r->shares[i]);
-            if (fclose(f) != 0) {
+            bool bad = ferror(f) != 0;
+            if (fclose(f) != 0 || bad) {
                 fprintf(stderr, "gpuslice replay: %s: %s\n", shares, strerror(errno));
                 rc = GS_EXIT_FAILURE;
             }

@@ -437,16 +437,16 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         int s = pl_schedule(&c, o->policy, p, &rng, &ch);
         if (o->time_decisions)
             lat[k] = (now_s() - ts) * 1e6;
+        /* the paper: round(A / T / 10) with T in GPUs, i.e. the percent of capacity, half-even */
+        int b = (int)nearbyint((double)arrived / (total / 1000.0) / 10.0);
         if (s == 0) {
             pl_commit(&c, p, &ch);
-            if (r->shares && p->num_gpu == 1 && p->gpu_milli > 0 && p->gpu_milli < PL_MILLI && arrived < node_total)
+            if (r->shares && p->num_gpu == 1 && p->gpu_milli > 0 && p->gpu_milli < PL_MILLI && b <= 100)
                 r->shares[r->n_shares++] = p->gpu_milli;
         } else {
             r->n_failed++;
             r->n_failed_gpu += pod_gpu(p) > 0;
         }
-        /* the paper: round(A / T / 10) with T in GPUs, i.e. the percent of capacity, half-even */
-        int b = (int)nearbyint((double)arrived / (total / 1000.0) / 10.0);
         if (b >= 0 && b <= RP_MAX_PCT) {
             sum_a[b] += round2((double)c.alloc_gpu_milli / (total / 1000.0) / 10.0);
             sum_f[b] += c.frag_sum / total * 100.0;

@@ -50,12 +50,13 @@ struct rp_result {
     double final_alloc_pct;
     double wall_s;            /* the replay loop */
     double lat_median_us, lat_p99_us, lat_max_us;
-    /* with record_shares: the milli-GPU of every GPU-sharing pod placed while less than 100 % of
-     * the capacity had arrived, in arrival order (what bench/place_bound.py packs offline) */
+    /* with record_shares: the milli-GPU of every GPU-sharing pod placed up to the last event of
+     * the 100 % bucket (arrived < 100.5 %), in arrival order (what bench/place_bound.py packs) */
     int *shares;
     size_t n_shares;
 };
 
+/* Fills *r, which it zeroes first: release a result before running into it again. */
 int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r);
 /* Frees what rp_run allocated in r (the shares). */
 void rp_result_release(struct rp_result *r);

@@ -151,6 +151,11 @@ def install_plan():
     return out
 
 
+NOTICES = "/usr/share/doc/gpuslice/"
+# What meson.build links statically (the archives' Debian packages): their licences must ship.
+STATIC_PACKAGES = {"libgrpc-dev", "libabsl-dev", "libre2-dev", "libc-ares-dev", "libstdc++-12-dev"}
+
+
 def image_layout():
     """{path in the image: file here} for what the runtime stage copies from the build stage."""
     destdir = re.search(r"meson install .*--destdir[ =](\S+)", next(
@@ -163,6 +168,8 @@ def image_layout():
         src, dst = [a for a in shlex.split(rest) if not a.startswith("--")]
         assert src.startswith(destdir + "/"), f"COPY {src}: not from the install tree {destdir}"
         src = src[len(destdir):]
+        if src == NOTICES:  # written by the build stage, not by meson (test_bundled_notices)
+            continue
         matched = False
         for dest, built in plan.items():
             if src.endswith("/") and dest.startswith(src):
@@ -223,6 +230,25 @@ def test_meson_options_exist():
     for a in args[1:]:
         name = a[2:].split("=", 1)[0]
         assert name in own or name in known, f"meson setup {a}: no such option"
+
+
+def test_bundled_notices():
+    """The libraries linked in statically have their copyright files and versions copied into the
+    image (build stage writes them into the install tree, runtime stage copies the directory)."""
+    env = {rest.split("=", 1)[0]: shlex.split(rest.split("=", 1)[1])[0] for s, w, rest in _instructions()
+           if s == 0 and w == "ENV" and "=" in rest}
+    assert set(env.get("BUNDLED", "").split()) == STATIC_PACKAGES
+    runs = " ".join(rest for s, w, rest in _instructions() if s == 0 and w == "RUN")
+    assert "/usr/share/doc/$p/copyright" in runs and "dpkg-query" in runs and "versions.txt" in runs
+    copies = [shlex.split(rest) for s, w, rest in _instructions() if s == 1 and w == "COPY"]
+    assert ["--from=build", "/out" + NOTICES, NOTICES] in copies
+    with open(os.path.join(ROOT, "meson.build")) as f:
+        meson = f.read()
+    for lib in ("grpc_unsecure", "upb", "re2", "cares", "stdc++"):
+        assert re.search(r"'%s', static : true" % re.escape(lib), meson), lib
+    for p in STATIC_PACKAGES:  # where this machine has them (the build stage installs them)
+        if os.path.isdir(f"/usr/share/doc/{p}"):
+            assert os.path.exists(f"/usr/share/doc/{p}/copyright"), p
 
 
 def test_runtime_stage_copies_every_installed_file():
