@@ -23,6 +23,7 @@
  * The library is linked with -Bsymbolic so that the addresses it hands out (cuGetProcAddress,
  * fakeCudaSymbol) are its own functions even while a preloaded guard exports the same names.
  * The fakeCuda* exports are ground truth for tests and do not depend on the guard. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -237,6 +238,21 @@ static bool valid_device(int dev)
     return dev >= 0 && dev < n_devices;
 }
 
+#define NO_DEVICE INT_MIN
+
+/* The checks the driver makes first, in its order: initialised, the output pointer, the device
+ * ordinal (NO_DEVICE: the call takes none). */
+static CUresult precheck(const void *out, int dev)
+{
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != NO_DEVICE && !valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
 static uint64_t base_of(int kind)
 {
     switch (kind) {
@@ -351,12 +367,9 @@ EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
     HIT(cuDeviceGet);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_device(ordinal))
-        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult pre = precheck(device, ordinal);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     *device = ordinal;
     return CUDA_SUCCESS;
 }
@@ -364,10 +377,9 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 EXPORT CUresult cuDeviceGetCount(int *count)
 {
     HIT(cuDeviceGetCount);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!count)
-        return CUDA_ERROR_INVALID_VALUE;
+    CUresult pre = precheck(count, NO_DEVICE);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     config();
     *count = n_devices;
     return CUDA_SUCCESS;
@@ -375,12 +387,9 @@ EXPORT CUresult cuDeviceGetCount(int *count)
 
 static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
 {
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!uuid)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_device(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult pre = precheck(uuid, dev);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     for (int i = 0; i < 16; i++)
         uuid->bytes[i] = (char)(0x10 * (i % 16) + dev);
     return CUDA_SUCCESS;
@@ -401,10 +410,9 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
     HIT(cuCtxGetDevice);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
+    CUresult pre = precheck(device, NO_DEVICE);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     *device = current_device;
     return CUDA_SUCCESS;
 }
@@ -482,12 +490,9 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     HIT(cuDevicePrimaryCtxRetain);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_device(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult pre = precheck(pctx, dev);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     pthread_mutex_lock(&lock);
     ctx_refs[dev]++;
     pthread_mutex_unlock(&lock);
@@ -526,12 +531,9 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     HIT(cuDeviceGetDefaultMemPool);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pool)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_device(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult pre = precheck(pool, dev);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     *pool = (CUmemoryPool)(uintptr_t)(FK_POOL_BASE + 64 * (uint64_t)dev);
     return CUDA_SUCCESS;
 }
@@ -798,12 +800,9 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     HIT(cuDeviceTotalMem_v2);
-    if (!ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_device(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult pre = precheck(bytes, dev);
+    if (pre != CUDA_SUCCESS)
+        return pre;
     *bytes = capacity;
     return CUDA_SUCCESS;
 }
