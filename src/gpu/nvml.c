@@ -6,7 +6,19 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define GS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GS_ASAN 1
+#endif
+#endif
+#ifdef GS_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include "gpu/gpu.h"
 #include "util/util.h"
@@ -419,8 +431,27 @@ static void read_gpu(struct gpu_node *n, unsigned idx, struct gs_gpu *g) {
     read_processes(n, d, g);
 }
 
+/* The inventory is sized for the largest node (~600 KiB); zeroing all of it on every read would
+ * keep it all resident in the agent, which reads it at each poll. Only the header and the GPUs the
+ * node has are written; entries at and past n_gpus are never read (under AddressSanitizer they are
+ * poisoned, so the test suite proves it). */
+static void inventory_reset(struct gs_inventory *inv) {
+#ifdef GS_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(inv, sizeof(*inv));
+#endif
+    memset(inv, 0, offsetof(struct gs_inventory, gpus));
+}
+
+static void inventory_seal(struct gs_inventory *inv) {
+#ifdef GS_ASAN
+    ASAN_POISON_MEMORY_REGION(&inv->gpus[inv->n_gpus], sizeof(inv->gpus[0]) * (GS_MAX_GPUS - inv->n_gpus));
+#else
+    (void)inv;
+#endif
+}
+
 int gpu_inventory_read(struct gpu_node *n, struct gs_inventory *inv) {
-    memset(inv, 0, sizeof(*inv));
+    inventory_reset(inv);
     const struct nvml_api *a = &n->api;
     if (a->SystemGetDriverVersion)
         a->SystemGetDriverVersion(inv->driver_version, sizeof(inv->driver_version));
@@ -437,8 +468,11 @@ int gpu_inventory_read(struct gpu_node *n, struct gs_inventory *inv) {
     }
     inv->n_gpus = count;
     n->n_devices = count;
-    for (unsigned i = 0; i < count; i++)
+    for (unsigned i = 0; i < count; i++) {
+        memset(&inv->gpus[i], 0, sizeof(inv->gpus[i]));
         read_gpu(n, i, &inv->gpus[i]);
+    }
+    inventory_seal(inv);
     return 0;
 }
 
