@@ -860,16 +860,21 @@ static int inject_guard(struct agent *a, const struct gs_resource *res, const ch
     return 0;
 }
 
+/* Reads PROC_ROOT/NAME (at most 1 MiB) into *text; path gets the file's name for messages. */
+static int read_proc_file(const char *proc_root, const char *name, char path[PATH_MAX], char **text, char *err,
+                          size_t errlen) {
+    snprintf(path, PATH_MAX, "%s/%s", proc_root, name);
+    int r = gs_read_file(path, 1 << 20, text, NULL);
+    if (r < 0)
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
+    return r;
+}
+
 int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen) {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/driver/nvidia-caps/mig-minors", proc_root);
     _cleanup_free_ char *text = NULL;
-    int r = gs_read_file(path, 1 << 20, &text, NULL);
-    if (r < 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
-        return r;
-    }
-    return gs_mig_minors_parse(path, text, mm, err, errlen);
+    int r = read_proc_file(proc_root, "driver/nvidia-caps/mig-minors", path, &text, err, errlen);
+    return r < 0 ? r : gs_mig_minors_parse(path, text, mm, err, errlen);
 }
 
 static bool file_exists(const char *path, void *ctx) {
@@ -881,13 +886,10 @@ int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const 
                    const char *kind, char **out, unsigned *n_driver_files, char *err, size_t errlen) {
     *out = NULL;
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/devices", proc_root);
     _cleanup_free_ char *devices = NULL;
-    int r = gs_read_file(path, 1 << 20, &devices, NULL);
-    if (r < 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
+    int r = read_proc_file(proc_root, "devices", path, &devices, err, errlen);
+    if (r < 0)
         return r;
-    }
     struct gs_dev_majors maj;
     if ((r = gs_proc_devices_parse(path, devices, &maj, err, errlen)) < 0)
         return r;

@@ -29,6 +29,7 @@
 
 #include "core/httphead.h"
 #include "util/log.h"
+#include "util/util.h"
 
 #define MAX_CONNS 16
 #define IN_MAX 8192            /* the longest request head taken (431 beyond) */
@@ -70,9 +71,7 @@ struct metrics_http {
 };
 
 static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (long long)(gs_now_ns() / 1000000);
 }
 
 static void snap_unref(struct metrics_http *m, struct snap *s) {
