@@ -195,3 +195,34 @@ def test_gpu_check_script_compares(sim, tmp_path):
     bad = subprocess.run(args, capture_output=True, text=True)
     assert bad.returncode == 1
     assert "FAIL GPU 0 memory.total MiB" in bad.stdout
+
+
+def _tiny_trace(tmp_path):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" +
+                     "".join(f"node-{i},64000,262144,4,T4\n" for i in range(3)))
+    pods = tmp_path / "pods.csv"
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+            "deletion_time,scheduled_time"]
+    for i in range(40):
+        num, milli = (1, 250 + 100 * (i % 6)) if i % 3 else (1, 1000)
+        rows.append(f"pod-{i:03d},2000,8192,{num},{milli},,LS,Running,0,0,0")
+    pods.write_text("\n".join(rows) + "\n")
+    return str(nodes), str(pods)
+
+
+def test_replay_placed_shares(tmp_path):
+    """--placed-shares writes one sharing pod's milli-GPU per line; an unwritable path is an error
+    naming it, after the replay itself (its summary is still printed)."""
+    nodes, pods = _tiny_trace(tmp_path)
+    out = tmp_path / "shares.txt"
+    p = run("replay", "--nodes", nodes, "--pods", pods, "--policy", "fgd", "--seed", "42",
+            "--placed-shares", str(out), check=0)
+    assert "alloc_at_100=" in p.stdout
+    shares = [int(x) for x in out.read_text().split()]
+    assert shares and all(250 <= s <= 750 for s in shares)
+    bad = str(tmp_path / "no-such-dir" / "shares.txt")
+    p = run("replay", "--nodes", nodes, "--pods", pods, "--policy", "fgd", "--seed", "42",
+            "--placed-shares", bad)
+    assert p.returncode != 0
+    assert f"gpuslice replay: {bad}: No such file or directory" in p.stderr
