@@ -33,6 +33,7 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 /* cuGetProcAddress flags */
@@ -94,6 +95,19 @@ _Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
 _Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
 
+/* cuLaunchKernelEx's launch configuration (CUDA >= 11.8; cuBLAS launches its Hopper kernels with
+ * it). The guard reads hStream alone; the attributes stay opaque. */
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+_Static_assert(sizeof(CUlaunchConfig) == 56 && offsetof(CUlaunchConfig, hStream) == 32, "CUlaunchConfig");
+
 /* Signatures of every function the guard interposes (the _v2 ABIs; older ABIs pass through). */
 #define GS_CUDA_HOOKED_FUNCTIONS(X)                                                                          \
     X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize))                                  \
@@ -130,7 +144,16 @@ _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,     \
        CUstream hStream, void **kernelParams, void **extra),                                                   \
       (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,              \
-       kernelParams, extra))
+       kernelParams, extra))                                                                                   \
+    X(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),       \
+      (config, f, kernelParams, extra))                                                                        \
+    X(cuLaunchCooperativeKernel,                                                                               \
+      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,                      \
+       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,     \
+       CUstream hStream, void **kernelParams),                                                                 \
+      (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,              \
+       kernelParams))                                                                                          \
+    X(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
 
 /* Functions the guard uses without interposing them. */
 typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *device);

@@ -49,6 +49,9 @@ extern char **environ;
 #define DECLARE_REAL(name, params, args) typedef CUresult(*name##_fn) params; static name##_fn real_##name;
 GS_CUDA_HOOKED_FUNCTIONS(DECLARE_REAL)
 static cuLaunchKernel_fn real_cuLaunchKernel_ptsz;
+static cuLaunchKernelEx_fn real_cuLaunchKernelEx_ptsz;
+static cuLaunchCooperativeKernel_fn real_cuLaunchCooperativeKernel_ptsz;
+static cuGraphLaunch_fn real_cuGraphLaunch_ptsz;
 static cuMemAllocAsync_fn real_cuMemAllocAsync_ptsz;
 static cuMemAllocFromPoolAsync_fn real_cuMemAllocFromPoolAsync_ptsz;
 static cuMemFreeAsync_fn real_cuMemFreeAsync_ptsz;
@@ -117,6 +120,9 @@ static void resolve_driver(void) {
 #define RESOLVE(name, params, args) real_##name = (name##_fn)cuda_sym(#name);
     GS_CUDA_HOOKED_FUNCTIONS(RESOLVE)
     real_cuLaunchKernel_ptsz = (cuLaunchKernel_fn)cuda_sym("cuLaunchKernel_ptsz");
+    real_cuLaunchKernelEx_ptsz = (cuLaunchKernelEx_fn)cuda_sym("cuLaunchKernelEx_ptsz");
+    real_cuLaunchCooperativeKernel_ptsz = (cuLaunchCooperativeKernel_fn)cuda_sym("cuLaunchCooperativeKernel_ptsz");
+    real_cuGraphLaunch_ptsz = (cuGraphLaunch_fn)cuda_sym("cuGraphLaunch_ptsz");
     real_cuMemAllocAsync_ptsz = (cuMemAllocAsync_fn)cuda_sym("cuMemAllocAsync_ptsz");
     real_cuMemAllocFromPoolAsync_ptsz = (cuMemAllocFromPoolAsync_fn)cuda_sym("cuMemAllocFromPoolAsync_ptsz");
     real_cuMemFreeAsync_ptsz = (cuMemFreeAsync_fn)cuda_sym("cuMemFreeAsync_ptsz");
@@ -897,17 +903,19 @@ static uint64_t pacing_delay(int dev, unsigned pct, uint64_t now) {
     return end > now ? end - now : 1000000;
 }
 
-typedef CUresult (*launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-                              unsigned int, unsigned int, CUstream, void **, void **);
+/* One paced launch: pace_begin waits for budget and records the start event under g_pace_lock;
+ * pace_end records the end event, keeps the pair for harvest() and lets the lock go. */
+struct pace {
+    CUevent start, end;
+    int dev;
+};
 
-/* A launch on a device with a compute limit: wait for budget, then launch between two events. */
-static CUresult paced_launch(launch_fn real, cuEventRecord_fn record, CUfunction f, unsigned int gx, unsigned int gy,
-                             unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
-                             CUstream s, void **params, void **extra) {
+/* False (nothing held) when the launch's device has no compute limit or events cannot be used. */
+static bool pace_begin(struct pace *p, cuEventRecord_fn record, CUstream s) {
     int dev = current_device();
     unsigned pct = guard_state() == G_READY ? device_compute(dev) : 0;
     if (!pct || !record)
-        return real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+        return false;
     pthread_mutex_lock(&g_pace_lock);
     harvest(g_n_inflight == PACING_INFLIGHT);
     for (uint64_t delay; (delay = pacing_delay(dev, pct, mono_ns())) != 0;) {
@@ -919,17 +927,24 @@ static CUresult paced_launch(launch_fn real, cuEventRecord_fn record, CUfunction
     }
     if (g_n_inflight == PACING_INFLIGHT) /* other threads launched while this one slept */
         harvest(true);
-    CUevent start = NULL, end = NULL;
-    bool timed = g_n_inflight < PACING_INFLIGHT && real_cuEventCreate(&start, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
-                 real_cuEventCreate(&end, CU_EVENT_DEFAULT) == CUDA_SUCCESS && record(start, s) == CUDA_SUCCESS;
-    CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    if (timed && r == CUDA_SUCCESS && record(end, s) == CUDA_SUCCESS) {
-        g_inflight[g_n_inflight++] = (struct timed_launch){ start, end, dev };
-    } else {
-        if (start)
-            real_cuEventDestroy(start);
-        if (end)
-            real_cuEventDestroy(end);
+    *p = (struct pace){ .dev = dev };
+    if (real_cuEventCreate(&p->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+        real_cuEventCreate(&p->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS || record(p->start, s) != CUDA_SUCCESS) {
+        if (p->start)
+            real_cuEventDestroy(p->start);
+        if (p->end)
+            real_cuEventDestroy(p->end);
+        p->start = p->end = NULL; /* launched untimed */
+    }
+    return true;
+}
+
+static CUresult pace_end(struct pace *p, cuEventRecord_fn record, CUstream s, CUresult r) {
+    if (p->start && r == CUDA_SUCCESS && g_n_inflight < PACING_INFLIGHT && record(p->end, s) == CUDA_SUCCESS) {
+        g_inflight[g_n_inflight++] = (struct timed_launch){ p->start, p->end, p->dev };
+    } else if (p->start) {
+        real_cuEventDestroy(p->start);
+        real_cuEventDestroy(p->end);
     }
     pthread_mutex_unlock(&g_pace_lock);
     return r;
@@ -942,30 +957,63 @@ static cuEventRecord_fn ptsz_record(void) {
 
 /* ---- kernel launches: the hot path ------------------------------------------------------------ */
 
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                               unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
-                               void **extra) {
-    if (__builtin_expect(!real_cuLaunchKernel, 0)) { /* first call: the guard loads the driver */
-        guard_state();
-        if (!real_cuLaunchKernel)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        return paced_launch(real_cuLaunchKernel, real_cuEventRecord, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    return real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+/* A launch wrapper's body: on the first call the guard loads the driver; with a compute limit the
+ * launch CALL on STREAM is paced and timed with events recorded by RECORD. */
+#define LAUNCH(real, record, stream, call)                                                                    \
+    do {                                                                                                       \
+        if (__builtin_expect(!(real), 0)) {                                                                    \
+            guard_state();                                                                                     \
+            if (!(real))                                                                                       \
+                return CUDA_ERROR_NOT_INITIALIZED;                                                             \
+        }                                                                                                      \
+        struct pace pace_;                                                                                     \
+        if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0) &&                     \
+            pace_begin(&pace_, (record), (stream)))                                                            \
+            return pace_end(&pace_, (record), (stream), (call));                                               \
+        return (call);                                                                                         \
+    } while (0)
+
+#define LAUNCH_PARAMS                                                                                          \
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,         \
+        unsigned int bz, unsigned int shm, CUstream s
+
+EXPORT CUresult cuLaunchKernel(LAUNCH_PARAMS, void **params, void **extra) {
+    LAUNCH(real_cuLaunchKernel, real_cuEventRecord, s,
+           real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
-EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                    unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
-                                    void **extra) {
-    if (__builtin_expect(!real_cuLaunchKernel_ptsz, 0)) { /* first call: the guard loads the driver */
-        guard_state();
-        if (!real_cuLaunchKernel_ptsz)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-    if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0))
-        return paced_launch(real_cuLaunchKernel_ptsz, ptsz_record(), f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    return real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+EXPORT CUresult cuLaunchKernel_ptsz(LAUNCH_PARAMS, void **params, void **extra) {
+    LAUNCH(real_cuLaunchKernel_ptsz, ptsz_record(), s,
+           real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+}
+
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+    LAUNCH(real_cuLaunchKernelEx, real_cuEventRecord, config ? config->hStream : NULL,
+           real_cuLaunchKernelEx(config, f, params, extra));
+}
+
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+    LAUNCH(real_cuLaunchKernelEx_ptsz, ptsz_record(), config ? config->hStream : NULL,
+           real_cuLaunchKernelEx_ptsz(config, f, params, extra));
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(LAUNCH_PARAMS, void **params) {
+    LAUNCH(real_cuLaunchCooperativeKernel, real_cuEventRecord, s,
+           real_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, params));
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(LAUNCH_PARAMS, void **params) {
+    LAUNCH(real_cuLaunchCooperativeKernel_ptsz, ptsz_record(), s,
+           real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params));
+}
+
+/* A CUDA graph counts as one launch: its whole GPU time lies between the two events. */
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    LAUNCH(real_cuGraphLaunch, real_cuEventRecord, s, real_cuGraphLaunch(g, s));
+}
+
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+    LAUNCH(real_cuGraphLaunch_ptsz, ptsz_record(), s, real_cuGraphLaunch_ptsz(g, s));
 }
 
 /* ---- symbol lookups: cuGetProcAddress and dlsym ----------------------------------------------- */
@@ -1006,6 +1054,10 @@ static const struct hook hooks[] = {
     { "cuMemGetInfo", "cuMemGetInfo_v2", 3020, FN(cuMemGetInfo_v2), NULL },
     { "cuDeviceTotalMem", "cuDeviceTotalMem_v2", 3020, FN(cuDeviceTotalMem_v2), NULL },
     { "cuLaunchKernel", "cuLaunchKernel", 0, FN(cuLaunchKernel), FN(cuLaunchKernel_ptsz), 7000 },
+    { "cuLaunchKernelEx", "cuLaunchKernelEx", 11060, FN(cuLaunchKernelEx), FN(cuLaunchKernelEx_ptsz), 11060 },
+    { "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", 9000, FN(cuLaunchCooperativeKernel),
+      FN(cuLaunchCooperativeKernel_ptsz), 9000 },
+    { "cuGraphLaunch", "cuGraphLaunch", 10000, FN(cuGraphLaunch), FN(cuGraphLaunch_ptsz), 10000 },
     { "cuGetProcAddress", "cuGetProcAddress_v2", 12000, FN(cuGetProcAddress_v2), NULL },
 };
 

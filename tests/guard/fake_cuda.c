@@ -89,6 +89,12 @@
     S(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                                                    \
     S(cuLaunchKernel, "cuLaunchKernel", 4000, 0)                                                           \
     S(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1)                                                      \
+    S(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)                                                      \
+    S(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1)                                                 \
+    S(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0)                                     \
+    S(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1)                                \
+    S(cuGraphLaunch, "cuGraphLaunch", 10000, 0)                                                            \
+    S(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1)                                                       \
     S(cuEventCreate, "cuEventCreate", 2000, 0)                                                             \
     S(cuEventRecord, "cuEventRecord", 2000, 0)                                                             \
     S(cuEventRecord_ptsz, "cuEventRecord", 7000, 1)                                                        \
@@ -145,6 +151,12 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                     void **kernelParams, void **extra);
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams);
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *symbolStatus);
@@ -858,6 +870,62 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
     HIT(cuLaunchKernel_ptsz);
     (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
     return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ);
+}
+
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    HIT(cuLaunchKernelEx);
+    (void)f, (void)kernelParams, (void)extra;
+    return launch_ex(config);
+}
+
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    HIT(cuLaunchKernelEx_ptsz);
+    (void)f, (void)kernelParams, (void)extra;
+    return launch_ex(config);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                          void **kernelParams)
+{
+    HIT(cuLaunchCooperativeKernel);
+    (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams;
+    return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams)
+{
+    HIT(cuLaunchCooperativeKernel_ptsz);
+    (void)f, (void)sharedMemBytes, (void)hStream, (void)kernelParams;
+    return launch(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+}
+
+/* A simulated graph is one kernel; its handle's value is its GPU time in microseconds. */
+EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    HIT(cuGraphLaunch);
+    (void)hStream;
+    return hGraphExec ? launch((unsigned)(uintptr_t)hGraphExec, 1, 1, 1, 1, 1) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    HIT(cuGraphLaunch_ptsz);
+    (void)hStream;
+    return hGraphExec ? launch((unsigned)(uintptr_t)hGraphExec, 1, 1, 1, 1, 1) : CUDA_ERROR_INVALID_HANDLE;
 }
 
 /* ---- events ------------------------------------------------------------------------------------ */

@@ -49,6 +49,12 @@ CUresult cuCtxSynchronize(void);
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                        void **kernelParams);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* The simulated driver's ground truth. */
 unsigned long long fakeCudaLaunches(void);
@@ -63,6 +69,7 @@ const char *fakeCudaResolveName(const char *base, int cudaVersion, unsigned long
 typedef CUresult (*mem_alloc_fn)(CUdeviceptr *dptr, size_t bytesize);
 typedef CUresult (*mem_alloc_async_fn)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 typedef CUresult (*mem_get_info_fn)(size_t *free, size_t *total);
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 typedef CUresult (*launch_fn)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                               unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                               unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
@@ -478,6 +485,17 @@ static int mode_procaddr(int argc, char **argv, bool v2)
         kv2("cuLaunchKernel.call", "launches", (long long)(fakeCudaLaunches() - l0));
     }
 
+    /* cuLaunchKernelEx (_ptsz with the per-thread flag): cuBLAS's launches on Hopper. */
+    fn = report_lookup("cuLaunchKernelEx", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp), l0 = fakeCudaLaunches();
+        CUlaunchConfig cfg = { .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
+                               .blockDimZ = 1 };
+        kv2("cuLaunchKernelEx.call", "res", ((launch_ex_fn)fn)(&cfg, NULL, NULL, NULL));
+        kv2("cuLaunchKernelEx.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+        kv2("cuLaunchKernelEx.call", "launches", (long long)(fakeCudaLaunches() - l0));
+    }
+
     /* cuMemGetInfo: with the _v2 ABI, total must be what the guard reports. */
     fn = report_lookup("cuMemGetInfo", ver, flags, &exp);
     if (fn && exp && strcmp(exp, "cuMemGetInfo_v2") == 0) {
@@ -754,12 +772,35 @@ static int mode_launch(int argc, char **argv)
     return 0;
 }
 
+/* How pace launches: every launch entry point the guard paces, in both stream flavours. */
+enum pace_via { VIA_KERNEL, VIA_KERNEL_PTSZ, VIA_EX, VIA_EX_PTSZ, VIA_COOP, VIA_COOP_PTSZ, VIA_GRAPH, VIA_GRAPH_PTSZ };
+static const char *const pace_via_names[] = { "kernel", "ptsz", "ex", "ex-ptsz", "coop", "coop-ptsz", "graph",
+                                              "graph-ptsz" };
+
 struct pace_arg {
     long long until_ns;
     unsigned grid;
-    bool ptsz;
+    enum pace_via via;
     long launches, errors;
 };
+
+static CUresult pace_launch(enum pace_via via, unsigned grid)
+{
+    CUlaunchConfig cfg = { .gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                           .blockDimZ = 1 };
+    CUgraphExec graph = (CUgraphExec)(uintptr_t)grid; /* the simulated driver's graph of GRID us */
+    switch (via) {
+    case VIA_KERNEL: return cuLaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+    case VIA_KERNEL_PTSZ: return cuLaunchKernel_ptsz(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+    case VIA_EX: return cuLaunchKernelEx(&cfg, NULL, NULL, NULL);
+    case VIA_EX_PTSZ: return cuLaunchKernelEx_ptsz(&cfg, NULL, NULL, NULL);
+    case VIA_COOP: return cuLaunchCooperativeKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL);
+    case VIA_COOP_PTSZ: return cuLaunchCooperativeKernel_ptsz(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL);
+    case VIA_GRAPH: return cuGraphLaunch(graph, NULL);
+    case VIA_GRAPH_PTSZ: return cuGraphLaunch_ptsz(graph, NULL);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
 
 static long long mono_ns(void)
 {
@@ -773,8 +814,7 @@ static void *pace_thread(void *p)
     struct pace_arg *a = p;
     cuCtxSetCurrent(ctx);
     while (mono_ns() < a->until_ns) {
-        CUresult r = a->ptsz ? cuLaunchKernel_ptsz(NULL, a->grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL)
-                             : cuLaunchKernel(NULL, a->grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+        CUresult r = pace_launch(a->via, a->grid);
         a->launches++;
         a->errors += r != CUDA_SUCCESS;
     }
@@ -782,8 +822,8 @@ static void *pace_thread(void *p)
     return NULL;
 }
 
-/* pace MS GRID [THREADS] [ptsz]: THREADS threads launch kernels of GRID microseconds of GPU time
- * back to back for MS milliseconds, then wait for the GPU. gpu_us / wall_ns is the share of GPU
+/* pace MS GRID [THREADS] [VIA]: THREADS threads launch kernels of GRID microseconds of GPU time
+ * through VIA (pace_via_names; default cuLaunchKernel) back to back for MS milliseconds, then wait for the GPU. gpu_us / wall_ns is the share of GPU
  * time the process got on the simulated driver's clock. */
 static int mode_pace(int argc, char **argv)
 {
@@ -792,7 +832,10 @@ static int mode_pace(int argc, char **argv)
     long long ms = (long long)parse_size(argv[0]);
     unsigned grid = (unsigned)parse_size(argv[1]);
     int threads = argc > 2 ? (int)parse_size(argv[2]) : 1;
-    bool ptsz = argc > 3 && strcmp(argv[3], "ptsz") == 0;
+    enum pace_via via = VIA_KERNEL;
+    for (size_t i = 0; argc > 3 && i < sizeof(pace_via_names) / sizeof(pace_via_names[0]); i++)
+        if (!strcmp(argv[3], pace_via_names[i]))
+            via = (enum pace_via)i;
     if (threads < 1 || threads > 64 || grid == 0)
         return 2;
     setup();
@@ -801,7 +844,7 @@ static int mode_pace(int argc, char **argv)
     struct pace_arg args[64];
     pthread_t tid[64];
     for (int i = 0; i < threads; i++) {
-        args[i] = (struct pace_arg){ .until_ns = t0 + ms * 1000000LL, .grid = grid, .ptsz = ptsz };
+        args[i] = (struct pace_arg){ .until_ns = t0 + ms * 1000000LL, .grid = grid, .via = via };
         if (pthread_create(&tid[i], NULL, pace_thread, &args[i]) != 0)
             return 3;
     }
