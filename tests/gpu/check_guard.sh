@@ -475,7 +475,7 @@ share_verdict() { # NAME SHARE DETAIL
     else
         local hint=""
         if within "$2" 90 1000; then
-            hint="; the pacer never slowed it: are its launches passing through the hooked cuLaunchKernel/_ptsz? (cuLaunchKernelEx is not hooked)"
+            hint="; the pacer never slowed it: do its launches bypass the hooked calls (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz forms)?"
         fi
         check FAIL "$1" "under --compute 30% the process got $2% of its solo throughput, expected 30 +- 10; $3$hint"
     fi
