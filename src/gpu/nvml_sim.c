@@ -256,11 +256,33 @@ static nvmlReturn_t sim_init(void) {
     return ret;
 }
 
+/* libnvidia-ml starts a thread of its own in nvmlInit (driver 580 on an H200: a process's thread
+ * count goes from 1 to 2). A program that blocks signals after nvmlInit leaves them unblocked in
+ * that thread, which then takes them with the default action. The simulation starts an idle
+ * thread too, so tests catch that. */
+static pthread_t helper;
+static bool helper_running, helper_stop;
+static pthread_cond_t helper_cv = PTHREAD_COND_INITIALIZER;
+
+static void *helper_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&lib_lock);
+    while (!helper_stop)
+        pthread_cond_wait(&helper_cv, &lib_lock);
+    pthread_mutex_unlock(&lib_lock);
+    return NULL;
+}
+
 EXPORT nvmlReturn_t nvmlInit_v2(void) {
     pthread_mutex_lock(&lib_lock);
     nvmlReturn_t ret = NVML_SUCCESS;
-    if (init_count == 0)
+    if (init_count == 0) {
         ret = sim_init();
+        if (ret == NVML_SUCCESS && !helper_running) {
+            helper_stop = false;
+            helper_running = pthread_create(&helper, NULL, helper_main, NULL) == 0;
+        }
+    }
     if (ret == NVML_SUCCESS)
         init_count++;
     pthread_mutex_unlock(&lib_lock);
@@ -280,8 +302,15 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
         close(lock_fd);
         lock_fd = -1;
         cache_valid = false;
+        helper_stop = true;
+        pthread_cond_broadcast(&helper_cv);
     }
+    bool join = helper_running && init_count == 0;
+    if (join)
+        helper_running = false;
     pthread_mutex_unlock(&lib_lock);
+    if (join)
+        pthread_join(helper, NULL);
     return ret;
 }
 
