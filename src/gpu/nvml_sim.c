@@ -261,13 +261,14 @@ static nvmlReturn_t sim_init(void) {
  * that thread, which then takes them with the default action. The simulation starts an idle
  * thread too, so tests catch that. */
 static pthread_t helper;
-static bool helper_running, helper_stop;
+static bool helper_running;
+static unsigned long helper_gen; /* a helper runs until the generation it was started in ends */
 static pthread_cond_t helper_cv = PTHREAD_COND_INITIALIZER;
 
 static void *helper_main(void *arg) {
-    (void)arg;
+    unsigned long gen = (unsigned long)(uintptr_t)arg;
     pthread_mutex_lock(&lib_lock);
-    while (!helper_stop)
+    while (helper_gen == gen)
         pthread_cond_wait(&helper_cv, &lib_lock);
     pthread_mutex_unlock(&lib_lock);
     return NULL;
@@ -278,10 +279,8 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
     nvmlReturn_t ret = NVML_SUCCESS;
     if (init_count == 0) {
         ret = sim_init();
-        if (ret == NVML_SUCCESS && !helper_running) {
-            helper_stop = false;
-            helper_running = pthread_create(&helper, NULL, helper_main, NULL) == 0;
-        }
+        if (ret == NVML_SUCCESS && !helper_running)
+            helper_running = pthread_create(&helper, NULL, helper_main, (void *)(uintptr_t)helper_gen) == 0;
     }
     if (ret == NVML_SUCCESS)
         init_count++;
@@ -302,15 +301,16 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
         close(lock_fd);
         lock_fd = -1;
         cache_valid = false;
-        helper_stop = true;
+        helper_gen++;
         pthread_cond_broadcast(&helper_cv);
     }
     bool join = helper_running && init_count == 0;
+    pthread_t stopping = helper; /* a concurrent nvmlInit may start the next one once unlocked */
     if (join)
         helper_running = false;
     pthread_mutex_unlock(&lib_lock);
     if (join)
-        pthread_join(helper, NULL);
+        pthread_join(stopping, NULL);
     return ret;
 }
 

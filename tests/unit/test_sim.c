@@ -2,6 +2,7 @@
  * catalogue, exercised through the real dlopen backend (gpu/nvml.c). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -495,9 +496,71 @@ static void test_uninitialised_and_bad_node(void **state) {
     assert_int_equal(gpu_node_open(sim_lib(), &n, err, sizeof(err)), -EIO);
 }
 
+static int thread_count(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void *init_shutdown_cycles(void *arg) {
+    const struct nvml_api *api = arg;
+    for (int i = 0; i < 200; i++) {
+        if (api->Init() != NVML_SUCCESS || api->Shutdown() != NVML_SUCCESS)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+/* As libnvidia-ml, nvmlInit starts a thread of its own (a program that blocks signals only after
+ * init must see them taken by it, as on a real driver); the last nvmlShutdown ends it, also when
+ * other threads init and shut down concurrently. */
+static void test_init_thread(void **state) {
+    (void)state;
+    int before = thread_count();
+    assert_true(before >= 1);
+    struct sim_fixture f;
+    assert_int_equal(sim_fixture_open(&f, "gpus:\n  - model: L4\n"), 0);
+    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(f.api->Init(), NVML_SUCCESS); /* nested: no second thread */
+    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(f.api->Shutdown(), NVML_SUCCESS);
+    assert_int_equal(thread_count(), before + 1);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, init_shutdown_cycles, (void *)f.api), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = (void *)2;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_null(r);
+    }
+    assert_int_equal(thread_count(), before + 1);
+    const struct nvml_api *api = f.api;
+    assert_int_equal(api->Shutdown(), NVML_SUCCESS); /* the fixture's init: the last one */
+    assert_int_equal(thread_count(), before);
+    /* Init-shutdown cycles from four threads with no init held in between. */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, init_shutdown_cycles, (void *)api), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = (void *)2;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_null(r);
+    }
+    assert_int_equal(thread_count(), before);
+    assert_int_equal(api->Init(), NVML_SUCCESS); /* for the fixture's close, which shuts down */
+    sim_fixture_close(&f);
+    assert_int_equal(thread_count(), before);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_uses_dlopen),
+        cmocka_unit_test(test_init_thread),
         cmocka_unit_test(test_no_driver_message),
         cmocka_unit_test(test_placements_every_model),
         cmocka_unit_test(test_caps_every_model),
