@@ -195,6 +195,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int n_devices = 2;
 static uint64_t capacity = 16384ULL << 20;
 static bool fail_alloc;
+static uint64_t slowdown = 1; /* FAKE_CUDA_SLOWDOWN=k: a time-slicing neighbour takes (k-1)/k of the GPU */
 
 static _Atomic int initialized;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -232,6 +233,12 @@ static void read_config(void)
     }
     s = getenv("FAKE_CUDA_FAIL_ALLOC");
     fail_alloc = s && strcmp(s, "1") == 0;
+    s = getenv("FAKE_CUDA_SLOWDOWN");
+    if (s && *s) {
+        unsigned long long v = strtoull(s, NULL, 10);
+        if (v >= 1 && v <= 100)
+            slowdown = v;
+    }
 }
 
 static void config(void)
@@ -838,7 +845,8 @@ static CUresult launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsig
         }
         if (queue_len[d] < FK_QUEUE_DEPTH) {
             uint64_t *tail = &busy_until_ns[d];
-            *tail = (*tail > n ? *tail : n) + us * 1000;
+            /* us of the process's own GPU time; with a neighbour, it spans slowdown times that */
+            *tail = (*tail > n ? *tail : n) + us * 1000 * slowdown;
             queue_end[d][(queue_head[d] + queue_len[d]++) % FK_QUEUE_DEPTH] = *tail;
             break;
         }
