@@ -166,7 +166,6 @@ typedef CUresult (*cuGetProcAddress_v2_fn)(const char *symbol, void **pfn, int c
 typedef CUresult (*cuEventCreate_fn)(CUevent *phEvent, unsigned int Flags);
 typedef CUresult (*cuEventRecord_fn)(CUevent hEvent, CUstream hStream);
 typedef CUresult (*cuEventQuery_fn)(CUevent hEvent);
-typedef CUresult (*cuEventSynchronize_fn)(CUevent hEvent);
 typedef CUresult (*cuEventElapsedTime_fn)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 typedef CUresult (*cuEventDestroy_v2_fn)(CUevent hEvent);
 

@@ -61,7 +61,6 @@ static cuGetProcAddress_v2_fn real_cuGetProcAddress_v2;
 static cuEventCreate_fn real_cuEventCreate;
 static cuEventRecord_fn real_cuEventRecord, real_cuEventRecord_ptsz;
 static cuEventQuery_fn real_cuEventQuery;
-static cuEventSynchronize_fn real_cuEventSynchronize;
 static cuEventElapsedTime_fn real_cuEventElapsedTime;
 static cuEventDestroy_v2_fn real_cuEventDestroy;
 
@@ -133,7 +132,6 @@ static void resolve_driver(void) {
     real_cuEventRecord = (cuEventRecord_fn)cuda_sym("cuEventRecord");
     real_cuEventRecord_ptsz = (cuEventRecord_fn)cuda_sym("cuEventRecord_ptsz");
     real_cuEventQuery = (cuEventQuery_fn)cuda_sym("cuEventQuery");
-    real_cuEventSynchronize = (cuEventSynchronize_fn)cuda_sym("cuEventSynchronize");
     real_cuEventElapsedTime = (cuEventElapsedTime_fn)cuda_sym("cuEventElapsedTime");
     real_cuEventDestroy = (cuEventDestroy_v2_fn)cuda_sym("cuEventDestroy_v2");
 }
@@ -326,8 +324,8 @@ static void init_once(void) {
         want_pacing |= g_limits.dev[i].compute_pct != 0;
     }
     if (want_pacing) {
-        if (real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuEventSynchronize &&
-            real_cuEventElapsedTime && real_cuEventDestroy)
+        if (real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuEventElapsedTime &&
+            real_cuEventDestroy)
             atomic_store(&g_pacing, true);
         else
             glog("%s: the driver has no event timing: compute limits are not enforced", path);
@@ -834,6 +832,7 @@ EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, guard_nvmlMemory_v2_t *m) 
  * most P % of the GPU (docs/guard.md). */
 #define PACING_WINDOW_NS 100000000ULL
 #define PACING_INFLIGHT 8
+#define PACING_ROOM_WAIT_NS 2000000000ULL /* then a launch goes untimed (make_room) */
 
 struct timed_launch {
     CUevent start, end;
@@ -855,12 +854,9 @@ static unsigned device_compute(int dev) {
     return i < 0 ? 0 : g_limits.dev[i].compute_pct;
 }
 
-/* Adds the GPU time of finished timed launches to the container's counters (under g_pace_lock);
- * with `wait`, first waits for the oldest one. A launch whose events fail (context destroyed)
- * is dropped uncounted. */
-static void harvest(bool wait) {
-    if (wait && g_n_inflight)
-        real_cuEventSynchronize(g_inflight[0].end);
+/* Adds the GPU time of finished timed launches to the container's counters (under g_pace_lock).
+ * A launch whose events fail (context destroyed) is dropped uncounted. */
+static void harvest(void) {
     int kept = 0;
     for (int i = 0; i < g_n_inflight; i++) {
         struct timed_launch t = g_inflight[i];
@@ -876,6 +872,25 @@ static void harvest(bool wait) {
         real_cuEventDestroy(t.end);
     }
     g_n_inflight = kept;
+}
+
+/* When all PACING_INFLIGHT timed launches are pending, waits for one to finish, polling with
+ * g_pace_lock released: blocking on an event under the lock could deadlock a kernel that waits for
+ * one another thread has yet to launch (a collective across GPUs of one process). False when none
+ * finished within PACING_ROOM_WAIT_NS: the launch then goes untimed rather than wait on a GPU that
+ * may be waiting on it. Called and returns with the lock held. */
+static bool make_room(void) {
+    uint64_t give_up = mono_ns() + PACING_ROOM_WAIT_NS;
+    while (g_n_inflight == PACING_INFLIGHT) {
+        if (mono_ns() >= give_up)
+            return false;
+        pthread_mutex_unlock(&g_pace_lock);
+        struct timespec ts = { .tv_sec = 0, .tv_nsec = 200000 };
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g_pace_lock);
+        harvest();
+    }
+    return true;
 }
 
 /* How long a launch on `dev` must wait at `now` for the container to stay within `pct` %. */
@@ -917,18 +932,17 @@ static bool pace_begin(struct pace *p, cuEventRecord_fn record, CUstream s) {
     if (!pct || !record)
         return false;
     pthread_mutex_lock(&g_pace_lock);
-    harvest(g_n_inflight == PACING_INFLIGHT);
+    harvest();
     for (uint64_t delay; (delay = pacing_delay(dev, pct, mono_ns())) != 0;) {
         pthread_mutex_unlock(&g_pace_lock);
         struct timespec ts = { .tv_sec = (time_t)(delay / 1000000000ULL), .tv_nsec = (long)(delay % 1000000000ULL) };
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&g_pace_lock);
-        harvest(false);
+        harvest();
     }
-    if (g_n_inflight == PACING_INFLIGHT) /* other threads launched while this one slept */
-        harvest(true);
+    bool room = make_room();
     *p = (struct pace){ .dev = dev };
-    if (real_cuEventCreate(&p->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+    if (!room || real_cuEventCreate(&p->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         real_cuEventCreate(&p->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS || record(p->start, s) != CUDA_SUCCESS) {
         if (p->start)
             real_cuEventDestroy(p->start);

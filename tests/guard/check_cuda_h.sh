@@ -15,7 +15,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The X-macro and the typedefs, without the rest of cuda_api.h (whose types cuda.h defines too).
 sed -n '/^#define GS_CUDA_HOOKED_FUNCTIONS/,/[^\\]$/p' "$api" > "$tmp/hooked.h"
-sed -n '/^typedef CUresult (\*cu[A-Za-z_0-9]*_fn)/,/;$/p' "$api" > "$tmp/typedefs.h"
+# (each typedef from its first line to the one ending in ';'; a sed range would run on to the next
+# typedef when the first line already ends the declaration)
+awk '/^typedef CUresult \(\*cu[A-Za-z_0-9]*_fn\)/ { p = 1 } p { print } p && /;$/ { p = 0 }' "$api" > "$tmp/typedefs.h"
 grep -q GS_CUDA_HOOKED_FUNCTIONS "$tmp/hooked.h" || { echo "no GS_CUDA_HOOKED_FUNCTIONS in $api"; exit 1; }
 
 # Layout and constants, printed from either header.
@@ -77,8 +79,6 @@ _Static_assert(__builtin_types_compatible_p(__typeof__(&cuDeviceGet), cuDeviceGe
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventCreate), cuEventCreate_fn), "cuEventCreate");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventRecord), cuEventRecord_fn), "cuEventRecord");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventQuery), cuEventQuery_fn), "cuEventQuery");
-_Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventSynchronize), cuEventSynchronize_fn),
-               "cuEventSynchronize");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventElapsedTime), cuEventElapsedTime_fn),
                "cuEventElapsedTime");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventDestroy_v2), cuEventDestroy_v2_fn), "cuEventDestroy_v2");

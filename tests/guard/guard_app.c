@@ -70,6 +70,10 @@ typedef CUresult (*mem_alloc_fn)(CUdeviceptr *dptr, size_t bytesize);
 typedef CUresult (*mem_alloc_async_fn)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 typedef CUresult (*mem_get_info_fn)(size_t *free, size_t *total);
 typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+typedef CUresult (*launch_coop_fn)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+typedef CUresult (*graph_launch_fn)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*launch_fn)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                               unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                               unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
@@ -496,6 +500,20 @@ static int mode_procaddr(int argc, char **argv, bool v2)
         kv2("cuLaunchKernelEx.call", "launches", (long long)(fakeCudaLaunches() - l0));
     }
 
+    /* cuLaunchCooperativeKernel and cuGraphLaunch (_ptsz with the per-thread flag). */
+    fn = report_lookup("cuLaunchCooperativeKernel", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp);
+        kv2("cuLaunchCooperativeKernel.call", "res", ((launch_coop_fn)fn)(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL));
+        kv2("cuLaunchCooperativeKernel.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+    }
+    fn = report_lookup("cuGraphLaunch", ver, flags, &exp);
+    if (fn && exp) {
+        unsigned long long before = fakeCudaCalls(exp);
+        kv2("cuGraphLaunch.call", "res", ((graph_launch_fn)fn)((CUgraphExec)(uintptr_t)1, NULL));
+        kv2("cuGraphLaunch.call", "ran", (long long)(fakeCudaCalls(exp) - before));
+    }
+
     /* cuMemGetInfo: with the _v2 ABI, total must be what the guard reports. */
     fn = report_lookup("cuMemGetInfo", ver, flags, &exp);
     if (fn && exp && strcmp(exp, "cuMemGetInfo_v2") == 0) {
@@ -776,6 +794,15 @@ static int mode_launch(int argc, char **argv)
 enum pace_via { VIA_KERNEL, VIA_KERNEL_PTSZ, VIA_EX, VIA_EX_PTSZ, VIA_COOP, VIA_COOP_PTSZ, VIA_GRAPH, VIA_GRAPH_PTSZ };
 static const char *const pace_via_names[] = { "kernel", "ptsz", "ex", "ex-ptsz", "coop", "coop-ptsz", "graph",
                                               "graph-ptsz" };
+/* The driver function each must reach. */
+static const char *const pace_via_driver[] = { "cuLaunchKernel",
+                                               "cuLaunchKernel_ptsz",
+                                               "cuLaunchKernelEx",
+                                               "cuLaunchKernelEx_ptsz",
+                                               "cuLaunchCooperativeKernel",
+                                               "cuLaunchCooperativeKernel_ptsz",
+                                               "cuGraphLaunch",
+                                               "cuGraphLaunch_ptsz" };
 
 struct pace_arg {
     long long until_ns;
@@ -832,10 +859,14 @@ static int mode_pace(int argc, char **argv)
     long long ms = (long long)parse_size(argv[0]);
     unsigned grid = (unsigned)parse_size(argv[1]);
     int threads = argc > 2 ? (int)parse_size(argv[2]) : 1;
-    enum pace_via via = VIA_KERNEL;
+    int via = argc > 3 ? -1 : VIA_KERNEL;
     for (size_t i = 0; argc > 3 && i < sizeof(pace_via_names) / sizeof(pace_via_names[0]); i++)
         if (!strcmp(argv[3], pace_via_names[i]))
-            via = (enum pace_via)i;
+            via = (int)i;
+    if (via < 0) {
+        fprintf(stderr, "pace: unknown launch call '%s'\n", argv[3]);
+        return 2;
+    }
     if (threads < 1 || threads > 64 || grid == 0)
         return 2;
     setup();
@@ -844,7 +875,7 @@ static int mode_pace(int argc, char **argv)
     struct pace_arg args[64];
     pthread_t tid[64];
     for (int i = 0; i < threads; i++) {
-        args[i] = (struct pace_arg){ .until_ns = t0 + ms * 1000000LL, .grid = grid, .via = via };
+        args[i] = (struct pace_arg){ .until_ns = t0 + ms * 1000000LL, .grid = grid, .via = (enum pace_via)via };
         if (pthread_create(&tid[i], NULL, pace_thread, &args[i]) != 0)
             return 3;
     }
@@ -861,6 +892,9 @@ static int mode_pace(int argc, char **argv)
     kv("wall_ns", wall);
     kv("share_permille", (long long)((double)(fakeCudaClockUs() - c0) * 1000.0 * 1000.0 / (double)wall));
     kv("events_created", (long long)fakeCudaCalls("cuEventCreate"));
+    kv("driver_calls", (long long)fakeCudaCalls(pace_via_driver[via]));
+    kv("records_legacy", (long long)fakeCudaCalls("cuEventRecord"));
+    kv("records_ptsz", (long long)fakeCudaCalls("cuEventRecord_ptsz"));
     teardown();
     return 0;
 }
