@@ -261,17 +261,43 @@ static nvmlReturn_t sim_init(void) {
  * that thread, which then takes them with the default action. The simulation starts an idle
  * thread too, so tests catch that. */
 static pthread_t helper;
-static bool helper_running;
-static unsigned long helper_gen; /* a helper runs until the generation it was started in ends */
+static bool helper_running;             /* under lib_lock */
+static unsigned long helper_gen;        /* under helper_lock: a helper runs until its generation ends */
+static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER; /* its own: lib_lock is never the helper's */
 static pthread_cond_t helper_cv = PTHREAD_COND_INITIALIZER;
+static pthread_once_t helper_atfork_once = PTHREAD_ONCE_INIT;
 
 static void *helper_main(void *arg) {
     unsigned long gen = (unsigned long)(uintptr_t)arg;
-    pthread_mutex_lock(&lib_lock);
+    pthread_mutex_lock(&helper_lock);
     while (helper_gen == gen)
-        pthread_cond_wait(&helper_cv, &lib_lock);
-    pthread_mutex_unlock(&lib_lock);
+        pthread_cond_wait(&helper_cv, &helper_lock);
+    pthread_mutex_unlock(&helper_lock);
     return NULL;
+}
+
+/* A forked child has no helper thread, and the parent's may have held helper_lock at the fork. */
+static void helper_after_fork(void) {
+    pthread_mutex_init(&helper_lock, NULL);
+    pthread_cond_init(&helper_cv, NULL);
+    helper_running = false;
+}
+
+static void helper_atfork(void) { pthread_atfork(NULL, NULL, helper_after_fork); }
+
+static void helper_start(void) { /* under lib_lock */
+    pthread_once(&helper_atfork_once, helper_atfork);
+    pthread_mutex_lock(&helper_lock);
+    unsigned long gen = helper_gen;
+    pthread_mutex_unlock(&helper_lock);
+    helper_running = pthread_create(&helper, NULL, helper_main, (void *)(uintptr_t)gen) == 0;
+}
+
+static void helper_stop(void) { /* under lib_lock */
+    pthread_mutex_lock(&helper_lock);
+    helper_gen++;
+    pthread_cond_broadcast(&helper_cv);
+    pthread_mutex_unlock(&helper_lock);
 }
 
 EXPORT nvmlReturn_t nvmlInit_v2(void) {
@@ -280,7 +306,7 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
     if (init_count == 0) {
         ret = sim_init();
         if (ret == NVML_SUCCESS && !helper_running)
-            helper_running = pthread_create(&helper, NULL, helper_main, (void *)(uintptr_t)helper_gen) == 0;
+            helper_start();
     }
     if (ret == NVML_SUCCESS)
         init_count++;
@@ -301,8 +327,7 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
         close(lock_fd);
         lock_fd = -1;
         cache_valid = false;
-        helper_gen++;
-        pthread_cond_broadcast(&helper_cv);
+        helper_stop();
     }
     bool join = helper_running && init_count == 0;
     pthread_t stopping = helper; /* a concurrent nvmlInit may start the next one once unlocked */

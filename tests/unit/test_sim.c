@@ -496,7 +496,7 @@ static void test_uninitialised_and_bad_node(void **state) {
     assert_int_equal(gpu_node_open(sim_lib(), &n, err, sizeof(err)), -EIO);
 }
 
-static int thread_count(void) {
+static int read_thread_count(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     int n = -1;
@@ -505,6 +505,17 @@ static int thread_count(void) {
             break;
     if (f)
         fclose(f);
+    return n;
+}
+
+/* The process's thread count once it is `want` (a joined thread may leave the count a moment
+ * later), or what it is after 2 s. */
+static int thread_count_settled(int want) {
+    int n = read_thread_count();
+    for (int i = 0; i < 200 && n != want; i++) {
+        usleep(10000);
+        n = read_thread_count();
+    }
     return n;
 }
 
@@ -522,15 +533,15 @@ static void *init_shutdown_cycles(void *arg) {
  * other threads init and shut down concurrently. */
 static void test_init_thread(void **state) {
     (void)state;
-    int before = thread_count();
+    int before = read_thread_count();
     assert_true(before >= 1);
     struct sim_fixture f;
     assert_int_equal(sim_fixture_open(&f, "gpus:\n  - model: L4\n"), 0);
-    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(thread_count_settled(before + 1), before + 1);
     assert_int_equal(f.api->Init(), NVML_SUCCESS); /* nested: no second thread */
-    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(thread_count_settled(before + 1), before + 1);
     assert_int_equal(f.api->Shutdown(), NVML_SUCCESS);
-    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(thread_count_settled(before + 1), before + 1);
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&t[i], NULL, init_shutdown_cycles, (void *)f.api), 0);
@@ -539,10 +550,10 @@ static void test_init_thread(void **state) {
         assert_int_equal(pthread_join(t[i], &r), 0);
         assert_null(r);
     }
-    assert_int_equal(thread_count(), before + 1);
+    assert_int_equal(thread_count_settled(before + 1), before + 1);
     const struct nvml_api *api = f.api;
     assert_int_equal(api->Shutdown(), NVML_SUCCESS); /* the fixture's init: the last one */
-    assert_int_equal(thread_count(), before);
+    assert_int_equal(thread_count_settled(before), before);
     /* Init-shutdown cycles from four threads with no init held in between. */
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&t[i], NULL, init_shutdown_cycles, (void *)api), 0);
@@ -551,10 +562,22 @@ static void test_init_thread(void **state) {
         assert_int_equal(pthread_join(t[i], &r), 0);
         assert_null(r);
     }
-    assert_int_equal(thread_count(), before);
+    assert_int_equal(thread_count_settled(before), before);
     assert_int_equal(api->Init(), NVML_SUCCESS); /* for the fixture's close, which shuts down */
+    /* A forked child (no helper thread of its own) shuts down, inits and shuts down again. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        bool ok = api->Shutdown() == NVML_SUCCESS && api->Init() == NVML_SUCCESS &&
+                  thread_count_settled(2) == 2 && api->Shutdown() == NVML_SUCCESS && thread_count_settled(1) == 1;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     sim_fixture_close(&f);
-    assert_int_equal(thread_count(), before);
+    assert_int_equal(thread_count_settled(before), before);
 }
 
 int main(void) {
