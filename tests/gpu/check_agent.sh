@@ -37,12 +37,32 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version --format=csv,noheader,nounits >"$out/nvidia-smi.csv"
 uuid=$(awk -F', *' 'NR == 1 { print $2 }' "$out/nvidia-smi.csv")
 
-agent="" port=0
+agent="" port=0 mps_root="" mps=""
+# shellcheck disable=SC2317,SC2009 # called from the EXIT trap; ps: pgrep may be missing
+cleanup() { # also when a timeout stops this script: no agent, MPS daemon or temporary root left
+    if [[ -n $agent ]]; then
+        kill -TERM "$agent" 2>/dev/null
+        for _ in $(seq 1 30); do kill -0 "$agent" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL "$agent" 2>/dev/null
+        agent=""
+    fi
+    if [[ -n $mps_root && -d $mps_root ]]; then
+        if ps -eo comm= | grep -q '^nvidia-cuda-mps'; then
+            echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_root/$uuid/pipe timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+        fi
+        cp -r "$mps_root/$uuid/log" "$mps/daemon-log" 2>/dev/null
+        rm -rf "$mps_root"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
 start_agent() { # POLICY DIR [EXTRA...]: the agent in the background; true once its metrics answer (15 s)
     local policy=$1 dir=$2
     shift 2
     mkdir -p "$dir/kubelet" "$dir/cdi"
-    port=$(((RANDOM % 20000) + 30000))
+    # a free port, as the kernel hands one out (the agent logs it if it was taken meanwhile)
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     "$gpuslice" agent --config "$policy" --kubelet-dir "$dir/kubelet" --features-file "$dir/features" \
         --metrics-address "127.0.0.1:$port" --cdi-root "$dir/cdi" --guard-root "$dir/guard" \
         --mig-status-file "$dir/mig-status.json" --pod-resources-socket "$dir/no-pod-resources.sock" "$@" \
@@ -59,11 +79,19 @@ metrics() { # DIR: the agent's metrics into DIR/metrics.txt
     "$py" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())' \
         "http://127.0.0.1:$port/metrics" >"$1/metrics.txt" 2>/dev/null && [[ -s $1/metrics.txt ]]
 }
-stop_agent() { # NAME DIR: SIGTERM; PASS when it was alive and exits 0
+stop_agent() { # NAME DIR: SIGTERM; PASS when it was alive and exits 0 within 15 s
     local name=$1 dir=$2 alive=0 rc=0
     kill -0 "$agent" 2>/dev/null && alive=1
     kill -TERM "$agent" 2>/dev/null
-    wait "$agent" || rc=$?
+    for _ in $(seq 1 30); do kill -0 "$agent" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$agent" 2>/dev/null; then
+        kill -KILL "$agent" 2>/dev/null
+        rc=137
+        wait "$agent" 2>/dev/null
+    else
+        wait "$agent" || rc=$?
+    fi
+    agent=""
     rm -f "$dir"/kubelet/*.sock # sockets do not go into the tarball
     if ((alive)) && ((rc == 0)); then
         check PASS "$name" "ran without a kubelet and stopped cleanly on SIGTERM"
@@ -71,8 +99,6 @@ stop_agent() { # NAME DIR: SIGTERM; PASS when it was alive and exits 0
         check FAIL "$name" "alive=$alive, exit status $rc after SIGTERM: $(tail -n 2 "$dir/agent.log" | tr '\n' ' ')"
     fi
 }
-trap '[[ -z $agent ]] || kill "$agent" 2>/dev/null' EXIT
-
 # ---- 1. time-slicing ----------------------------------------------------------------------------
 ts=$out/time-slicing
 if start_agent "$root/examples/policies/nvidia-time-slicing.yaml" "$ts"; then
@@ -135,7 +161,8 @@ fi
 probe() { # OUT [ENV...]: mps_client.py probe; prints the SM count it saw
     local o=$1
     shift
-    env "$@" timeout 60 "$py" "$here/mps_client.py" probe >"$o" 2>"$o.err"
+    # --foreground: in this script's process group, so a timeout of the whole check stops it too
+    env "$@" timeout --foreground -k 5 25 "$py" "$here/mps_client.py" probe >"$o" 2>"$o.err"
     "$py" -c 'import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line)
@@ -152,7 +179,6 @@ else
     check FAIL mps_client_share "SMs seen: '$sms_mps' under MPS at 25 %, '$sms_all' without: $(tail -qn 1 "$mps/probe-mps.json" "$mps/probe-mps.json.err" 2>/dev/null | tr '\n' ' ')"
 fi
 stop_agent mps_agent_lifecycle "$mps"
-agent=""
 left=""
 for _ in $(seq 1 20); do # the server may take a moment after the daemon's quit
     left=$(ps -eo pid=,comm= | awk '$2 ~ /^nvidia-cuda-mps/ { print $1 "/" $2 }' | tr '\n' ' ')
@@ -162,9 +188,6 @@ done
 if [[ -z $left ]]; then
     check PASS mps_daemon_stopped "no nvidia-cuda-mps-control/-server left after the agent stopped"
 else
-    check FAIL mps_daemon_stopped "still running after the agent stopped: $left"
-    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_root/$uuid/pipe timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+    check FAIL mps_daemon_stopped "still running after the agent stopped: $left (cleanup sends quit)"
 fi
-cp -r "$mps_root/$uuid/log" "$mps/daemon-log" 2>/dev/null || true
-rm -rf "$mps_root"
-exit "$status"
+exit "$status" # cleanup: the daemon's logs into $mps/daemon-log, the temporary root removed

@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bin=${1:-}
 if [[ -n $bin ]]; then
-    bin=$(cd "$bin" && pwd)
+    bin=$(cd "$bin" && pwd) || { echo "run_all: no directory $1" >&2; exit 2; }
     gpuslice=$bin/gpuslice guard=$bin/libgpuslice-guard.so
 else
     gpuslice=$root/build/gpuslice guard=$root/build/guard/libgpuslice-guard.so
@@ -41,16 +41,17 @@ wrap=$OUT/.gpuslice-wrapped
 if [[ -n $bin && -d $bin/lib ]]; then
     mkdir -p "$wrap"
     # shellcheck disable=SC2016 # $LD_LIBRARY_PATH and $@ are the wrapper's, expanded when it runs
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %q "$@"\n' "$bin/lib" "$gpuslice" >"$wrap/gpuslice"
+    printf '#!/bin/bash\nLD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %q "$@"\n' "$bin/lib" "$gpuslice" >"$wrap/gpuslice"
     chmod +x "$wrap/gpuslice"
     gpuslice=$wrap/gpuslice
 fi
 
 {
     echo "# $(date -u +%FT%TZ) $(uname -srm)"
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total,mig.mode.current,compute_mode --format=csv,noheader
-    "$gpuslice" --version 2>&1 | head -n 2
-    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1 | tail -n 1
+    timeout 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total,mig.mode.current,compute_mode \
+        --format=csv,noheader
+    timeout 10 "$gpuslice" --version 2>&1 | head -n 2
+    timeout 60 python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1 | tail -n 1
 } >>"$summary"
 
 status=0
@@ -70,7 +71,7 @@ fi
 if want inspect || want agent; then # both read-only NVML; their files go into one tarball
     mkdir -p "$OUT/nvml"
     if want inspect; then run inspect $((budget / 20 + 10)) bash "$here/check_inspect.sh" "$gpuslice" "$OUT/nvml/inspect"; fi
-    if want agent; then run agent 60 bash "$here/check_agent.sh" "$gpuslice" "$OUT/nvml/agent"; fi
+    if want agent; then run agent 120 bash "$here/check_agent.sh" "$gpuslice" "$OUT/nvml/agent"; fi
     tar -C "$OUT" -czf "$OUT/nvml.tar.gz" nvml && rm -rf "$OUT/nvml"
 fi
 if want guard; then
