@@ -880,9 +880,12 @@ static void harvest(void) {
  * finished within PACING_ROOM_WAIT_NS: the launch then goes untimed rather than wait on a GPU that
  * may be waiting on it. Called and returns with the lock held. */
 static bool make_room(void) {
-    uint64_t give_up = mono_ns() + PACING_ROOM_WAIT_NS;
+    uint64_t give_up = 0; /* the clock is read only once the table is full */
     while (g_n_inflight == PACING_INFLIGHT) {
-        if (mono_ns() >= give_up)
+        uint64_t now = mono_ns();
+        if (!give_up)
+            give_up = now + PACING_ROOM_WAIT_NS;
+        else if (now >= give_up)
             return false;
         pthread_mutex_unlock(&g_pace_lock);
         struct timespec ts = { .tv_sec = 0, .tv_nsec = 200000 };
@@ -980,10 +983,11 @@ static cuEventRecord_fn ptsz_record(void) {
             if (!(real))                                                                                       \
                 return CUDA_ERROR_NOT_INITIALIZED;                                                             \
         }                                                                                                      \
-        struct pace pace_;                                                                                     \
-        if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0) &&                     \
-            pace_begin(&pace_, (record), (stream)))                                                            \
-            return pace_end(&pace_, (record), (stream), (call));                                               \
+        if (__builtin_expect(atomic_load_explicit(&g_pacing, memory_order_relaxed), 0)) {                     \
+            struct pace pace_; /* in this branch only: the unpaced path keeps its tail call */                \
+            if (pace_begin(&pace_, (record), (stream)))                                                        \
+                return pace_end(&pace_, (record), (stream), (call));                                           \
+        }                                                                                                      \
         return (call);                                                                                         \
     } while (0)
 
