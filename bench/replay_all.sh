@@ -17,6 +17,7 @@ JOBS=${JOBS:-2}
 mkdir -p "$OUT"
 # JOBS replays at a time; each writes OUT/TRACE-POLICY-SEED.csv (kept: a rerun only fills gaps)
 export OUT GPUSLICE TRACE_DIR
+# shellcheck disable=SC2016 # the single-quoted script is expanded by sh -c, per line of xargs
 for tr in $TRACES; do for p in $POLICIES; do for s in $SEEDS; do
     echo "$tr $p $s"
 done; done; done | xargs -P "$JOBS" -L 1 sh -c '

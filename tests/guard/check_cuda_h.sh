@@ -101,6 +101,7 @@ EOC
     fi
     # Every name the guard hooks exists in this cuda.h (the check above would not compile otherwise).
     names=$(sed -n 's/^ *X(\(cu[A-Za-z_0-9]*\),.*/\1/p' "$tmp/hooked.h" | sort -u)
+    # shellcheck disable=SC2086 # $names split into words on purpose
     echo "hooked: $(echo $names | wc -w) functions:" $names
 done
 if [ "$found" = 0 ]; then
