@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,9 @@ static void mig_usage(FILE *f) {
                "config NAME, the built-in layouts apply to every MIG-capable GPU: all-disabled, all-enabled,\n"
                "all-balanced, all-<profile> (as many of that profile as fit), e.g. all-1g.10gb.\n"
                "apply keeps instances that already match (same profile and placement: same UUID), destroys\n"
-               "only what does not fit, and refuses to destroy an instance a process uses unless --force.\n");
+               "only what does not fit, and refuses to destroy an instance a process uses unless --force.\n"
+               "SIGINT, SIGTERM and SIGHUP wait until apply is done (no layout is left half applied); it\n"
+               "then exits with 128 + the signal's number.\n");
 }
 
 static int read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv) {
@@ -190,11 +193,35 @@ static int load_layouts(const char *file, struct gs_layout_file **out) {
     return GS_EXIT_OK;
 }
 
+/* SIGINT, SIGTERM and SIGHUP wait while an apply runs: stopped between two NVML calls it would
+ * leave a layout half applied. Blocked before NVML is opened (libnvidia-ml starts a thread in
+ * nvmlInit that would otherwise take them); the first one that came is reported afterwards. */
+static void apply_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+}
+
+/* 0, or the signal that came while the apply ran (taken: it does not fire later). */
+static int apply_interrupted(void) {
+    sigset_t set;
+    apply_signals(&set);
+    struct timespec now = { 0, 0 };
+    int sig = sigtimedwait(&set, NULL, &now);
+    return sig > 0 ? sig : 0;
+}
+
 static int cmd_plan_apply(const struct cli *cli, const char *file, const char *config, bool apply, bool force) {
     struct gs_layout_file *layouts;
     int rc = load_layouts(file, &layouts);
     if (rc != GS_EXIT_OK)
         return rc;
+    if (apply) {
+        sigset_t set;
+        apply_signals(&set);
+        pthread_sigmask(SIG_BLOCK, &set, NULL); /* for the rest of the process: it ends after the apply */
+    }
     struct gpu_node *node;
     struct gs_inventory *inv;
     if ((rc = read_node(cli, &node, &inv)) != GS_EXIT_OK) {
@@ -221,6 +248,12 @@ static int cmd_plan_apply(const struct cli *cli, const char *file, const char *c
         } else {
             printf("applied %s: %u step(s) (%u created, %u destroyed, %u mode change(s)), %u instance(s) kept\n",
                    config, res.steps_done, res.creates, res.destroys, res.mode_changes, res.kept);
+        }
+        int sig = apply_interrupted();
+        if (sig) {
+            fprintf(stderr, "gpuslice mig apply: %s came while the apply ran; it was let finish first%s\n",
+                    strsignal(sig), r < 0 ? " (and failed, as said above)" : "");
+            rc = 128 + sig;
         }
     }
     free(plans);

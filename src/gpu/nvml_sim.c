@@ -4,7 +4,9 @@
  * CI and on a GPU node.
  *
  * Configuration (read by nvmlInit_v2): GPUSLICE_SIM_NODE = node description file (required),
- * GPUSLICE_SIM_STATE = state directory (default ${XDG_RUNTIME_DIR:-/tmp}/gpuslice-sim-<uid>).
+ * GPUSLICE_SIM_STATE = state directory (default ${XDG_RUNTIME_DIR:-/tmp}/gpuslice-sim-<uid>),
+ * GPUSLICE_SIM_MIG_DELAY_MS = how long each MIG reconfiguration call takes (default 0; a driver
+ * takes a noticeable time to create or destroy an instance, and tests interrupt an apply there).
  *
  * Fidelity: real profile IDs, placements, caps and NVML return codes (see docs/simulator.md).
  * Every call locks the shared state (flock on DIR/lock) so concurrent processes see one node. */
@@ -54,6 +56,16 @@ struct nvmlEventSet_st {
 
 static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned init_count;
+static unsigned mig_delay_ms; /* GPUSLICE_SIM_MIG_DELAY_MS */
+
+/* A MIG reconfiguration call takes this long, as on a driver (outside the state lock). */
+static void mig_call_delay(void) {
+    if (mig_delay_ms) {
+        struct timespec ts = { .tv_sec = mig_delay_ms / 1000, .tv_nsec = (long)(mig_delay_ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
+}
 static struct gs_nodedesc node;
 static struct sim_state *st;              /* cached copy of DIR/state.json */
 static char state_dir[PATH_MAX];
@@ -207,6 +219,16 @@ static nvmlReturn_t sim_init(void) {
     } else {
         const char *rt = getenv("XDG_RUNTIME_DIR");
         snprintf(state_dir, sizeof(state_dir), "%s/gpuslice-sim-%u", rt && *rt ? rt : "/tmp", (unsigned)getuid());
+    }
+    const char *delay = getenv("GPUSLICE_SIM_MIG_DELAY_MS");
+    mig_delay_ms = 0;
+    if (delay && *delay) {
+        char *end;
+        unsigned long v = strtoul(delay, &end, 10);
+        if (*end || v > 10000 || delay[0] == '-')
+            sim_log("GPUSLICE_SIM_MIG_DELAY_MS: '%s' is not a number of milliseconds up to 10000: ignored", delay);
+        else
+            mig_delay_ms = (unsigned)v;
     }
     int r = gs_mkdir_p(state_dir, 0700);
     if (r < 0) {
@@ -890,6 +912,7 @@ static bool gpu_has_instances(const struct sim_gpu *g) {
 /* Ampere sets a pending mode that a GPU reset activates; Hopper and newer switch at once. The
  * driver refuses to toggle while processes run or (when disabling) while instances exist. */
 EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvmlReturn_t *activationStatus) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_gpu(d, &ref);
@@ -1150,6 +1173,7 @@ static nvmlReturn_t create_gi_locked(struct dev_ref *ref, const struct gs_profil
 EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsigned int profileId,
                                                             const nvmlGpuInstancePlacement_t *placement,
                                                             nvmlGpuInstance_t *gpuInstance) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     const struct gs_profile_spec *p = NULL;
@@ -1172,6 +1196,7 @@ EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, uns
  * `-cgi 19,19,14,9` fails but `-cgi 9,19,14,19` succeeds. */
 EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t d, unsigned int profileId,
                                                nvmlGpuInstance_t *gpuInstance) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     const struct gs_profile_spec *p = NULL;
@@ -1253,6 +1278,7 @@ static bool gi_has_processes(const struct sim_gpu *g, unsigned gi, int ci) {
 }
 
 EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t g) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_gi(g, &ref);
@@ -1322,6 +1348,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance
 
 EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t g, unsigned int profileId,
                                                         nvmlComputeInstance_t *out) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_gi(g, &ref);
@@ -1413,6 +1440,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t c, nvmlComp
 }
 
 EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t c) {
+    mig_call_delay();
     WRITE_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_ci(c, &ref);

@@ -5,7 +5,9 @@ independent and can run in any order."""
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -163,6 +165,35 @@ def test_apply_keeps_matching_instances(sim):
     assert "applied all-1g.10gb: 0 step(s) (0 created, 0 destroyed, 0 mode change(s)), 28 instance(s) kept" \
         in p.stdout
     assert show(sim) == after
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_apply_lets_signals_wait(tmp_path, sig):
+    """A signal during an apply does not leave the layout half applied: the apply finishes (every
+    GPU as the layout says), then the command exits with 128 + the signal and says why."""
+    state = str(tmp_path / "state")
+    env = dict(os.environ, GPUSLICE_SIM_MIG_DELAY_MS="40")  # each create takes 40 ms, as on a driver
+    p = subprocess.Popen([GPUSLICE, "--sim", NODE, "--sim-state", state, "mig", "apply", "-c", "all-1g.10gb"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.6)  # 56 calls x 40 ms: about 2.2 s in all
+    assert p.poll() is None, "the apply ended before the signal"
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig, err
+    assert "applied all-1g.10gb: 56 step(s) (56 created" in out
+    assert f"{signal.strsignal(sig)} came while the apply ran; it was let finish first" in err
+    doc = json.loads(run("--sim", NODE, "--sim-state", state, "mig", "show", "--json", check=0).stdout)
+    for gpu in range(4):
+        assert profile_counts(doc, gpu) == {"1g.10gb": 7}
+
+
+def test_sim_mig_delay_is_validated(tmp_path):
+    state = str(tmp_path / "state")
+    env = dict(os.environ, GPUSLICE_SIM_MIG_DELAY_MS="soon")
+    p = subprocess.run([GPUSLICE, "--sim", NODE, "--sim-state", state, "mig", "show"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert p.returncode == 0
+    assert "GPUSLICE_SIM_MIG_DELAY_MS: 'soon' is not a number of milliseconds up to 10000: ignored" in p.stderr
 
 
 def test_export_round_trip_is_a_no_op(sim, tmp_path):
