@@ -36,7 +36,7 @@ T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
 # fuzz targets (-Dtests=false, -Dfuzz=false), and the test tools.
 TEST_ONLY = {"clang", "libclang-rt-14-dev", "libcmocka-dev", "prometheus", "python3", "python3-pytest",
              "python3-yaml", "python3-grpcio", "python3-grpc-tools", "python3-protobuf", "python3-jsonschema",
-             "python3-kubernetes"}
+             "python3-kubernetes", "shellcheck"}
 # Sanitizer runtimes linked into the ASan+UBSan build only; the image is built without them.
 SANITIZER_PACKAGES = re.compile(r"^lib(asan|ubsan|lsan|tsan)\d+$")
 
