@@ -29,6 +29,39 @@ static void usage(FILE *f) {
             "                     the 100 %% bucket, one per line (input of bench/place_bound.py)\n");
 }
 
+static void write_curve(FILE *f, const struct rp_result *r) {
+    fprintf(f, "arrived_pct,gpu_alloc_pct,frag_pct\n");
+    for (int x = 0; x < r->n_pct; x++) {
+        if (isnan(r->alloc_pct[x]))
+            fprintf(f, "%d,,\n", x);
+        else
+            fprintf(f, "%d,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x]);
+    }
+}
+
+static void write_shares(FILE *f, const struct rp_result *r) {
+    for (size_t i = 0; i < r->n_shares; i++)
+        fprintf(f, "%d\n", r->shares[i]);
+}
+
+/* Writes r with `write` to the file `name` ("-": stdout, when stdout_dash); -1 with the error
+ * said, naming the file, when it cannot be opened or written. */
+static int write_output(const char *name, bool stdout_dash, void (*write)(FILE *, const struct rp_result *),
+                        const struct rp_result *r) {
+    FILE *f = stdout_dash && strcmp(name, "-") == 0 ? stdout : fopen(name, "w");
+    if (!f) {
+        fprintf(stderr, "gpuslice replay: %s: %s\n", name, strerror(errno));
+        return -1;
+    }
+    write(f, r);
+    bool bad = ferror(f) != 0;
+    if ((f != stdout && fclose(f) != 0) || bad) {
+        fprintf(stderr, "gpuslice replay: %s: %s\n", name, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_replay(const struct cli *cli, int argc, char **argv) {
     (void)cli;
     enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING, OPT_SHARES };
@@ -110,41 +143,10 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         return GS_EXIT_FAILURE;
     }
     int rc = GS_EXIT_OK;
-    if (out) {
-        FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
-        if (!f) {
-            fprintf(stderr, "gpuslice replay: %s: %s\n", out, strerror(errno));
-            rc = GS_EXIT_FAILURE;
-        } else {
-            fprintf(f, "arrived_pct,gpu_alloc_pct,frag_pct\n");
-            for (int x = 0; x < r->n_pct; x++) {
-                if (isnan(r->alloc_pct[x]))
-                    fprintf(f, "%d,,\n", x);
-                else
-                    fprintf(f, "%d,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x]);
-            }
-            bool bad = ferror(f) != 0;
-            if ((f != stdout && fclose(f) != 0) || bad) {
-                fprintf(stderr, "gpuslice replay: %s: %s\n", out, strerror(errno));
-                rc = GS_EXIT_FAILURE;
-            }
-        }
-    }
-    if (shares) {
-        FILE *f = fopen(shares, "w");
-        if (!f) {
-            fprintf(stderr, "gpuslice replay: %s: %s\n", shares, strerror(errno));
-            rc = GS_EXIT_FAILURE;
-        } else {
-            for (size_t i = 0; i < r->n_shares; i++)
-                fprintf(f, "%d\n", r->shares[i]);
-            bool bad = ferror(f) != 0;
-            if (fclose(f) != 0 || bad) {
-                fprintf(stderr, "gpuslice replay: %s: %s\n", shares, strerror(errno));
-                rc = GS_EXIT_FAILURE;
-            }
-        }
-    }
+    if (out && write_output(out, true, write_curve, r) < 0)
+        rc = GS_EXIT_FAILURE;
+    if (shares && write_output(shares, false, write_shares, r) < 0)
+        rc = GS_EXIT_FAILURE;
     FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
     fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%.2f alloc_final=%.2f\n",
             pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed,
