@@ -43,22 +43,26 @@ static void test_incomplete_needs_more(void **state) {
 
 static void test_connection_and_body(void **state) {
     (void)state;
-    struct gs_http_head h;
-    assert_true(parse("GET / HTTP/1.1\r\nHost: x\r\nConnection: TE, close\r\n\r\n", &h) > 0);
-    assert_false(h.keep_alive);
-    assert_true(parse("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", &h) > 0);
-    assert_true(h.keep_alive);
-    /* a close anywhere wins, whatever the order */
-    assert_true(parse("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n", &h) > 0);
-    assert_false(h.keep_alive);
-    assert_true(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", &h) > 0);
-    assert_false(h.keep_alive);
-    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n", &h) > 0);
-    assert_true(h.has_body);
-    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 000\r\n\r\n", &h) > 0);
-    assert_false(h.has_body);
-    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0);
-    assert_true(h.has_body);
+    static const struct {
+        const char *req;
+        bool keep_alive, has_body;
+    } cases[] = {
+        { "GET / HTTP/1.1\r\nHost: x\r\nConnection: TE, close\r\n\r\n", false, false },
+        { "GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", true, false },
+        /* a close anywhere wins, whatever the order */
+        { "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n", false, false },
+        { "GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", false, false },
+        { "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n", true, true },
+        { "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 000\r\n\r\n", true, false },
+        { "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", true, true },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gs_http_head h;
+        assert_true(parse(cases[i].req, &h) > 0);
+        if (h.keep_alive != cases[i].keep_alive || h.has_body != cases[i].has_body)
+            fail_msg("%s: keep_alive %d has_body %d, expected %d %d", cases[i].req, h.keep_alive, h.has_body,
+                     cases[i].keep_alive, cases[i].has_body);
+    }
 }
 
 static void test_host_and_absolute_form(void **state) {
