@@ -315,11 +315,17 @@ static void helper_start(void) { /* under lib_lock */
     helper_running = pthread_create(&helper, NULL, helper_main, (void *)(uintptr_t)gen) == 0;
 }
 
-static void helper_stop(void) { /* under lib_lock */
+/* Under lib_lock: ends the helper's generation; true with *t the thread to join (after unlocking:
+ * a concurrent nvmlInit may then start the next one) when one was running. */
+static bool helper_stop(pthread_t *t) {
     pthread_mutex_lock(&helper_lock);
     helper_gen++;
     pthread_cond_broadcast(&helper_cv);
     pthread_mutex_unlock(&helper_lock);
+    *t = helper;
+    bool was_running = helper_running;
+    helper_running = false;
+    return was_running;
 }
 
 EXPORT nvmlReturn_t nvmlInit_v2(void) {
@@ -341,6 +347,8 @@ EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 EXPORT nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&lib_lock);
     nvmlReturn_t ret = NVML_SUCCESS;
+    bool join = false;
+    pthread_t stopping;
     if (init_count == 0) {
         ret = NVML_ERROR_UNINITIALIZED;
     } else if (--init_count == 0) {
@@ -349,12 +357,8 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
         close(lock_fd);
         lock_fd = -1;
         cache_valid = false;
-        helper_stop();
+        join = helper_stop(&stopping);
     }
-    bool join = helper_running && init_count == 0;
-    pthread_t stopping = helper; /* a concurrent nvmlInit may start the next one once unlocked */
-    if (join)
-        helper_running = false;
     pthread_mutex_unlock(&lib_lock);
     if (join)
         pthread_join(stopping, NULL);
