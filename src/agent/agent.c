@@ -1208,23 +1208,13 @@ static int epoll_add(int epfd, int fd) {
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-static void agent_signals(sigset_t *mask) {
-    sigemptyset(mask);
-    sigaddset(mask, SIGTERM);
-    sigaddset(mask, SIGINT);
-    sigaddset(mask, SIGHUP);
-}
-
-void agent_block_signals(void) {
-    sigset_t mask;
-    agent_signals(&mask);
-    pthread_sigmask(SIG_BLOCK, &mask, NULL);
-}
-
 static int setup_fds(struct agent *a) {
     sigset_t mask;
-    agent_signals(&mask);
-    pthread_sigmask(SIG_BLOCK, &mask, NULL); /* already, when the caller followed agent_block_signals() */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     a->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     a->epfd = epoll_create1(EPOLL_CLOEXEC);

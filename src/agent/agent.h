@@ -32,11 +32,6 @@ struct agent_options {
                                         * policy's containerDriverRoot, else nvidiaDriverRoot) */
 };
 
-/* Blocks SIGTERM, SIGINT and SIGHUP, which agent_run reads through a signalfd. Call it before the
- * GPU node is opened: libnvidia-ml starts threads at init, and a thread that does not block them
- * takes SIGTERM with the default action (seen on an H200: the agent died with status 143). */
-void agent_block_signals(void);
-
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */
 int agent_run(struct gpu_node *node, const struct agent_options *o);
 

@@ -161,7 +161,6 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice agent: unexpected argument '%s'\n", argv[optind]);
         return GS_EXIT_USAGE;
     }
-    agent_block_signals(); /* before NVML's threads exist */
     struct gpu_node *node;
     int rc = cli_open_node(cli, &node);
     if (rc != GS_EXIT_OK)

@@ -194,8 +194,7 @@ static int load_layouts(const char *file, struct gs_layout_file **out) {
 }
 
 /* SIGINT, SIGTERM and SIGHUP wait while an apply runs: stopped between two NVML calls it would
- * leave a layout half applied. Blocked before NVML is opened (libnvidia-ml starts a thread in
- * nvmlInit that would otherwise take them); the first one that came is reported afterwards. */
+ * leave a layout half applied. The first one that came is reported afterwards. */
 static void apply_signals(sigset_t *set) {
     sigemptyset(set);
     sigaddset(set, SIGINT);

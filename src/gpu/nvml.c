@@ -3,6 +3,8 @@
  * Whether the library is the driver's or the simulator's makes no difference here. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,7 +183,14 @@ int gpu_node_open(const char *lib, struct gpu_node **out, char *err, size_t errl
         n->api.processes_v1 = p != NULL;
     }
     n->api.profile_info_v1 = n->api.DeviceGetGpuInstanceProfileInfoV == NULL;
+    /* libnvidia-ml starts a thread in nvmlInit (driver 580: a process's thread count goes from 1 to
+     * 2). Created with every signal blocked, it never takes one meant for the program: on an H200
+     * it took the SIGTERM the agent reads through a signalfd, and the agent died of it. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     nvmlReturn_t r = n->api.Init();
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r != NVML_SUCCESS) {
         snprintf(err, errlen, "nvmlInit failed (%s): %s", lib, n->api.ErrorString(r));
         dlclose(n->dl);

@@ -2,7 +2,9 @@
  * catalogue, exercised through the real dlopen backend (gpu/nvml.c). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -496,16 +498,25 @@ static void test_uninitialised_and_bad_node(void **state) {
     assert_int_equal(gpu_node_open(sim_lib(), &n, err, sizeof(err)), -EIO);
 }
 
-static int read_thread_count(void) {
-    FILE *f = fopen("/proc/self/status", "r");
+/* The number after KEY (e.g. "Threads:", "SigBlk:") in a /proc status file, read in BASE; `missing`
+ * when the file or the key is not there. */
+static unsigned long long status_field(const char *path, const char *key, int base, unsigned long long missing) {
+    FILE *f = fopen(path, "r");
     char line[256];
-    int n = -1;
+    unsigned long long v = missing;
+    size_t kl = strlen(key);
     while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
+        if (!strncmp(line, key, kl)) {
+            v = strtoull(line + kl, NULL, base);
             break;
+        }
     if (f)
         fclose(f);
-    return n;
+    return v;
+}
+
+static int read_thread_count(void) {
+    return (int)status_field("/proc/self/status", "Threads:", 10, (unsigned long long)-1);
 }
 
 /* The process's thread count once it is `want` (a joined thread may leave the count a moment
@@ -528,8 +539,50 @@ static void *init_shutdown_cycles(void *arg) {
     return NULL;
 }
 
-/* As libnvidia-ml, nvmlInit starts a thread of its own (a program that blocks signals only after
- * init must see them taken by it, as on a real driver); the last nvmlShutdown ends it, also when
+/* SigBlk of thread tid, from /proc/self/task/TID/status (0 when unreadable). */
+static unsigned long long blocked_signals(const char *tid) {
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+    return status_field(path, "SigBlk:", 16, 0);
+}
+
+/* gpu_node_open calls nvmlInit with every signal blocked, so the thread the library starts there
+ * never takes a signal meant for the program, whatever the program blocks later (on an H200 the
+ * agent died of its own SIGTERM before); the caller's mask is as it was. */
+static void test_init_thread_blocks_signals(void **state) {
+    (void)state;
+    /* The caller blocks nothing (the test runner may have blocked signals: not here). */
+    sigset_t none, saved, after;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, &saved);
+    struct sim_fixture f;
+    assert_int_equal(sim_fixture_open(&f, "gpus:\n  - model: L4\n"), 0);
+    pthread_sigmask(SIG_SETMASK, &saved, &after);
+    assert_false(sigismember(&after, SIGTERM)); /* the caller's mask is given back */
+    char self[32];
+    snprintf(self, sizeof(self), "%d", (int)getpid());
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    unsigned others = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, self))
+            continue;
+        /* read for 200 ms: a thread starts with every signal blocked (glibc) and sets its own
+         * mask a moment later */
+        unsigned long long want = (1ULL << (SIGTERM - 1)) | (1ULL << (SIGINT - 1)) | (1ULL << (SIGHUP - 1));
+        for (int i = 0; i < 20; i++, usleep(10000)) {
+            unsigned long long m = blocked_signals(e->d_name);
+            if ((m & want) != want)
+                fail_msg("thread %s blocks %llx, not SIGTERM, SIGINT and SIGHUP", e->d_name, m);
+        }
+        others++;
+    }
+    closedir(d);
+    assert_true(others >= 1); /* the simulated NVML's own thread */
+    sim_fixture_close(&f);
+}
+
+/* As libnvidia-ml, nvmlInit starts a thread of its own; the last nvmlShutdown ends it, also when
  * other threads init and shut down concurrently. */
 static void test_init_thread(void **state) {
     (void)state;
@@ -584,6 +637,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_uses_dlopen),
         cmocka_unit_test(test_init_thread),
+        cmocka_unit_test(test_init_thread_blocks_signals),
         cmocka_unit_test(test_no_driver_message),
         cmocka_unit_test(test_placements_every_model),
         cmocka_unit_test(test_caps_every_model),
