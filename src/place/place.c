@@ -7,6 +7,7 @@
  *   reserve  the policy's GPU choice inside the node.
  * gpuslice's own policy is described at its score function. */
 #include "place/place.h"
+#include "place/cutstock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -326,6 +327,8 @@ int pl_cluster_init(struct pl_cluster *c, const struct pl_node *nodes, size_t n)
         struct pl_node *nd = &c->nodes[i];
         if (nd->n_gpu < 0 || nd->n_gpu > PL_MAX_GPUS)
             return pl_cluster_free(c), -EINVAL;
+        memset(nd->slot, 0, sizeof(nd->slot)); /* the engine's own state */
+        memset(nd->plan_ver, 0, sizeof(nd->plan_ver));
         c->total_gpu_milli += (int64_t)nd->n_gpu * PL_MILLI;
         for (int g = 0; g < nd->n_gpu; g++)
             c->alloc_gpu_milli += PL_MILLI - nd->gpu_free[g];
@@ -344,6 +347,13 @@ struct pl_online {
     unsigned version;
     double since_rebuild;
     double cpu_per_milli; /* the GPU pods' mean CPU (milli-core) per milli-GPU: what idle GPUs need */
+    /* the packing plan: the cutting-stock program over the sharing requests seen so far */
+    int n_sz, sz[CS_MAX_SIZES];
+    int n_pat;
+    struct cs_pattern pat[CS_MAX_SIZES];
+    double filled[CS_MAX_SIZES][CS_MAX_SIZES]; /* [size][pattern]: requests placed along the plan */
+    int64_t sz_cpu[CS_MAX_SIZES], sz_mem[CS_MAX_SIZES]; /* mean CPU and memory of each size's requests */
+    unsigned char sz_of[PL_MILLI];                      /* milli-GPU -> index + 1 in sz (0: none) */
 };
 
 void pl_cluster_free(struct pl_cluster *c) {
@@ -766,6 +776,183 @@ static int64_t score_fgd(const struct pl_cluster *c, const struct pl_node *n, co
 
 #define ONLINE_THRESHOLD 95
 
+/* ------------------------------------------------------------------------------------------- */
+/* gpuslice's packing plan. FGD and the fragmentation measure look one request ahead; what a GPU ends
+ * up holding is decided by the requests after it. The cutting-stock program over the sharing
+ * requests seen so far (cutstock.h) gives the mix of GPU contents ("patterns": 470 + 470, 650 + 320,
+ * 810 alone...) that holds them in the fewest GPUs. A request that opens an idle GPU chooses one of
+ * the patterns containing its size, and the GPU keeps places ("slots") for the pattern's other
+ * requests; later requests of those sizes go there first. Measured on the default trace, the plan
+ * alone takes the allocation at 100 % arrived from 95.86 to 96.18 (docs/fragmentation.md). */
+
+/* milli-GPU of a pod that shares one GPU; 0 for any other pod */
+static int share_milli(const struct pl_pod *p) {
+    return p->num_gpu == 1 && p->gpu_milli > 0 && p->gpu_milli < PL_MILLI ? p->gpu_milli : 0;
+}
+
+/* the plan's index of size s; -1 when the plan has no such size */
+static int plan_size(const struct pl_online *o, int s) {
+    return s > 0 && s < PL_MILLI ? o->sz_of[s] - 1 : -1;
+}
+
+/* Rebuilds the plan over the requests seen: their most frequent CS_MAX_SIZES sizes, each with its
+ * requests' mean CPU and memory. */
+static void plan_rebuild(struct pl_online *o) {
+    double cnt[PL_MILLI] = { 0 }, cpu[PL_MILLI] = { 0 }, mem[PL_MILLI] = { 0 };
+    for (size_t j = 0; j < o->n; j++) {
+        const struct okey *k = &o->keys[j];
+        if (k->num == 1 && k->milli > 0 && k->milli < PL_MILLI) {
+            cnt[k->milli] += k->cnt;
+            cpu[k->milli] += (double)k->cpu * k->cnt;
+            mem[k->milli] += (double)k->mem; /* a sum over the key's pods */
+        }
+    }
+    int sz[CS_MAX_SIZES], m = 0;
+    double d[CS_MAX_SIZES];
+    while (m < CS_MAX_SIZES) {
+        int best = 0;
+        for (int v = 1; v < PL_MILLI; v++)
+            if (cnt[v] > cnt[best])
+                best = v;
+        if (cnt[best] <= 0)
+            break;
+        sz[m] = best;
+        d[m++] = cnt[best];
+        cnt[best] = 0;
+    }
+    o->n_pat = 0;
+    memset(o->filled, 0, sizeof(o->filled));
+    int n = m ? cs_solve(sz, d, m, PL_MILLI, o->pat, NULL) : 0;
+    if (n <= 0)
+        return;
+    memset(o->sz_of, 0, sizeof(o->sz_of));
+    for (int i = 0; i < m; i++) {
+        o->sz[i] = sz[i];
+        o->sz_of[sz[i]] = (unsigned char)(i + 1);
+        o->sz_cpu[i] = (int64_t)(cpu[sz[i]] / d[i]);
+        o->sz_mem[i] = (int64_t)(mem[sz[i]] / d[i]);
+    }
+    o->n_sz = m;
+    o->n_pat = n;
+}
+
+/* The slots of node n (GPU free milli free_[]) that still fit: their milli-GPU, returned, and the
+ * CPU and memory their requests need. A node that no longer has that CPU or memory strands them:
+ * gs_frag counts them as fragment, so that other pods leave the room to the requests kept for. */
+static int plan_kept(const struct pl_online *o, const struct pl_node *n, const int *free_, int64_t *cpu,
+                     int64_t *mem) {
+    int kept = 0;
+    *cpu = *mem = 0;
+    for (int g = 0; g < n->n_gpu; g++) {
+        int used = 0;
+        for (int k = 0; k < PL_SLOTS; k++) {
+            int i = plan_size(o, n->slot[g][k]);
+            if (i < 0 || n->slot[g][k] > free_[g] - used)
+                continue;
+            used += n->slot[g][k];
+            *cpu += o->sz_cpu[i];
+            *mem += o->sz_mem[i];
+        }
+        kept += used;
+    }
+    return kept;
+}
+
+/* How a sharing request of s milli-GPU fits GPU g, best first: a slot kept for this size, a close
+ * fit (at most PLAN_CLOSE milli left; measured 0-150, 90 best), an idle GPU on a node that can host
+ * the rest of the pattern it opens, an idle GPU on one that cannot (TIER_POOR: set by the caller),
+ * anything else. */
+enum { TIER_SLOT, TIER_CLOSE, TIER_IDLE, TIER_POOR, TIER_OTHER, TIER_NONE };
+#define PLAN_CLOSE 90
+
+static int plan_tier(const struct pl_node *n, int g, int s) {
+    if (n->gpu_free[g] < s)
+        return TIER_NONE;
+    for (int k = 0; k < PL_SLOTS; k++)
+        if (n->slot[g][k] == s)
+            return TIER_SLOT;
+    if (n->gpu_free[g] - s <= PLAN_CLOSE)
+        return TIER_CLOSE;
+    return n->gpu_free[g] == PL_MILLI ? TIER_IDLE : TIER_OTHER;
+}
+
+/* the node's best GPU for s: lowest tier, then least free, then lowest index */
+static int plan_gpu(const struct pl_node *n, int s, int *tier) {
+    int best = -1, bt = TIER_NONE;
+    for (int g = 0; g < n->n_gpu; g++) {
+        int t = plan_tier(n, g, s);
+        if (t < bt || (t == bt && t != TIER_NONE && n->gpu_free[g] < n->gpu_free[best]))
+            best = g, bt = t;
+    }
+    *tier = bt;
+    return best;
+}
+
+/* the pattern an idle GPU is opened with by a request of the plan's size si: the one whose share
+ * of this size's requests lags most behind the plan's, the fuller pattern on ties; -1: none */
+static int plan_pick(const struct pl_online *o, int si) {
+    if (si < 0)
+        return -1;
+    double w = 0, placed = 1;
+    for (int q = 0; q < o->n_pat; q++) {
+        w += o->pat[q].bins * o->pat[q].count[si];
+        placed += o->filled[si][q];
+    }
+    int best = -1, best_fill = 0;
+    double best_lag = 0;
+    for (int q = 0; q < o->n_pat; q++) {
+        if (!o->pat[q].count[si])
+            continue;
+        double lag = o->pat[q].bins * o->pat[q].count[si] / w * placed - o->filled[si][q];
+        int fill = 0;
+        for (int i = 0; i < o->n_sz; i++)
+            fill += o->pat[q].count[i] * o->sz[i];
+        if (best < 0 || lag > best_lag || (lag == best_lag && fill > best_fill))
+            best = q, best_lag = lag, best_fill = fill;
+    }
+    return best;
+}
+
+/* the CPU and memory of the rest of pattern q once a request of size si opened it */
+static void plan_rest(const struct pl_online *o, int q, int si, int64_t *cpu, int64_t *mem) {
+    *cpu = *mem = 0;
+    for (int i = 0; q >= 0 && i < o->n_sz; i++) {
+        int c = o->pat[q].count[i] - (i == si);
+        *cpu += c * o->sz_cpu[i];
+        *mem += c * o->sz_mem[i];
+    }
+}
+
+/* Records a sharing request of s milli placed on GPU g of n (before it is subtracted): it takes a
+ * slot kept for it, or it opens an idle GPU with plan_pick's pattern and leaves slots for the rest. */
+static void plan_commit(struct pl_online *o, struct pl_node *n, int g, int s) {
+    int si = plan_size(o, s);
+    int pat = n->plan_ver[g] == o->version + 1 ? n->plan_pat[g] : -1;
+    int kept = -1;
+    for (int k = 0; k < PL_SLOTS && kept < 0; k++)
+        if (n->slot[g][k] == s)
+            kept = k;
+    if (kept >= 0)
+        n->slot[g][kept] = 0;
+    if (si < 0)
+        return;
+    if (kept >= 0 || n->gpu_free[g] != PL_MILLI) {
+        if (pat >= 0)
+            o->filled[si][pat] += 1;
+        return;
+    }
+    int best = plan_pick(o, si);
+    if (best < 0)
+        return;
+    o->filled[si][best] += 1;
+    int k = 0;
+    for (int i = 0; i < o->n_sz && k < PL_SLOTS; i++)
+        for (int c = o->pat[best].count[i] - (i == si); c > 0 && k < PL_SLOTS; c--)
+            n->slot[g][k++] = (short)o->sz[i];
+    n->plan_pat[g] = (signed char)best;
+    n->plan_ver[g] = o->version + 1;
+}
+
 /* gpuslice's fragmentation of a node state: FGD's measure under the online estimate (memory
  * included), plus the GPU that the node's CPU cannot feed. FGD checks the CPU of one target pod at a
  * time, so a node with 8 idle GPUs and 12 free cores looks healthy although one typical pod takes the
@@ -777,6 +964,12 @@ static int64_t score_fgd(const struct pl_cluster *c, const struct pl_node *n, co
 static double gs_frag(const struct pl_online *o, const struct pl_node *n, int64_t cpu_left, int64_t mem_left,
                       const int *free_) {
     double f = frag_of(o->tg, o->n_tg, o->tg_mem, cpu_left, mem_left, free_, n->n_gpu, n->model);
+    if (o->n_pat > 0) {
+        int64_t cpu, mem;
+        int kept = plan_kept(o, n, free_, &cpu, &mem);
+        if (cpu_left < cpu || mem_left < mem)
+            f += kept;
+    }
     if (o->cpu_per_milli > 0) {
         double left = 0;
         for (int g = 0; g < n->n_gpu; g++)
@@ -844,6 +1037,7 @@ static void online_rebuild(struct pl_online *o) {
             sg += (double)o->keys[j].milli * o->keys[j].num * o->keys[j].cnt;
         }
     o->cpu_per_milli = sg > 0 ? sc / sg : 0;
+    plan_rebuild(o);
     free(k);
     free(o->tg);
     free(o->tg_mem);
@@ -894,8 +1088,9 @@ void pl_observe(struct pl_cluster *c, const struct pl_pod *p) {
     }
 }
 
-/* returns -(increase of fragmentation) and the GPU for a sharing pod */
-static double score_gpuslice(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, int *gpu) {
+/* returns -(increase of fragmentation) and the GPU for a sharing pod (only GPU only_gpu when >= 0) */
+static double score_gpuslice(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, int only_gpu,
+                             int *gpu) {
     struct pl_online *o = online_get(c);
     if (!o)
         return 0;
@@ -909,7 +1104,7 @@ static double score_gpuslice(struct pl_cluster *c, struct pl_node *n, const stru
         int best_g = -1, seen[PL_MAX_GPUS], n_seen = 0;
         memcpy(free_, n->gpu_free, sizeof(int) * (size_t)n->n_gpu);
         for (int g = 0; g < n->n_gpu; g++) {
-            if (n->gpu_free[g] < p->gpu_milli)
+            if (n->gpu_free[g] < p->gpu_milli || (only_gpu >= 0 && g != only_gpu))
                 continue;
             int dup = 0;
             for (int k = 0; k < n_seen; k++)
@@ -994,20 +1189,35 @@ int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p
                 struct pl_choice *out) {
     if (pol == PL_RANDOM)
         return schedule_random(c, p, rng, out);
-    int best = -1, best_gpu = -1;
+    int best = -1, best_gpu = -1, best_tier = TIER_NONE;
     int64_t best_s = 0;
     double best_d = 0;
+    int share = share_milli(p);
+    int plan = pol == PL_GPUSLICE && share && c->online && c->online->n_pat > 0;
+    int64_t rest_cpu = 0, rest_mem = 0; /* what the rest of the pattern an idle GPU opens needs */
+    if (plan) {
+        int si = plan_size(c->online, share);
+        plan_rest(c->online, plan_pick(c->online, si), si, &rest_cpu, &rest_mem);
+    }
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct pl_node *n = &c->nodes[i];
         if (!pl_node_fits(c, n, p))
             continue;
         int gpu = -1;
         if (pol == PL_GPUSLICE) {
+            /* a sharing request goes to the best plan tier first */
+            int tier = TIER_NONE, only = -1;
+            if (plan)
+                only = plan_gpu(n, share, &tier);
+            if (tier == TIER_IDLE && (n->cpu_left - p->cpu < rest_cpu || n->mem_left - p->mem < rest_mem))
+                tier = TIER_POOR;
+            if (best >= 0 && tier > best_tier)
+                continue;
             /* FGD's 101 score levels: measured, the coarse levels with ties to the seeded rank
              * spread load better than an exact comparison with packing ties (docs/fragmentation.md) */
-            double d = (double)(int64_t)(sigmoid(score_gpuslice(c, n, p, &gpu) / 1000) * 100.0);
-            if (best < 0 || d > best_d || (d == best_d && n->rank < c->nodes[best].rank)) {
-                best = (int)i, best_d = d, best_gpu = gpu;
+            double d = (double)(int64_t)(sigmoid(score_gpuslice(c, n, p, only, &gpu) / 1000) * 100.0);
+            if (best < 0 || tier < best_tier || d > best_d || (d == best_d && n->rank < c->nodes[best].rank)) {
+                best = (int)i, best_d = d, best_gpu = gpu, best_tier = tier;
             }
             continue;
         }
@@ -1047,6 +1257,8 @@ void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_cho
     n->cpu_left -= p->cpu;
     n->mem_left -= p->mem;
     n->n_pods++;
+    if (c->online && c->online->n_pat > 0 && share_milli(p) && ch->n_gpus == 1)
+        plan_commit(c->online, n, ch->gpus[0], p->gpu_milli);
     if (is_gpu_pod(p)) {
         for (int i = 0; i < ch->n_gpus; i++) {
             n->gpu_free[ch->gpus[i]] -= p->gpu_milli;

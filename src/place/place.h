@@ -14,6 +14,7 @@
 #define PL_MODEL_LEN 24
 #define PL_MAX_PODS_PER_NODE 1001 /* the simulator's node allocatable "pods" */
 #define PL_MILLI 1000
+#define PL_SLOTS 8          /* requests a GPU's packing plan can still expect (gpuslice's policy) */
 
 /* Go's math/rand source and the few methods the simulator uses, bit for bit (Go 1.19/1.20,
  * rngSource with the 63-bit values: every method used here only reads the low 63 bits). */
@@ -50,6 +51,11 @@ struct pl_node {
     double frag;               /* cached F(node) under the cluster's target workload */
     double gfrag;              /* cached fragmentation under gpuslice's online estimate */
     unsigned gver;             /* the estimate's version gfrag was computed for */
+    /* gpuslice's packing plan, per GPU: the milli-GPU requests the GPU is kept for (0: none) and the
+     * plan pattern it was opened with (plan_ver: the plan's version + 1; 0: none) */
+    short slot[PL_MAX_GPUS][PL_SLOTS];
+    signed char plan_pat[PL_MAX_GPUS];
+    unsigned plan_ver[PL_MAX_GPUS];
 };
 
 /* One spec of the target workload ("typical pods") with its probability. */

@@ -240,6 +240,85 @@ static void test_gpuslice_cpu_strand(void **state) {
     pl_cluster_free(&c);
 }
 
+/* observes n pods of each of the given sharing sizes (CPU cpu each) */
+static void observe_shares(struct pl_cluster *c, int n, int64_t cpu, const int *milli, int k) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < k; j++) {
+            struct pl_pod p = mkpod(cpu, 1000, 1, milli[j]);
+            pl_observe(c, &p);
+        }
+}
+
+/* the full decision for pod p: observe, schedule with pol, commit; returns the choice */
+static struct pl_choice arrive(struct pl_cluster *c, enum pl_policy pol, struct pl_pod p) {
+    struct pl_choice ch;
+    pl_observe(c, &p);
+    assert_int_equal(pl_schedule(c, pol, &p, NULL, &ch), 0);
+    pl_commit(c, &p, &ch);
+    return ch;
+}
+
+/* gpuslice's packing plan: with as many 650s as 320s seen, the plan pairs them. A 650 opens an idle
+ * GPU and keeps a slot for a 320; the next 320 takes the slot (30 left) although another GPU fits it
+ * closer (10 left), where best fit puts it; the slot is then used up. */
+static void test_gpuslice_plan(void **state) {
+    (void)state;
+    struct pl_node nodes[1] = { mknode(256000, 1 << 20, 3, 0, (int[]){ 1000, 330, 1000 }) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 1), 0);
+    observe_shares(&c, 20, 1000, (int[]){ 650, 320 }, 2);
+    struct pl_choice ch = arrive(&c, PL_GPUSLICE, mkpod(1000, 1000, 1, 650));
+    assert_int_equal(ch.gpus[0], 0);
+    assert_int_equal(c.nodes[0].slot[0][0], 320);
+    assert_int_equal(c.nodes[0].slot[0][1], 0);
+    struct pl_pod p = mkpod(1000, 1000, 1, 320);
+    assert_int_equal(pl_schedule(&c, PL_BESTFIT, &p, NULL, &ch), 0);
+    assert_int_equal(ch.gpus[0], 1);
+    ch = arrive(&c, PL_GPUSLICE, p);
+    assert_int_equal(ch.gpus[0], 0);
+    assert_int_equal(c.nodes[0].slot[0][0], 0);
+    assert_int_equal(c.nodes[0].gpu_free[0], 30);
+    /* no slot left: the next 320 takes the close fit */
+    ch = arrive(&c, PL_GPUSLICE, p);
+    assert_int_equal(ch.gpus[0], 1);
+    pl_cluster_free(&c);
+}
+
+/* An idle GPU is opened where the rest of its pattern can follow: node 0 has the CPU for the 650
+ * but not for the 320 its pattern keeps a slot for, so the 650 goes to node 1 (rank 1). */
+static void test_gpuslice_plan_rest(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(10000, 1 << 20, 2, 0, (int[]){ 1000, 0 }),
+                                mknode(64000, 1 << 20, 2, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    observe_shares(&c, 20, 8000, (int[]){ 650, 320 }, 2);
+    struct pl_choice ch = arrive(&c, PL_GPUSLICE, mkpod(8000, 1000, 1, 650));
+    assert_int_equal(ch.node, 1);
+    assert_int_equal(c.nodes[1].slot[ch.gpus[0]][0], 320);
+    pl_cluster_free(&c);
+}
+
+/* A slot's request needs CPU beside it. Two 650s on node 0 keep slots for two 320s of 8 cores each;
+ * a CPU-only pod of 6 cores there would leave 14: enough for one typical pod (what FGD's measure
+ * checks, one target at a time) and to feed the 700 free milli-GPU at the observed rate, but not
+ * for both slots. So it goes to node 1, which has no GPU (ranked after node 0). */
+static void test_gpuslice_plan_kept(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(36000, 1 << 20, 2, 0, NULL), mknode(64000, 1 << 20, 0, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    observe_shares(&c, 20, 8000, (int[]){ 650, 320 }, 2);
+    for (int i = 0; i < 2; i++) {
+        struct pl_choice ch = arrive(&c, PL_GPUSLICE, mkpod(8000, 1000, 1, 650));
+        assert_int_equal(ch.node, 0);
+        assert_int_equal(c.nodes[0].slot[ch.gpus[0]][0], 320);
+    }
+    struct pl_choice ch = arrive(&c, PL_GPUSLICE, mkpod(6000, 1000, 0, 0));
+    assert_int_equal(ch.node, 1);
+    pl_cluster_free(&c);
+}
+
 static void test_policy_names(void **state) {
     (void)state;
     enum pl_policy p;
@@ -397,6 +476,9 @@ int main(void) {
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_gpuslice),
         cmocka_unit_test(test_gpuslice_cpu_strand),
+        cmocka_unit_test(test_gpuslice_plan),
+        cmocka_unit_test(test_gpuslice_plan_rest),
+        cmocka_unit_test(test_gpuslice_plan_kept),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replay_deterministic),
         cmocka_unit_test(test_csv_errors),
