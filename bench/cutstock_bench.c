@@ -48,19 +48,23 @@ int main(int argc, char **argv) {
     int repeat = argc > 2 ? atoi(argv[2]) : 1000;
     if (repeat < 1)
         repeat = 1;
-    double *t = malloc(sizeof(double) * (size_t)repeat), bins = 0;
+    double *t = malloc(sizeof(double) * (size_t)repeat);
     if (!t)
         return 1;
-    struct cs_pattern p[CS_MAX_SIZES];
-    int np = 0;
+    struct cs_plan plan;
     for (int i = 0; i < repeat; i++) {
         uint64_t t0 = gs_now_ns();
-        np = cs_solve(sz, d, m, 1000, p, &bins);
+        int r = cs_solve(sz, d, m, 1000, &plan);
         t[i] = (double)(gs_now_ns() - t0) / 1e3;
+        if (r <= 0) {
+            fprintf(stderr, "cs_solve: %d\n", r);
+            free(t);
+            return 1;
+        }
     }
     qsort(t, (size_t)repeat, sizeof(double), cmp_double);
-    printf("requests=%d sizes=%d patterns=%d lp_gpus=%.2f solve_us_median=%.1f solve_us_p99=%.1f\n", n, m, np,
-           bins, t[repeat / 2], t[(size_t)(repeat * 0.99)]);
+    printf("requests=%d sizes=%d patterns=%d lp_gpus=%.2f optimal=%d solve_us_median=%.1f solve_us_p99=%.1f\n", n,
+           m, plan.n, plan.bins, plan.optimal, t[repeat / 2], t[(size_t)(repeat * 0.99)]);
     free(t);
     return 0;
 }

@@ -5,7 +5,9 @@
  * equalities being enough because any sub-multiset of a pattern is a pattern. It starts from the
  * basis of one-size patterns (floor(cap / s_i) items of size i), which is feasible, and adds the
  * pattern of most negative reduced cost, 1 - max_a sum_i y_i a_i over the knapsack a, while it is
- * negative. */
+ * negative. Sizes with demand 0 are left out (they make the program degenerate), and the ratio
+ * test runs on demands perturbed by a tiny distinct amount per row, the textbook guard against
+ * cycling on degenerate pivots; the plan's bins come from the true demands. */
 #include "place/cutstock.h"
 
 #include <errno.h>
@@ -13,7 +15,8 @@
 #include <string.h>
 
 #define EPS 1e-9
-#define MAX_ITER 500
+#define PERTURB 1e-9
+#define MAX_ITER 1000
 
 /* inv = a^-1 by Gauss-Jordan with partial pivoting; -1 when a is singular */
 static int invert(int m, double a[CS_MAX_SIZES][CS_MAX_SIZES], double inv[CS_MAX_SIZES][CS_MAX_SIZES]) {
@@ -24,10 +27,10 @@ static int invert(int m, double a[CS_MAX_SIZES][CS_MAX_SIZES], double inv[CS_MAX
     for (int col = 0; col < m; col++) {
         int piv = col;
         for (int i = col + 1; i < m; i++)
-            if ((w[i][col] < 0 ? -w[i][col] : w[i][col]) > (w[piv][col] < 0 ? -w[piv][col] : w[piv][col]))
+            if (fabs(w[i][col]) > fabs(w[piv][col]))
                 piv = i;
         double pv = w[piv][col];
-        if (pv < EPS && pv > -EPS)
+        if (fabs(pv) < EPS)
             return -1;
         if (piv != col)
             for (int j = 0; j < 2 * m; j++) {
@@ -54,12 +57,13 @@ static int invert(int m, double a[CS_MAX_SIZES][CS_MAX_SIZES], double inv[CS_MAX
 /* max sum_i y_i a_i over integer a >= 0 with sum_i s_i a_i <= cap; the best a into a[] */
 static double knapsack(const int *s, const double *y, int m, int cap, int *a) {
     static _Thread_local double best[CS_MAX_CAP + 1];
-    static _Thread_local signed char take[CS_MAX_CAP + 1]; /* item last added at this capacity; -1: none */
+    /* take[v]: the item whose addition gives best[v]; -1: best[v] is best[v - 1] (and at v = 0) */
+    static _Thread_local signed char take[CS_MAX_CAP + 1];
     best[0] = 0;
     take[0] = -1;
     for (int v = 1; v <= cap; v++) {
         best[v] = best[v - 1];
-        take[v] = -2; /* same as v - 1 */
+        take[v] = -1;
         for (int i = 0; i < m; i++)
             if (y[i] > EPS && s[i] <= v && best[v - s[i]] + y[i] > best[v] + EPS) {
                 best[v] = best[v - s[i]] + y[i];
@@ -68,7 +72,7 @@ static double knapsack(const int *s, const double *y, int m, int cap, int *a) {
     }
     memset(a, 0, sizeof(int) * (size_t)m);
     for (int v = cap; v > 0;) {
-        if (take[v] == -2) {
+        if (take[v] < 0) {
             v--;
         } else {
             a[take[v]]++;
@@ -78,61 +82,80 @@ static double knapsack(const int *s, const double *y, int m, int cap, int *a) {
     return best[cap];
 }
 
-int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_pattern *out, double *total) {
+int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_plan *out) {
     if (m < 1 || m > CS_MAX_SIZES || cap < 1 || cap > CS_MAX_CAP)
         return -EINVAL;
-    for (int i = 0; i < m; i++)
+    int s[CS_MAX_SIZES], row[CS_MAX_SIZES], k = 0; /* the sizes asked for; row[r]: index in sizes[] */
+    double d[CS_MAX_SIZES], dp[CS_MAX_SIZES];
+    for (int i = 0; i < m; i++) {
         if (sizes[i] < 1 || sizes[i] > cap || !(demand[i] >= 0) || !isfinite(demand[i]))
             return -EINVAL;
+        for (int j = 0; j < i; j++)
+            if (sizes[j] == sizes[i])
+                return -EINVAL;
+        if (demand[i] > 0) {
+            s[k] = sizes[i];
+            d[k] = demand[i];
+            dp[k] = demand[i] * (1 + PERTURB * (k + 1));
+            row[k++] = i;
+        }
+    }
+    memset(out, 0, sizeof(*out));
+    out->optimal = 1;
+    if (k == 0)
+        return 0;
     int basis[CS_MAX_SIZES][CS_MAX_SIZES]; /* basis[j]: column j's pattern */
     double b[CS_MAX_SIZES][CS_MAX_SIZES], inv[CS_MAX_SIZES][CS_MAX_SIZES], x[CS_MAX_SIZES], y[CS_MAX_SIZES];
     memset(basis, 0, sizeof(basis));
-    for (int i = 0; i < m; i++)
-        basis[i][i] = cap / sizes[i];
+    for (int i = 0; i < k; i++)
+        basis[i][i] = cap / s[i];
     for (int it = 0;; it++) {
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < m; j++)
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++)
                 b[i][j] = basis[j][i];
-        if (invert(m, b, inv) < 0)
+        if (invert(k, b, inv) < 0)
             return -EINVAL; /* cannot happen: each pivot keeps the basis regular */
-        for (int i = 0; i < m; i++) {
-            x[i] = 0;
-            y[i] = 0;
-            for (int j = 0; j < m; j++) {
-                x[i] += inv[i][j] * demand[j];
+        double xp[CS_MAX_SIZES];
+        for (int i = 0; i < k; i++) {
+            x[i] = xp[i] = y[i] = 0;
+            for (int j = 0; j < k; j++) {
+                x[i] += inv[i][j] * d[j];
+                xp[i] += inv[i][j] * dp[j];
                 y[i] += inv[j][i]; /* y = B^-T c, c = 1 */
             }
-            if (x[i] < 0)
-                x[i] = 0; /* rounding */
         }
         int a[CS_MAX_SIZES];
-        if (it >= MAX_ITER || knapsack(sizes, y, m, cap, a) <= 1 + EPS)
+        if (knapsack(s, y, k, cap, a) <= 1 + EPS)
             break;
+        if (it >= MAX_ITER) {
+            out->optimal = 0;
+            break;
+        }
         double u[CS_MAX_SIZES];
         int r = -1;
-        for (int i = 0; i < m; i++) {
+        for (int i = 0; i < k; i++) {
             u[i] = 0;
-            for (int j = 0; j < m; j++)
+            for (int j = 0; j < k; j++)
                 u[i] += inv[i][j] * a[j];
-            if (u[i] > EPS && (r < 0 || x[i] / u[i] < x[r] / u[r]))
+            if (u[i] > EPS && (r < 0 || xp[i] / u[i] < xp[r] / u[r]))
                 r = i;
         }
-        if (r < 0)
-            break; /* unbounded: impossible with positive costs */
-        memcpy(basis[r], a, sizeof(int) * (size_t)m);
+        if (r < 0) { /* unbounded: impossible with positive costs */
+            out->optimal = 0;
+            break;
+        }
+        memcpy(basis[r], a, sizeof(int) * (size_t)k);
     }
-    int n = 0;
-    double sum = 0;
-    for (int j = 0; j < m; j++) {
+    for (int i = 0; i < k; i++)
+        out->dual[row[i]] = y[i];
+    for (int j = 0; j < k; j++) {
         if (x[j] <= EPS)
-            continue;
-        memset(&out[n], 0, sizeof(out[n]));
-        memcpy(out[n].count, basis[j], sizeof(int) * (size_t)m);
-        out[n].bins = x[j];
-        sum += x[j];
-        n++;
+            continue; /* rounding, or a degenerate basic column */
+        struct cs_pattern *p = &out->pat[out->n++];
+        for (int i = 0; i < k; i++)
+            p->count[row[i]] = basis[j][i];
+        p->bins = x[j];
+        out->bins += x[j];
     }
-    if (total)
-        *total = sum;
-    return n;
+    return out->n;
 }

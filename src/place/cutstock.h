@@ -13,12 +13,22 @@ struct cs_pattern {
     double bins;             /* bins packed this way (fractional) */
 };
 
-/* Solves: minimise the number of bins such that bins pack at least demand[i] items of sizes[i], by
- * column generation (the pricing problem, an unbounded knapsack, is solved exactly by dynamic
- * programming over the capacity). sizes[i] in 1..cap, demand[i] >= 0, 1 <= m <= CS_MAX_SIZES,
- * cap <= CS_MAX_CAP. Writes the patterns in use (at most m, bins > 0) to out[] and returns how many,
- * or -EINVAL. *total (may be NULL) receives the plan's number of bins: the optimum of the program
- * unless its iteration limit was reached first, in which case the plan is feasible but not minimal. */
-int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_pattern *out, double *total);
+struct cs_plan {
+    int n;                              /* patterns in use (bins > 0), at most the sizes asked for */
+    struct cs_pattern pat[CS_MAX_SIZES];
+    double bins;                        /* the plan's number of bins: the sum over pat[] */
+    double dual[CS_MAX_SIZES];          /* the dual price of each size (0 where nothing is asked) */
+    int optimal;                        /* 1: proven optimal; 0: the iteration limit came first (the
+                                         * plan is feasible, not minimal) */
+};
+
+/* Solves: minimise the number of bins such that bins pack demand[i] items of sizes[i], by column
+ * generation (the pricing problem, an unbounded knapsack, is solved exactly by dynamic programming
+ * over the capacity). sizes[] distinct, each in 1..cap; demand[i] finite and >= 0 (sizes with
+ * demand 0 take no part); 1 <= m <= CS_MAX_SIZES; cap <= CS_MAX_CAP. When optimal, dual[] proves
+ * it: no pattern is worth more than one bin at those prices (sum_i dual[i] * count[i] <= 1) and
+ * sum_i dual[i] * demand[i] equals bins. The patterns cover each demand up to rounding (1e-9).
+ * Returns out->n (0 when nothing is asked) or -EINVAL. */
+int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_plan *out);
 
 #endif

@@ -349,8 +349,7 @@ struct pl_online {
     double cpu_per_milli; /* the GPU pods' mean CPU (milli-core) per milli-GPU: what idle GPUs need */
     /* the packing plan: the cutting-stock program over the sharing requests seen so far */
     int n_sz, sz[CS_MAX_SIZES];
-    int n_pat;
-    struct cs_pattern pat[CS_MAX_SIZES];
+    struct cs_plan plan;                         /* plan.n == 0: no plan */
     double filled[CS_MAX_SIZES][CS_MAX_SIZES]; /* [size][pattern]: requests placed along the plan */
     int64_t sz_cpu[CS_MAX_SIZES], sz_mem[CS_MAX_SIZES]; /* mean CPU and memory of each size's requests */
     unsigned char sz_of[PL_MILLI];                      /* milli-GPU -> index + 1 in sz (0: none) */
@@ -820,12 +819,13 @@ static void plan_rebuild(struct pl_online *o) {
         d[m++] = cnt[best];
         cnt[best] = 0;
     }
-    o->n_pat = 0;
     memset(o->filled, 0, sizeof(o->filled));
-    int n = m ? cs_solve(sz, d, m, PL_MILLI, o->pat, NULL) : 0;
-    if (n <= 0)
-        return;
     memset(o->sz_of, 0, sizeof(o->sz_of));
+    o->n_sz = 0;
+    if (m == 0 || cs_solve(sz, d, m, PL_MILLI, &o->plan) <= 0) {
+        o->plan.n = 0;
+        return;
+    }
     for (int i = 0; i < m; i++) {
         o->sz[i] = sz[i];
         o->sz_of[sz[i]] = (unsigned char)(i + 1);
@@ -833,7 +833,6 @@ static void plan_rebuild(struct pl_online *o) {
         o->sz_mem[i] = (int64_t)(mem[sz[i]] / d[i]);
     }
     o->n_sz = m;
-    o->n_pat = n;
 }
 
 /* The slots of node n (GPU free milli free_[]) that still fit: their milli-GPU, returned, and the
@@ -865,11 +864,11 @@ static int plan_kept(const struct pl_online *o, const struct pl_node *n, const i
 enum { TIER_SLOT, TIER_CLOSE, TIER_IDLE, TIER_POOR, TIER_OTHER, TIER_NONE };
 #define PLAN_CLOSE 90
 
-static int plan_tier(const struct pl_node *n, int g, int s) {
+static int plan_tier(const struct pl_online *o, const struct pl_node *n, int g, int s) {
     if (n->gpu_free[g] < s)
         return TIER_NONE;
     for (int k = 0; k < PL_SLOTS; k++)
-        if (n->slot[g][k] == s)
+        if (n->slot[g][k] == s && plan_size(o, s) >= 0)
             return TIER_SLOT;
     if (n->gpu_free[g] - s <= PLAN_CLOSE)
         return TIER_CLOSE;
@@ -877,10 +876,10 @@ static int plan_tier(const struct pl_node *n, int g, int s) {
 }
 
 /* the node's best GPU for s: lowest tier, then least free, then lowest index */
-static int plan_gpu(const struct pl_node *n, int s, int *tier) {
+static int plan_gpu(const struct pl_online *o, const struct pl_node *n, int s, int *tier) {
     int best = -1, bt = TIER_NONE;
     for (int g = 0; g < n->n_gpu; g++) {
-        int t = plan_tier(n, g, s);
+        int t = plan_tier(o, n, g, s);
         if (t < bt || (t == bt && t != TIER_NONE && n->gpu_free[g] < n->gpu_free[best]))
             best = g, bt = t;
     }
@@ -888,39 +887,46 @@ static int plan_gpu(const struct pl_node *n, int s, int *tier) {
     return best;
 }
 
-/* the pattern an idle GPU is opened with by a request of the plan's size si: the one whose share
- * of this size's requests lags most behind the plan's, the fuller pattern on ties; -1: none */
+/* The pattern an idle GPU is opened with by a request of the plan's size si: the one whose share
+ * of this size's requests lags most behind the plan's, the fuller pattern on ties; -1: none. The
+ * shares are counted since the plan was last solved (filled[] starts again at each solve: carrying
+ * it over, patterns matched by content, measured 0.02 point lower). */
 static int plan_pick(const struct pl_online *o, int si) {
     if (si < 0)
         return -1;
+    const struct cs_pattern *pat = o->plan.pat;
     double w = 0, placed = 1;
-    for (int q = 0; q < o->n_pat; q++) {
-        w += o->pat[q].bins * o->pat[q].count[si];
+    for (int q = 0; q < o->plan.n; q++) {
+        w += pat[q].bins * pat[q].count[si];
         placed += o->filled[si][q];
     }
     int best = -1, best_fill = 0;
     double best_lag = 0;
-    for (int q = 0; q < o->n_pat; q++) {
-        if (!o->pat[q].count[si])
+    for (int q = 0; q < o->plan.n; q++) {
+        if (!pat[q].count[si])
             continue;
-        double lag = o->pat[q].bins * o->pat[q].count[si] / w * placed - o->filled[si][q];
+        double lag = pat[q].bins * pat[q].count[si] / w * placed - o->filled[si][q];
         int fill = 0;
         for (int i = 0; i < o->n_sz; i++)
-            fill += o->pat[q].count[i] * o->sz[i];
+            fill += pat[q].count[i] * o->sz[i];
         if (best < 0 || lag > best_lag || (lag == best_lag && fill > best_fill))
             best = q, best_lag = lag, best_fill = fill;
     }
     return best;
 }
 
-/* the CPU and memory of the rest of pattern q once a request of size si opened it */
-static void plan_rest(const struct pl_online *o, int q, int si, int64_t *cpu, int64_t *mem) {
+/* The slots a GPU opened with pattern q by a request of size si keeps: the rest of the pattern, the
+ * largest sizes first, at most PL_SLOTS; their number, and the CPU and memory their requests need. */
+static int plan_slots(const struct pl_online *o, int q, int si, short *slot, int64_t *cpu, int64_t *mem) {
+    int k = 0;
     *cpu = *mem = 0;
-    for (int i = 0; q >= 0 && i < o->n_sz; i++) {
-        int c = o->pat[q].count[i] - (i == si);
-        *cpu += c * o->sz_cpu[i];
-        *mem += c * o->sz_mem[i];
-    }
+    for (int i = 0; q >= 0 && i < o->n_sz; i++)
+        for (int c = o->plan.pat[q].count[i] - (i == si); c > 0 && k < PL_SLOTS; c--) {
+            slot[k++] = (short)o->sz[i];
+            *cpu += o->sz_cpu[i];
+            *mem += o->sz_mem[i];
+        }
+    return k;
 }
 
 /* Records a sharing request of s milli placed on GPU g of n (before it is subtracted): it takes a
@@ -937,7 +943,7 @@ static void plan_commit(struct pl_online *o, struct pl_node *n, int g, int s) {
     if (si < 0)
         return;
     if (kept >= 0 || n->gpu_free[g] != PL_MILLI) {
-        if (pat >= 0)
+        if (pat >= 0 && o->plan.pat[pat].count[si])
             o->filled[si][pat] += 1;
         return;
     }
@@ -945,10 +951,9 @@ static void plan_commit(struct pl_online *o, struct pl_node *n, int g, int s) {
     if (best < 0)
         return;
     o->filled[si][best] += 1;
-    int k = 0;
-    for (int i = 0; i < o->n_sz && k < PL_SLOTS; i++)
-        for (int c = o->pat[best].count[i] - (i == si); c > 0 && k < PL_SLOTS; c--)
-            n->slot[g][k++] = (short)o->sz[i];
+    int64_t cpu, mem;
+    memset(n->slot[g], 0, sizeof(n->slot[g]));
+    plan_slots(o, best, si, n->slot[g], &cpu, &mem);
     n->plan_pat[g] = (signed char)best;
     n->plan_ver[g] = o->version + 1;
 }
@@ -964,7 +969,7 @@ static void plan_commit(struct pl_online *o, struct pl_node *n, int g, int s) {
 static double gs_frag(const struct pl_online *o, const struct pl_node *n, int64_t cpu_left, int64_t mem_left,
                       const int *free_) {
     double f = frag_of(o->tg, o->n_tg, o->tg_mem, cpu_left, mem_left, free_, n->n_gpu, n->model);
-    if (o->n_pat > 0) {
+    if (o->plan.n > 0) {
         int64_t cpu, mem;
         int kept = plan_kept(o, n, free_, &cpu, &mem);
         if (cpu_left < cpu || mem_left < mem)
@@ -1193,11 +1198,12 @@ int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p
     int64_t best_s = 0;
     double best_d = 0;
     int share = share_milli(p);
-    int plan = pol == PL_GPUSLICE && share && c->online && c->online->n_pat > 0;
+    int plan = pol == PL_GPUSLICE && share && c->online && c->online->plan.n > 0;
     int64_t rest_cpu = 0, rest_mem = 0; /* what the rest of the pattern an idle GPU opens needs */
     if (plan) {
         int si = plan_size(c->online, share);
-        plan_rest(c->online, plan_pick(c->online, si), si, &rest_cpu, &rest_mem);
+        short slot[PL_SLOTS];
+        plan_slots(c->online, plan_pick(c->online, si), si, slot, &rest_cpu, &rest_mem);
     }
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct pl_node *n = &c->nodes[i];
@@ -1208,9 +1214,14 @@ int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p
             /* a sharing request goes to the best plan tier first */
             int tier = TIER_NONE, only = -1;
             if (plan)
-                only = plan_gpu(n, share, &tier);
-            if (tier == TIER_IDLE && (n->cpu_left - p->cpu < rest_cpu || n->mem_left - p->mem < rest_mem))
-                tier = TIER_POOR;
+                only = plan_gpu(c->online, n, share, &tier);
+            if (tier == TIER_IDLE) {
+                /* the node's CPU and memory, less what its slots are kept for, must host the rest */
+                int64_t kcpu, kmem;
+                plan_kept(c->online, n, n->gpu_free, &kcpu, &kmem);
+                if (n->cpu_left - p->cpu - kcpu < rest_cpu || n->mem_left - p->mem - kmem < rest_mem)
+                    tier = TIER_POOR;
+            }
             if (best >= 0 && tier > best_tier)
                 continue;
             /* FGD's 101 score levels: measured, the coarse levels with ties to the seeded rank
@@ -1257,7 +1268,7 @@ void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_cho
     n->cpu_left -= p->cpu;
     n->mem_left -= p->mem;
     n->n_pods++;
-    if (c->online && c->online->n_pat > 0 && share_milli(p) && ch->n_gpus == 1)
+    if (c->online && c->online->plan.n > 0 && share_milli(p) && ch->n_gpus == 1)
         plan_commit(c->online, n, ch->gpus[0], p->gpu_milli);
     if (is_gpu_pod(p)) {
         for (int i = 0; i < ch->n_gpus; i++) {

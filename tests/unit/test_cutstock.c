@@ -1,6 +1,7 @@
 /* test_cutstock.c: the cutting-stock program. Known optima (each checked against HiGHS through
- * scipy.optimize.linprog over every pattern, when the test was written), the plan's validity on
- * random instances, and the input checks. */
+ * scipy.optimize.linprog over every pattern, when the test was written); on random instances a
+ * valid plan and a proof of its optimality checked independently of the solver (its dual prices,
+ * against every pattern enumerated by brute force); the input checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,34 +14,66 @@
 
 #include "place/cutstock.h"
 
-/* every pattern fits a bin and has a positive count; together they cover the demand; returns the
- * plan's number of bins */
-static double check_plan(const int *s, const double *d, int m, int cap, const struct cs_pattern *p, int n) {
+/* every pattern fits a bin and has a positive count; together they cover the demand; the sum of
+ * their bins is plan->bins */
+static void check_plan(const int *s, const double *d, int m, int cap, const struct cs_plan *plan) {
     double cover[CS_MAX_SIZES] = { 0 }, total = 0;
-    assert_true(n >= 1 && n <= m);
-    for (int k = 0; k < n; k++) {
+    int asked = 0;
+    for (int i = 0; i < m; i++)
+        asked += d[i] > 0;
+    assert_true(plan->n >= (asked > 0) && plan->n <= asked);
+    for (int k = 0; k < plan->n; k++) {
+        const struct cs_pattern *p = &plan->pat[k];
         int fill = 0;
-        assert_true(p[k].bins > 0);
+        assert_true(p->bins > 0);
         for (int i = 0; i < m; i++) {
-            assert_true(p[k].count[i] >= 0);
-            fill += p[k].count[i] * s[i];
-            cover[i] += p[k].count[i] * p[k].bins;
+            assert_true(p->count[i] >= 0);
+            if (d[i] == 0)
+                assert_int_equal(p->count[i], 0); /* a size nobody asks for takes no part */
+            fill += p->count[i] * s[i];
+            cover[i] += p->count[i] * p->bins;
         }
         assert_true(fill > 0 && fill <= cap);
-        total += p[k].bins;
+        total += p->bins;
     }
     for (int i = 0; i < m; i++)
         assert_true(cover[i] >= d[i] - 1e-6 * (1 + d[i]));
-    return total;
+    assert_true(fabs(total - plan->bins) < 1e-6 * (1 + total));
+}
+
+/* the most any pattern is worth at prices y: every multiset of sizes that fits, by brute force */
+static double best_pattern(const int *s, const double *y, int m, int i, int room) {
+    if (i == m)
+        return 0;
+    double best = 0;
+    for (int c = 0; c * s[i] <= room; c++) {
+        double v = c * y[i] + best_pattern(s, y, m, i + 1, room - c * s[i]);
+        if (v > best)
+            best = v;
+    }
+    return best;
+}
+
+/* weak duality: prices under which no pattern is worth more than a bin, and at which the demand is
+ * worth the plan's bins, prove that no plan uses fewer */
+static void check_optimal(const int *s, const double *d, int m, int cap, const struct cs_plan *plan) {
+    assert_true(plan->optimal);
+    double worth = 0;
+    for (int i = 0; i < m; i++) {
+        assert_true(d[i] > 0 || plan->dual[i] == 0);
+        worth += plan->dual[i] * d[i];
+    }
+    assert_true(fabs(worth - plan->bins) < 1e-6 * (1 + plan->bins));
+    assert_true(best_pattern(s, plan->dual, m, 0, cap) <= 1 + 1e-7);
 }
 
 static void expect_optimum(const int *s, const double *d, int m, int cap, double want) {
-    struct cs_pattern p[CS_MAX_SIZES];
-    double total = -1;
-    int n = cs_solve(s, d, m, cap, p, &total);
-    assert_true(n > 0);
-    assert_true(fabs(check_plan(s, d, m, cap, p, n) - total) < 1e-6);
-    assert_true(fabs(total - want) < 1e-6);
+    struct cs_plan plan;
+    int r = cs_solve(s, d, m, cap, &plan);
+    assert_int_equal(r, plan.n);
+    check_plan(s, d, m, cap, &plan);
+    check_optimal(s, d, m, cap, &plan);
+    assert_true(fabs(plan.bins - want) < 1e-6);
 }
 
 static void test_known(void **state) {
@@ -58,69 +91,76 @@ static void test_known(void **state) {
 /* the plan for 600s and 400s pairs them: one pattern, 600 + 400 */
 static void test_pairs(void **state) {
     (void)state;
-    struct cs_pattern p[CS_MAX_SIZES];
-    int n = cs_solve((int[]){ 600, 400 }, (double[]){ 10, 10 }, 2, 1000, p, NULL);
-    assert_int_equal(n, 1);
-    assert_int_equal(p[0].count[0], 1);
-    assert_int_equal(p[0].count[1], 1);
-    assert_true(fabs(p[0].bins - 10) < 1e-9);
+    struct cs_plan plan;
+    assert_int_equal(cs_solve((int[]){ 600, 400 }, (double[]){ 10, 10 }, 2, 1000, &plan), 1);
+    assert_int_equal(plan.pat[0].count[0], 1);
+    assert_int_equal(plan.pat[0].count[1], 1);
+    assert_true(fabs(plan.pat[0].bins - 10) < 1e-9);
 }
 
-/* random instances: a valid plan, between the volume bound and the one-size-per-bin plan */
+/* nothing asked: no pattern, no bin */
+static void test_nothing(void **state) {
+    (void)state;
+    struct cs_plan plan;
+    assert_int_equal(cs_solve((int[]){ 300, 200 }, (double[]){ 0, 0 }, 2, 1000, &plan), 0);
+    assert_int_equal(plan.n, 0);
+    assert_true(plan.bins == 0 && plan.optimal);
+}
+
+static uint32_t next(uint32_t *x) {
+    *x = *x * 1103515245u + 12345u;
+    return *x >> 16;
+}
+
+/* random instances, some demands zero: a valid plan, proven optimal */
 static void test_random(void **state) {
     (void)state;
     uint32_t x = 12345;
     for (int round = 0; round < 300; round++) {
-        int m = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % CS_MAX_SIZES, cap = 1000, s[CS_MAX_SIZES];
-        double d[CS_MAX_SIZES], volume = 0, naive = 0;
+        int cap = round % 2 ? 100 : 60, m = 1 + (int)(next(&x) % CS_MAX_SIZES), s[CS_MAX_SIZES];
+        double d[CS_MAX_SIZES];
         for (int i = 0; i < m; i++) {
             int dup;
             do {
-                s[i] = 10 * (1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 99);
+                s[i] = 10 + (int)(next(&x) % (unsigned)(cap - 9)); /* 10..cap, distinct */
                 dup = 0;
                 for (int j = 0; j < i; j++)
                     dup |= s[j] == s[i];
             } while (dup);
-            d[i] = (double)((x = x * 1103515245u + 12345u) >> 16 & 1023);
-            volume += d[i] * s[i] / cap;
-            naive += d[i] / (cap / s[i]);
+            d[i] = next(&x) % 4 == 0 ? 0 : (double)(next(&x) & 1023);
         }
-        struct cs_pattern p[CS_MAX_SIZES];
-        double total;
-        int n = cs_solve(s, d, m, cap, p, &total);
-        if (volume == 0) { /* nothing asked: an empty plan */
-            assert_int_equal(n, 0);
-            continue;
-        }
-        double t = check_plan(s, d, m, cap, p, n);
-        assert_true(fabs(t - total) < 1e-6);
-        assert_true(total >= volume - 1e-6);
-        assert_true(total <= naive + 1e-6);
+        struct cs_plan plan;
+        int r = cs_solve(s, d, m, cap, &plan);
+        assert_int_equal(r, plan.n);
+        check_plan(s, d, m, cap, &plan);
+        check_optimal(s, d, m, cap, &plan);
     }
 }
 
 static void test_invalid(void **state) {
     (void)state;
-    struct cs_pattern p[CS_MAX_SIZES];
+    struct cs_plan plan;
     int s[CS_MAX_SIZES + 1];
     double d[CS_MAX_SIZES + 1];
     for (int i = 0; i <= CS_MAX_SIZES; i++)
         s[i] = 10 + i, d[i] = 1;
-    assert_int_equal(cs_solve(s, d, 0, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, d, CS_MAX_SIZES + 1, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, d, 1, 0, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, d, 1, CS_MAX_CAP + 1, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve((int[]){ 1001 }, d, 1, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve((int[]){ 0 }, d, 1, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, (double[]){ -1 }, 1, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, (double[]){ NAN }, 1, 1000, p, NULL), -EINVAL);
-    assert_int_equal(cs_solve(s, (double[]){ INFINITY }, 1, 1000, p, NULL), -EINVAL);
+    assert_int_equal(cs_solve(s, d, 0, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve(s, d, CS_MAX_SIZES + 1, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve(s, d, 1, 0, &plan), -EINVAL);
+    assert_int_equal(cs_solve(s, d, 1, CS_MAX_CAP + 1, &plan), -EINVAL);
+    assert_int_equal(cs_solve((int[]){ 1001 }, d, 1, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve((int[]){ 0 }, d, 1, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve((int[]){ 300, 300 }, d, 2, 1000, &plan), -EINVAL); /* sizes must differ */
+    assert_int_equal(cs_solve(s, (double[]){ -1 }, 1, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve(s, (double[]){ NAN }, 1, 1000, &plan), -EINVAL);
+    assert_int_equal(cs_solve(s, (double[]){ INFINITY }, 1, 1000, &plan), -EINVAL);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known),
         cmocka_unit_test(test_pairs),
+        cmocka_unit_test(test_nothing),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_invalid),
     };

@@ -319,6 +319,88 @@ static void test_gpuslice_plan_kept(void **state) {
     pl_cluster_free(&c);
 }
 
+/* schedule and commit p without observing it (the estimate, and its plan, stay as they are) */
+static struct pl_choice place_commit(struct pl_cluster *c, struct pl_pod p) {
+    struct pl_choice ch;
+    assert_int_equal(pl_schedule(c, PL_GPUSLICE, &p, NULL, &ch), 0);
+    pl_commit(c, &p, &ch);
+    return ch;
+}
+
+/* The plan for 30 600s, 20 400s and 10 300s pairs two thirds of the 600s with a 400 and a third
+ * with a 300. Idle GPUs opened by 600s follow those shares, each time the pattern lagging most
+ * behind its share: 600 + 400 (2/3 against 1/3), then 600 + 300 (1/3 behind), then 600 + 400. */
+static void test_gpuslice_plan_shares(void **state) {
+    (void)state;
+    struct pl_node nodes[1] = { mknode(256000, 1 << 20, 4, 0, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 1), 0);
+    observe_shares(&c, 10, 1000, (int[]){ 600, 600, 400, 600, 400, 300 }, 6);
+    const int want[3] = { 400, 300, 400 };
+    for (int i = 0; i < 3; i++) {
+        struct pl_choice ch = place_commit(&c, mkpod(1000, 1000, 1, 600));
+        assert_int_equal(c.nodes[0].slot[ch.gpus[0]][0], want[i]);
+        assert_int_equal(c.nodes[0].slot[ch.gpus[0]][1], 0);
+    }
+    pl_cluster_free(&c);
+}
+
+/* A pattern of ten 100s keeps PL_SLOTS slots, and idle GPUs are judged by the CPU of those: node 0
+ * has the CPU for the pod and 8 more, not 9, and still gets it. */
+static void test_gpuslice_plan_many(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(9000, 1 << 20, 1, 0, NULL), mknode(64000, 1 << 20, 1, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    observe_shares(&c, 20, 1000, (int[]){ 100 }, 1);
+    struct pl_choice ch = place_commit(&c, mkpod(1000, 1000, 1, 100));
+    assert_int_equal(ch.node, 0);
+    for (int k = 0; k < PL_SLOTS; k++)
+        assert_int_equal(c.nodes[0].slot[0][k], 100);
+    pl_cluster_free(&c);
+}
+
+/* Slots outlive a new plan: the estimate is re-solved after the 650 kept a slot for a 320, and the
+ * next 320 still takes it rather than the closer fit. */
+static void test_gpuslice_plan_rebuilt(void **state) {
+    (void)state;
+    struct pl_node nodes[1] = { mknode(256000, 1 << 20, 3, 0, (int[]){ 1000, 330, 1000 }) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 1), 0);
+    observe_shares(&c, 20, 1000, (int[]){ 650, 320 }, 2);
+    struct pl_choice ch = place_commit(&c, mkpod(1000, 1000, 1, 650));
+    assert_int_equal(c.nodes[0].slot[ch.gpus[0]][0], 320);
+    unsigned v = c.nodes[0].gver;
+    observe_shares(&c, 10, 1000, (int[]){ 650, 320 }, 2);
+    assert_true(c.nodes[0].gver != v); /* a new estimate, and plan */
+    ch = place_commit(&c, mkpod(1000, 1000, 1, 320));
+    assert_int_equal(ch.gpus[0], 0);
+    pl_cluster_free(&c);
+}
+
+/* Memory, as CPU: two 650s on node 0 keep slots for two 320s of 40 GiB each; a CPU-only pod of
+ * 24 GiB there would leave 66: enough for one (what FGD's measure checks), not for both. It goes to
+ * node 1, which has no GPU. */
+static void test_gpuslice_plan_kept_mem(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(256000, 110 * 1024, 2, 0, NULL), mknode(256000, 1 << 20, 0, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    for (int i = 0; i < 20; i++) {
+        struct pl_pod a = mkpod(1000, 10 * 1024, 1, 650), b = mkpod(1000, 40 * 1024, 1, 320);
+        pl_observe(&c, &a);
+        pl_observe(&c, &b);
+    }
+    for (int i = 0; i < 2; i++) {
+        struct pl_choice ch = place_commit(&c, mkpod(1000, 10 * 1024, 1, 650));
+        assert_int_equal(ch.node, 0);
+        assert_int_equal(c.nodes[0].slot[ch.gpus[0]][0], 320);
+    }
+    struct pl_choice ch = place_commit(&c, mkpod(1000, 24 * 1024, 0, 0));
+    assert_int_equal(ch.node, 1);
+    pl_cluster_free(&c);
+}
+
 static void test_policy_names(void **state) {
     (void)state;
     enum pl_policy p;
@@ -479,6 +561,10 @@ int main(void) {
         cmocka_unit_test(test_gpuslice_plan),
         cmocka_unit_test(test_gpuslice_plan_rest),
         cmocka_unit_test(test_gpuslice_plan_kept),
+        cmocka_unit_test(test_gpuslice_plan_shares),
+        cmocka_unit_test(test_gpuslice_plan_many),
+        cmocka_unit_test(test_gpuslice_plan_rebuilt),
+        cmocka_unit_test(test_gpuslice_plan_kept_mem),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replay_deterministic),
         cmocka_unit_test(test_csv_errors),
