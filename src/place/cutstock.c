@@ -56,9 +56,9 @@ static int invert(int m, double a[CS_MAX_SIZES][CS_MAX_SIZES], double inv[CS_MAX
 
 /* max sum_i y_i a_i over integer a >= 0 with sum_i s_i a_i <= cap; the best a into a[] */
 static double knapsack(const int *s, const double *y, int m, int cap, int *a) {
-    static _Thread_local double best[CS_MAX_CAP + 1];
+    double best[CS_MAX_CAP + 1]; /* 36 KiB of stack */
     /* take[v]: the item whose addition gives best[v]; -1: best[v] is best[v - 1] (and at v = 0) */
-    static _Thread_local signed char take[CS_MAX_CAP + 1];
+    signed char take[CS_MAX_CAP + 1];
     best[0] = 0;
     take[0] = -1;
     for (int v = 1; v <= cap; v++) {

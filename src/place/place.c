@@ -889,8 +889,8 @@ static int plan_gpu(const struct pl_online *o, const struct pl_node *n, int s, i
 
 /* The pattern an idle GPU is opened with by a request of the plan's size si: the one whose share
  * of this size's requests lags most behind the plan's, the fuller pattern on ties; -1: none. The
- * shares are counted since the plan was last solved (filled[] starts again at each solve: carrying
- * it over, patterns matched by content, measured 0.02 point lower). */
+ * shares are counted since the plan was last solved (filled[] starts again at each solve, with the
+ * new plan's patterns). */
 static int plan_pick(const struct pl_online *o, int si) {
     if (si < 0)
         return -1;
