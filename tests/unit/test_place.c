@@ -401,6 +401,23 @@ static void test_gpuslice_plan_kept_mem(void **state) {
     pl_cluster_free(&c);
 }
 
+/* An idle GPU's node must host the rest of the new pattern beside what its slots already keep: on
+ * node 0 a 650 keeps a slot for a 320 (8 cores each); a second 650 there would leave 12 cores, enough
+ * for one 320 but not for the two the node would then keep. Node 0 scores better (it was the more
+ * CPU-strained), yet the 650 opens a GPU on node 1. */
+static void test_gpuslice_plan_rest_kept(void **state) {
+    (void)state;
+    struct pl_node nodes[2] = { mknode(28000, 1 << 20, 2, 0, NULL), mknode(256000, 1 << 20, 2, 1, NULL) };
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    observe_shares(&c, 20, 8000, (int[]){ 650, 320 }, 2);
+    struct pl_choice ch = place_commit(&c, mkpod(8000, 1000, 1, 650));
+    assert_int_equal(ch.node, 0);
+    ch = place_commit(&c, mkpod(8000, 1000, 1, 650));
+    assert_int_equal(ch.node, 1);
+    pl_cluster_free(&c);
+}
+
 static void test_policy_names(void **state) {
     (void)state;
     enum pl_policy p;
@@ -565,6 +582,7 @@ int main(void) {
         cmocka_unit_test(test_gpuslice_plan_many),
         cmocka_unit_test(test_gpuslice_plan_rebuilt),
         cmocka_unit_test(test_gpuslice_plan_kept_mem),
+        cmocka_unit_test(test_gpuslice_plan_rest_kept),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replay_deterministic),
         cmocka_unit_test(test_csv_errors),
