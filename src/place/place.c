@@ -859,8 +859,8 @@ static int plan_kept(const struct pl_online *o, const struct pl_node *n, const i
 
 /* How a sharing request of s milli-GPU fits GPU g, best first: a slot kept for this size, a close
  * fit (at most PLAN_CLOSE milli left; measured 0-150, 90 best), an idle GPU on a node that can host
- * the rest of the pattern it opens, an idle GPU on one that cannot (TIER_POOR: set by the caller),
- * anything else. */
+ * the rest of the pattern it opens beside what its slots keep, an idle GPU on one that cannot
+ * (TIER_POOR: set by the caller), anything else. */
 enum { TIER_SLOT, TIER_CLOSE, TIER_IDLE, TIER_POOR, TIER_OTHER, TIER_NONE };
 #define PLAN_CLOSE 90
 
@@ -916,7 +916,8 @@ static int plan_pick(const struct pl_online *o, int si) {
 }
 
 /* The slots a GPU opened with pattern q by a request of size si keeps: the rest of the pattern, the
- * largest sizes first, at most PL_SLOTS; their number, and the CPU and memory their requests need. */
+ * plan's more frequent sizes first, at most PL_SLOTS; their number, and the CPU and memory their
+ * requests need. */
 static int plan_slots(const struct pl_online *o, int q, int si, short *slot, int64_t *cpu, int64_t *mem) {
     int k = 0;
     *cpu = *mem = 0;
