@@ -13,6 +13,10 @@
 
 #define MAX_FIELDS 32
 
+static int64_t pod_gpu(const struct pl_pod *p) {
+    return p->num_gpu > 0 && p->gpu_milli > 0 ? (int64_t)p->gpu_milli * p->num_gpu : 0;
+}
+
 static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t len, const char *fmt, ...) {
     if (!err || !len)
@@ -204,6 +208,15 @@ int rp_load_nodes(struct rp_trace *t, const char *path, char *err, size_t errlen
         seterr(err, errlen, "%s: no nodes", path);
         rc = -EINVAL;
     }
+    if (rc == 0) { /* the replay measures GPU allocation: a cluster without GPUs has none */
+        size_t k = 0;
+        while (k < t->n_nodes && t->nodes[k].n_gpu == 0)
+            k++;
+        if (k == t->n_nodes) {
+            seterr(err, errlen, "%s: no node has a GPU: nothing to replay", path);
+            rc = -EINVAL;
+        }
+    }
     csv_close(&c);
     return rc;
 }
@@ -266,6 +279,16 @@ int rp_load_pods(struct rp_trace *t, const char *path, char *err, size_t errlen)
         seterr(err, errlen, "%s: no pods", path);
         rc = -EINVAL;
     }
+    if (rc == 0) { /* the replay inflates the GPU request: without any there is nothing to replay */
+        size_t k = 0;
+        while (k < t->n_pods && pod_gpu(&t->pods[k]) == 0)
+            k++;
+        if (k == t->n_pods) {
+            seterr(err, errlen, "%s: no pod asks for a GPU (num_gpu and gpu_milli above 0): nothing to replay",
+                   path);
+            rc = -EINVAL;
+        }
+    }
     csv_close(&c);
     return rc;
 }
@@ -306,10 +329,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int64_t pod_gpu(const struct pl_pod *p) {
-    return p->num_gpu > 0 && p->gpu_milli > 0 ? (int64_t)p->gpu_milli * p->num_gpu : 0;
 }
 
 /* Python's round(x, 2), close enough: half-even on the scaled value */
@@ -365,6 +384,12 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
     for (size_t i = 0; i < nn; i++)
         node_total += (int64_t)t->nodes[i].n_gpu * PL_MILLI;
     double target = o->inflation * (double)node_total;
+    if (node_total == 0 || pod_total == 0) {
+        /* no GPU (the allocation ratio has no denominator) or no GPU request (inflating would never
+         * end): rp_load_nodes and rp_load_pods refuse both */
+        rc = -EINVAL;
+        goto out;
+    }
     if ((double)pod_total < target) {
         for (;;) {
             int32_t idx = pl_gorand_intn(&rng, (int32_t)n);

@@ -561,6 +561,11 @@ static void test_csv_errors(void **state) {
     expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,3,2,500,\n",
                  "p.csv:2: field 'gpu_milli'");
     expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n", "p.csv: no pods");
+    /* a cluster without GPUs divided by zero (found by fuzz_replay); inflating a trace without GPU
+     * requests never ended (found while writing it) */
+    expect_error("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,0,\n", okp, "n.csv: no node has a GPU");
+    expect_error(okn, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,10,0,0,\np1,1000,10,1,0,\n",
+                 "p.csv: no pod asks for a GPU");
     expect_error("/nonexistent", okp, "");
 }
 
