@@ -222,10 +222,9 @@ static nvmlReturn_t sim_init(void) {
     }
     const char *delay = getenv("GPUSLICE_SIM_MIG_DELAY_MS");
     mig_delay_ms = 0;
+    unsigned long long v;
     if (delay && *delay) {
-        char *end;
-        unsigned long v = strtoul(delay, &end, 10);
-        if (*end || v > 10000 || delay[0] == '-')
+        if (gs_parse_uint(delay, 0, 10000, &v) < 0)
             sim_log("GPUSLICE_SIM_MIG_DELAY_MS: '%s' is not a number of milliseconds up to 10000: ignored", delay);
         else
             mig_delay_ms = (unsigned)v;
