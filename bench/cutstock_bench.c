@@ -30,17 +30,9 @@ int main(int argc, char **argv) {
         if (v > 0 && v < 1000)
             cnt[v] += 1, n++;
     fclose(f);
-    int sz[CS_MAX_SIZES], m = 0;
+    int sz[CS_MAX_SIZES];
     double d[CS_MAX_SIZES];
-    while (m < CS_MAX_SIZES) {
-        int best = 0;
-        for (int s = 1; s < 1000; s++)
-            if (cnt[s] > cnt[best])
-                best = s;
-        if (cnt[best] <= 0)
-            break;
-        sz[m] = best, d[m++] = cnt[best], cnt[best] = 0;
-    }
+    int m = cs_top_sizes(cnt, 1000, sz, d);
     if (m == 0) {
         fprintf(stderr, "%s: no sharing requests\n", argv[1]);
         return 1;

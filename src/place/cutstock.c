@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define EPS 1e-9
@@ -158,4 +159,23 @@ int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_p
         out->bins += x[j];
     }
     return out->n;
+}
+
+int cs_top_sizes(const double *count, int cap, int *sizes, double *demand) {
+    int m = 0;
+    bool taken[CS_MAX_CAP] = { false };
+    if (cap < 2 || cap > CS_MAX_CAP)
+        return 0;
+    while (m < CS_MAX_SIZES) {
+        int best = 0;
+        for (int v = 1; v < cap; v++)
+            if (!taken[v] && count[v] > 0 && (best == 0 || count[v] > count[best]))
+                best = v;
+        if (best == 0)
+            break;
+        taken[best] = true;
+        sizes[m] = best;
+        demand[m++] = count[best];
+    }
+    return m;
 }

@@ -31,4 +31,10 @@ struct cs_plan {
  * Returns out->n (0 when nothing is asked) or -EINVAL. */
 int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_plan *out);
 
+/* The program's input from a count per size: the at most CS_MAX_SIZES sizes in 1..cap-1 with the
+ * largest count[size] > 0, most frequent first (the smaller size on equal counts), into sizes[] and
+ * their counts into demand[]. count[] has cap entries (a whole bin is no item to share it). Returns
+ * how many. */
+int cs_top_sizes(const double *count, int cap, int *sizes, double *demand);
+
 #endif

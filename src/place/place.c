@@ -806,19 +806,9 @@ static void plan_rebuild(struct pl_online *o) {
             mem[k->milli] += (double)k->mem; /* a sum over the key's pods */
         }
     }
-    int sz[CS_MAX_SIZES], m = 0;
+    int sz[CS_MAX_SIZES];
     double d[CS_MAX_SIZES];
-    while (m < CS_MAX_SIZES) {
-        int best = 0;
-        for (int v = 1; v < PL_MILLI; v++)
-            if (cnt[v] > cnt[best])
-                best = v;
-        if (cnt[best] <= 0)
-            break;
-        sz[m] = best;
-        d[m++] = cnt[best];
-        cnt[best] = 0;
-    }
+    int m = cs_top_sizes(cnt, PL_MILLI, sz, d);
     memset(o->filled, 0, sizeof(o->filled));
     memset(o->sz_of, 0, sizeof(o->sz_of));
     o->n_sz = 0;

@@ -137,6 +137,29 @@ static void test_random(void **state) {
     }
 }
 
+/* the program's input: the most frequent sizes first, the smaller on ties, none without a count,
+ * at most CS_MAX_SIZES, never the whole bin */
+static void test_top_sizes(void **state) {
+    (void)state;
+    double count[1000] = { 0 }, d[CS_MAX_SIZES];
+    int s[CS_MAX_SIZES];
+    count[470] = 750, count[810] = 1078, count[320] = 328, count[650] = 328, count[999] = 1;
+    assert_int_equal(cs_top_sizes(count, 1000, s, d), 5);
+    const int want[5] = { 810, 470, 320, 650, 999 };
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(s[i], want[i]);
+    assert_true(d[0] == 1078 && d[3] == 328 && d[4] == 1);
+    for (int v = 1; v < 1000; v++)
+        count[v] = v % 7 + 1; /* 999 sizes: the 24 kept all have the largest count, 7 */
+    assert_int_equal(cs_top_sizes(count, 1000, s, d), CS_MAX_SIZES);
+    for (int i = 0; i < CS_MAX_SIZES; i++) {
+        assert_true(d[i] == 7);
+        assert_int_equal(s[i], 6 + 7 * i);
+    }
+    memset(count, 0, sizeof(count));
+    assert_int_equal(cs_top_sizes(count, 1000, s, d), 0);
+}
+
 static void test_invalid(void **state) {
     (void)state;
     struct cs_plan plan;
@@ -162,6 +185,7 @@ int main(void) {
         cmocka_unit_test(test_pairs),
         cmocka_unit_test(test_nothing),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_top_sizes),
         cmocka_unit_test(test_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
