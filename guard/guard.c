@@ -8,9 +8,9 @@
  * older ABIs and unknown symbols pass through untouched.
  *
  * Accounting: reserve before allocating, with a compare-and-swap on the container's counter in a
- * shared region (region.h), rolled back if the real allocation fails; frees of pointers the guard
+ * shared region (guard_region.h), rolled back if the real allocation fails; frees of pointers the guard
  * did not see go to the driver untouched; the bytes of dead processes are reclaimed. The limits
- * come from a read-only file (limits.h) and survive `env -i`: exec'd programs get LD_PRELOAD and
+ * come from a read-only file (guard_limits.h) and survive `env -i`: exec'd programs get LD_PRELOAD and
  * GPUSLICE_GUARD_CONFIG back. This is cooperative isolation (docs/guard.md): a static binary or a
  * process that unmaps the guard escapes it; MIG is the hard boundary.
  *

@@ -1,4 +1,4 @@
-/* guard_limits.c: the guard's limits file parser and formatter (pure; see limits.h). Strict: every line
+/* guard_limits.c: the guard's limits file parser and formatter (pure; see guard_limits.h). Strict: every line
  * is checked, numbers must fit, and errors name the line, so a damaged file is noticed. */
 #include "guard_limits.h"
 

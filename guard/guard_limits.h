@@ -1,4 +1,4 @@
-/* limits.h: the guard's limits file, read-only in the container (mounted by the agent, or written
+/* guard_limits.h: the guard's limits file, read-only in the container (mounted by the agent, or written
  * by `gpuslice exec`). A child cannot lose its limits by clearing its environment: the guard
  * reads this file, and re-adds LD_PRELOAD and GPUSLICE_GUARD_CONFIG to the environment of every
  * program it executes. Format (one setting per line, '#' comments):

@@ -1,4 +1,4 @@
-/* region.h: the guard's shared accounting region (versioned). One file per container, mapped
+/* guard_region.h: the guard's shared accounting region (versioned). One file per container, mapped
  * shared by every process of the container that runs under the guard; the only interface between
  * the guard and the rest of gpuslice. The limits themselves are in a separate read-only file (see
  * guard/guard_limits.h); this region holds only counters, so a process can damage its own container's
