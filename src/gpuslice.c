@@ -1,16 +1,10 @@
 /* gpuslice.c: the multi-call CLI. Parses the global options, then dispatches to a command.
  *   gpuslice [--sim NODE.yaml] [--sim-state DIR] [--nvml-lib PATH] [--log-level LEVEL] COMMAND [ARGS] */
-#include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
-#include "config/nodedesc.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -53,80 +47,6 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < GS_ARRAY_SIZE(commands); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nExit status: 0 success, 1 failure, 2 usage error, 3 NVIDIA driver (NVML) not found.\n");
-}
-
-const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
-                         const char *build_path) {
-    static char path[PATH_MAX];
-    const char *env = getenv(env_var);
-    if (env && *env)
-        return env;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        const char *dir = dirname(exe);
-        const char *rel[] = { "/", "/../lib/gpuslice/", build_subdir };
-        for (size_t i = 0; i < GS_ARRAY_SIZE(rel); i++) {
-            snprintf(path, sizeof(path), "%s%s%s", dir, rel[i], name);
-            if (access(path, R_OK) == 0)
-                return path;
-        }
-    }
-    if (install_path && access(install_path, R_OK) == 0)
-        return install_path;
-    if (build_path && access(build_path, R_OK) == 0)
-        return build_path;
-    return NULL;
-}
-
-#ifndef GS_SIM_LIB_INSTALL_PATH
-#define GS_SIM_LIB_INSTALL_PATH NULL
-#endif
-#ifndef GS_SIM_LIB_BUILD_PATH
-#define GS_SIM_LIB_BUILD_PATH NULL
-#endif
-
-static const char *sim_lib_path(void) {
-    return cli_find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/src/gpu/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH);
-}
-
-int cli_open_node(const struct cli *cli, struct gpu_node **out) {
-    const char *lib = cli->nvml_lib;
-    if (cli->sim_node) {
-        /* Validate here so a bad node file is reported with file:line:column before loading. */
-        struct gs_nodedesc nd;
-        char err[512];
-        if (gs_nodedesc_load(cli->sim_node, &nd, err, sizeof(err)) < 0) {
-            fprintf(stderr, "gpuslice: %s\n", err);
-            return GS_EXIT_FAILURE;
-        }
-        char abs[PATH_MAX];
-        setenv("GPUSLICE_SIM_NODE", realpath(cli->sim_node, abs) ? abs : cli->sim_node, 1);
-        if (cli->sim_state)
-            setenv("GPUSLICE_SIM_STATE", cli->sim_state, 1);
-        if (!lib) {
-            lib = sim_lib_path();
-            if (!lib) {
-                fprintf(stderr, "gpuslice: simulated NVML library %s not found (set GPUSLICE_SIM_LIB)\n",
-                        GS_SIM_LIB_NAME);
-                return GS_EXIT_NO_DRIVER;
-            }
-        }
-    } else if (cli->sim_state) {
-        fprintf(stderr, "gpuslice: --sim-state needs --sim NODE.yaml\n");
-        return GS_EXIT_USAGE;
-    }
-    char err[1024];
-    int r = gpu_node_open(lib, out, err, sizeof(err));
-    if (r < 0) {
-        fprintf(stderr, "gpuslice: %s\n", err);
-        if (r == -ENOENT)
-            fprintf(stderr, "gpuslice: on a machine without an NVIDIA GPU, use the simulated node: "
-                            "gpuslice --sim examples/nodes/h100x4-l4x2.yaml %s\n", "inspect");
-        return r == -ENOENT || r == -ENOSYS ? GS_EXIT_NO_DRIVER : GS_EXIT_FAILURE;
-    }
-    return GS_EXIT_OK;
 }
 
 int main(int argc, char **argv) {

@@ -86,8 +86,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
             while (ms_opts[k].opt != c)
                 k++;
             if (gs_parse_uint(optarg, 0, 86400000, &v) < 0) {
-                fprintf(stderr, "gpuslice agent: --%s: '%s' is not a number of milliseconds\n", ms_opts[k].name, optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("agent", "--%s: '%s' is not a number of milliseconds", ms_opts[k].name, optarg);
             }
             unsigned ms = (unsigned)v;
             memcpy((char *)&o + ms_opts[k].field, &ms, sizeof(ms));
@@ -95,8 +94,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         }
         case OPT_POLL:
             if (gs_parse_uint(optarg, 50, 3600000, &v) < 0) {
-                fprintf(stderr, "gpuslice agent: --poll-interval-ms: '%s' is not a number in 50..3600000\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("agent", "--poll-interval-ms: '%s' is not a number in 50..3600000", optarg);
             }
             o.poll_ms = (unsigned)v;
             break;
@@ -148,19 +146,13 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         }
     }
     if (o.cdi_kind && !gs_cdi_kind_valid(o.cdi_kind)) {
-        fprintf(stderr, "gpuslice agent: --cdi-kind: '%s' is not a CDI kind (VENDOR/CLASS, e.g. %s)\n", o.cdi_kind,
-                GS_CDI_KIND);
-        return GS_EXIT_USAGE;
+        return cli_usage_error("agent", "--cdi-kind: '%s' is not a CDI kind (VENDOR/CLASS, e.g. %s)", o.cdi_kind, GS_CDI_KIND);
     }
     if (o.container_driver_root && o.container_driver_root[0] != '/') {
-        fprintf(stderr, "gpuslice agent: --container-driver-root: '%s' is not an absolute path\n",
-                o.container_driver_root);
-        return GS_EXIT_USAGE;
+        return cli_usage_error("agent", "--container-driver-root: '%s' is not an absolute path", o.container_driver_root);
     }
-    if (optind < argc) {
-        fprintf(stderr, "gpuslice agent: unexpected argument '%s'\n", argv[optind]);
+    if (cli_no_more_args("agent", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    }
     struct gpu_node *node;
     int rc = cli_open_node(cli, &node);
     if (rc != GS_EXIT_OK)
@@ -269,13 +261,10 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         default: return GS_EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "gpuslice apply: unexpected argument '%s'\n", argv[optind]);
+    if (cli_no_more_args("apply", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    }
     if (as_json && as_labels) {
-        fprintf(stderr, "gpuslice apply: --json and --labels cannot be combined\n");
-        return GS_EXIT_USAGE;
+        return cli_usage_error("apply", "--json and --labels cannot be combined");
     }
     struct gs_policy policy;
     gs_policy_init(&policy);
@@ -316,19 +305,4 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
     gs_plan_free(&plan);
     gpu_node_close(node);
     return rc;
-}
-
-int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv) {
-    int rc = cli_open_node(cli, node);
-    if (rc != GS_EXIT_OK)
-        return rc;
-    *inv = calloc(1, sizeof(**inv));
-    if (!*inv || agent_read_inventory(*node, "/sys", *inv) < 0) {
-        fprintf(stderr, "gpuslice: failed to read the node: %s\n", *inv ? gpu_node_error(*node) : "out of memory");
-        gpu_node_close(*node);
-        free(*inv);
-        *inv = NULL;
-        return GS_EXIT_FAILURE;
-    }
-    return GS_EXIT_OK;
 }

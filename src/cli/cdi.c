@@ -47,10 +47,8 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
         default: return GS_EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "gpuslice cdi generate: unexpected argument '%s'\n", argv[optind]);
+    if (cli_no_more_args("cdi generate", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    }
     struct gpu_node *node;
     _cleanup_free_ struct gs_inventory *inv = NULL;
     int rc = cli_read_node(cli, &node, &inv);

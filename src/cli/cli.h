@@ -38,9 +38,14 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv);
  * build subdirectory relative to it, then the given install and build paths (may be NULL). */
 const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
                          const char *build_path);
+/* Option helpers (opts.c). cli_usage_error prints "gpuslice CMD: MESSAGE" on stderr and returns
+ * GS_EXIT_USAGE; cli_no_more_args does so when argv[first..argc) is not empty, else returns
+ * GS_EXIT_OK. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_no_more_args(const char *cmd, int argc, char **argv, int first);
+
+#define GS_GUARD_LIB_NAME "libgpuslice-guard.so"
 /* libgpuslice-guard.so (GPUSLICE_GUARD_LIB, ...). */
 const char *cli_guard_lib_path(void);
-
-/* Printing helpers shared by commands. */
 
 #endif

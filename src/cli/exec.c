@@ -16,12 +16,6 @@
 #include "util/util.h"
 #include "../guard/guard_limits.h"
 
-#define GUARD_LIB_NAME "libgpuslice-guard.so"
-
-const char *cli_guard_lib_path(void) {
-    return cli_find_lib("GPUSLICE_GUARD_LIB", GUARD_LIB_NAME, "/guard/", NULL, NULL);
-}
-
 static int parse_percent(const char *s, unsigned *out) {
     char buf[16];
     size_t n = strlen(s);
@@ -82,20 +76,17 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         switch (c) {
         case 'v':
             if (gs_parse_size(optarg, &vram) < 0 || vram == 0) {
-                fprintf(stderr, "gpuslice exec: --vram: '%s' is not a size such as 8GiB or 512MiB\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("exec", "--vram: '%s' is not a size such as 8GiB or 512MiB", optarg);
             }
             break;
         case 'c':
             if (parse_percent(optarg, &compute) < 0) {
-                fprintf(stderr, "gpuslice exec: --compute: '%s' is not a percentage 1..100 (e.g. 30%%)\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("exec", "--compute: '%s' is not a percentage 1..100 (e.g. 30%%)", optarg);
             }
             break;
         case 'd':
             if (gs_parse_uint(optarg, 0, 63, &device) < 0) {
-                fprintf(stderr, "gpuslice exec: --device: '%s' is not a GPU index\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("exec", "--device: '%s' is not a GPU index", optarg);
             }
             break;
         case 'h':
@@ -116,16 +107,14 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         }
     }
     if (!vram) {
-        fprintf(stderr, "gpuslice exec: --vram is required\n");
-        return GS_EXIT_USAGE;
+        return cli_usage_error("exec", "--vram is required");
     }
     if (optind >= argc) {
-        fprintf(stderr, "gpuslice exec: no command given (gpuslice exec --vram 8GiB -- python train.py)\n");
-        return GS_EXIT_USAGE;
+        return cli_usage_error("exec", "no command given (gpuslice exec --vram 8GiB -- python train.py)");
     }
     const char *lib = cli_guard_lib_path();
     if (!lib) {
-        fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GUARD_LIB_NAME);
+        fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GS_GUARD_LIB_NAME);
         return GS_EXIT_FAILURE;
     }
     char uuid[96] = "";

@@ -177,10 +177,8 @@ int cmd_inspect(const struct cli *cli, int argc, char **argv) {
         default: return GS_EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "gpuslice inspect: unexpected argument '%s'\n", argv[optind]);
+    if (cli_no_more_args("inspect", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    }
     struct gpu_node *node;
     int rc = cli_open_node(cli, &node);
     if (rc != GS_EXIT_OK)

@@ -103,8 +103,7 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
             errno = 0;
             o.seed = strtoll(optarg, &end, 10);
             if (errno || *end || !*optarg) {
-                fprintf(stderr, "gpuslice replay: --seed: '%s' is not an integer\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("replay", "--seed: '%s' is not an integer", optarg);
             }
             have_seed = 1;
             break;
@@ -112,21 +111,17 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
             errno = 0;
             o.inflation = strtod(optarg, &end);
             if (errno || *end || !*optarg || !(o.inflation > 0 && o.inflation <= 3.5)) {
-                fprintf(stderr, "gpuslice replay: --inflation: '%s' is not a number in (0, 3.5]\n", optarg);
-                return GS_EXIT_USAGE;
+                return cli_usage_error("replay", "--inflation: '%s' is not a number in (0, 3.5]", optarg);
             }
             break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "gpuslice replay: unexpected argument '%s'\n", argv[optind]);
+    if (cli_no_more_args("replay", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    }
     if (!nodes || !pods || !policy || !have_seed) {
-        fprintf(stderr, "gpuslice replay: --nodes, --pods, --policy and --seed are required (see --help)\n");
-        return GS_EXIT_USAGE;
+        return cli_usage_error("replay", "--nodes, --pods, --policy and --seed are required (see --help)");
     }
     struct rp_trace t = { 0 };
     char err[512];
