@@ -1,0 +1,213 @@
+"""Integration tests of the agent's Allocate answers: visible devices in request order,
+replicas deduplicated, the index strategy, device specs (whole GPUs, MIG capabilities through
+mig-minors), refused requests, and the guard's mounts and limits file for replicas with
+memoryPerReplica. Harness and fixture: agent_harness.py.
+
+Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT.
+
+Run: /usr/bin/python3 -m pytest -q tests/integration/test_allocate.py"""
+import os
+import stat
+
+import grpc
+import pytest
+
+from agent_harness import H100_L4, MIXED, T4X2, TS4, WHOLE, h, ts_policy  # noqa: F401 (h: fixture)
+
+
+# ------------------------------------------------------------------------------- Allocate
+
+def test_allocate_whole_env_in_request_order(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [u[1], u[0]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    assert list(r.devices) == [], "no device specs without passDeviceSpecs"
+    r = h.kubelet.allocate("nvidia.com/gpu", [u[0]])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_allocate_replicas_deduplicated(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::2", f"{u[0]}::0", f"{u[1]}::3"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::3"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_allocate_index_strategy(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    flags = "  plugin:\n    deviceIDStrategy: index\n"
+    h.agent(node, ts_policy(2, extra_flags=flags), resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0", f"{u[0]}::1", f"{u[1]}::1"])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "1,0"
+
+
+def test_allocate_index_strategy_whole(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n", resources=["nvidia.com/gpu"])
+    assert h.kubelet.allocate("nvidia.com/gpu", [u[1], u[0]]).envs["NVIDIA_VISIBLE_DEVICES"] == "1,0"
+
+
+def _devroot(h, files):
+    root = os.path.join(h.base, "devroot")
+    for f in files:
+        path = os.path.join(root, f.lstrip("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    return root
+
+
+def _specs(response):
+    out = {}
+    for d in response.devices:
+        assert d.container_path not in out, f"duplicate device spec {d.container_path}"
+        out[d.container_path] = d
+    return out
+
+
+def test_allocate_device_specs(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"])   # no uvm-tools, no nvidia1
+    flags = f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, ts_policy(2, extra_flags=flags), resources=["nvidia.com/gpu"])
+    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[0]}::1"]))
+    assert sorted(specs) == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]
+    for path, d in specs.items():
+        assert d.host_path == root + path
+        assert "r" in d.permissions and "w" in d.permissions
+
+
+def test_allocate_device_specs_missing_gpu_node_refused(h):
+    # Optional nodes (nvidia-uvm, ...) are listed only when they exist under the dev root; a
+    # missing /dev/nvidia<minor> fails the Allocate with the path named, rather than starting a
+    # container without its GPU.
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm-tools", "/dev/nvidia0"])   # no nvidia-uvm, no nvidia1
+    flags = f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, f"version: v1\nflags:\n{flags}", resources=["nvidia.com/gpu"])
+    specs = _specs(h.kubelet.allocate("nvidia.com/gpu", [u[0]]))
+    assert sorted(specs) == ["/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
+    with pytest.raises(grpc.RpcError) as e:
+        h.kubelet.allocate("nvidia.com/gpu", [u[1]])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"device node {root}/dev/nvidia1 does not exist" in e.value.details()
+
+
+def _mig_minors(ngpus=8, ngi=15, nci=8):
+    """A /proc/driver/nvidia-caps/mig-minors as the driver writes it."""
+    lines = ["config 1", "monitor 2"]
+    n = 3
+    for g in range(ngpus):
+        for gi in range(ngi):
+            lines.append(f"gpu{g}/gi{gi}/access {n}")
+            n += 1
+            for ci in range(nci):
+                lines.append(f"gpu{g}/gi{gi}/ci{ci}/access {n}")
+                n += 1
+    table = {}
+    for line in lines:
+        key, value = line.split()
+        table[key] = int(value)
+    return "\n".join(lines) + "\n", table
+
+
+def test_allocate_mig_device_specs(h):
+    node = h.node(H100_L4)
+    m = node.mig_create(1, "1g.10gb", 0)
+    dev = node.mig_device(m)
+    text, table = _mig_minors()
+    gi_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/access"]
+    ci_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/ci{dev['ci_id']}/access"]
+    proc = os.path.join(h.base, "proc")
+    os.makedirs(os.path.join(proc, "driver", "nvidia-caps"))
+    with open(os.path.join(proc, "driver", "nvidia-caps", "mig-minors"), "w") as f:
+        f.write(text)
+    root = _devroot(h, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0",
+                        f"/dev/nvidia{dev['minor']}", f"/dev/nvidia-caps/nvidia-cap{gi_cap}",
+                        f"/dev/nvidia-caps/nvidia-cap{ci_cap}"])
+    policy = MIXED + f"  nvidiaDevRoot: {root}\n  plugin:\n    passDeviceSpecs: true\n"
+    h.agent(node, policy, resources=["nvidia.com/mig-1g.10gb"], extra=["--proc-root", proc])
+    r = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m])
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == m
+    specs = _specs(r)
+    assert sorted(specs) == sorted(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                    f"/dev/nvidia{dev['minor']}", f"/dev/nvidia-caps/nvidia-cap{gi_cap}",
+                                    f"/dev/nvidia-caps/nvidia-cap{ci_cap}"])
+    for path, d in specs.items():
+        assert d.host_path == root + path
+
+
+def test_allocate_rejects_unknown_ids(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    for bad in ["GPU-00000000-0000-0000-0000-000000000000", f"{u[0]}::4", u[0], "MIG-nothing"]:
+        with pytest.raises(grpc.RpcError) as err:
+            h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0", bad])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, err.value)
+        assert bad in err.value.details(), (bad, err.value.details())
+    # The agent still serves after rejected requests.
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
+
+
+def test_fail_requests_greater_than_one(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2, fail_gt_one=True), resources=["nvidia.com/gpu"])
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+    with pytest.raises(grpc.RpcError) as err:
+        h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0", f"{u[1]}::0"])
+    assert "maximum request size for shared resources is 1" in err.value.details()
+
+
+# ------------------------------------------------------------------------------- the guard in Allocate
+
+def test_allocate_injects_guard_for_memory_per_replica(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    guard_root = os.path.join(h.base, "guard")
+    policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+              "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: 2GiB\n")
+    h.agent(node, policy, resources=["nvidia.com/gpu.shared"], extra=["--guard-root", guard_root])
+    resp = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[1]}::0", f"{u[1]}::3", f"{u[0]}::2"])
+    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[1]},{u[0]}"
+    assert resp.envs["GPUSLICE_GUARD_CONFIG"] == "/etc/gpuslice/guard.conf"
+    mounts = {m.container_path: m for m in resp.mounts}
+    assert set(mounts) == {"/usr/lib/gpuslice/libgpuslice-guard.so", "/etc/gpuslice/guard.conf",
+                           "/run/gpuslice/guard", "/etc/ld.so.preload"}
+    assert mounts["/etc/gpuslice/guard.conf"].read_only and not mounts["/run/gpuslice/guard"].read_only
+    assert mounts["/usr/lib/gpuslice/libgpuslice-guard.so"].host_path.endswith("libgpuslice-guard.so")
+    assert os.path.exists(mounts["/usr/lib/gpuslice/libgpuslice-guard.so"].host_path)
+    with open(mounts["/etc/ld.so.preload"].host_path) as f:
+        assert f.read().strip() == "/usr/lib/gpuslice/libgpuslice-guard.so"
+    with open(mounts["/etc/gpuslice/guard.conf"].host_path) as f:
+        limits = f.read().splitlines()
+    assert limits[0] == "gpuslice-guard 1" and "on-error closed" in limits
+    assert "region /run/gpuslice/guard/region" in limits
+    # container ordinal 0 = GPU 1 with two replicas (4 GiB), ordinal 1 = GPU 0 with one (2 GiB)
+    assert f"device 0 {u[1]} {4 << 30} 0" in limits
+    assert f"device 1 {u[0]} {2 << 30} 0" in limits
+    assert os.path.isdir(mounts["/run/gpuslice/guard"].host_path)
+    # The region exists, empty and writable by any user of the container (the directory is root's)
+    st = os.stat(os.path.join(mounts["/run/gpuslice/guard"].host_path, "region"))
+    assert stat.S_IMODE(st.st_mode) == 0o666 and st.st_size == 0
+    # Each container gets its own limits and counters.
+    resp2 = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::1"])
+    other = {m.container_path: m.host_path for m in resp2.mounts}
+    assert other["/etc/gpuslice/guard.conf"] != mounts["/etc/gpuslice/guard.conf"].host_path
+
+
+def test_allocate_without_memory_per_replica_injects_nothing(h):
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2), resources=["nvidia.com/gpu"])
+    resp = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"])
+    assert "GPUSLICE_GUARD_CONFIG" not in resp.envs and len(resp.mounts) == 0
