@@ -48,8 +48,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
+    char guard_lib[PATH_MAX];
     struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
-                               "/var/lib/gpuslice/guard", cli_guard_lib_path(), GS_PODRESOURCES_SOCKET, 60000,
+                               "/var/lib/gpuslice/guard", cli_guard_lib_path(guard_lib), GS_PODRESOURCES_SOCKET, 60000,
                                120000, 30000, 10000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {

@@ -2,6 +2,8 @@
 #ifndef GS_CLI_H
 #define GS_CLI_H
 
+#include <limits.h>
+
 #include "gpu/gpu.h"
 
 /* Exit codes, documented in docs/cli.md. */
@@ -34,10 +36,6 @@ int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 int cmd_cdi(const struct cli *cli, int argc, char **argv);
 
-/* A library of the project: $ENV_VAR, beside the executable, ../lib/gpuslice/ relative to it, its
- * build subdirectory relative to it, then the given install and build paths (may be NULL). */
-const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
-                         const char *build_path);
 /* Option helpers (opts.c). cli_usage_error prints "gpuslice CMD: MESSAGE" on stderr and returns
  * GS_EXIT_USAGE; cli_no_more_args does so when argv[first..argc) is not empty, else returns
  * GS_EXIT_OK. */
@@ -45,7 +43,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_no_more_args(const char *cmd, int argc, char **argv, int first);
 
 #define GS_GUARD_LIB_NAME "libgpuslice-guard.so"
-/* libgpuslice-guard.so (GPUSLICE_GUARD_LIB, ...). */
-const char *cli_guard_lib_path(void);
+/* libgpuslice-guard.so: $GPUSLICE_GUARD_LIB, beside the executable, ../lib/gpuslice/ or guard/
+ * relative to it. Returns the path (possibly in the caller's `path`) or NULL. */
+const char *cli_guard_lib_path(char path[PATH_MAX]);
 
 #endif

@@ -112,7 +112,8 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     if (optind >= argc) {
         return cli_usage_error("exec", "no command given (gpuslice exec --vram 8GiB -- python train.py)");
     }
-    const char *lib = cli_guard_lib_path();
+    char lib_path[PATH_MAX];
+    const char *lib = cli_guard_lib_path(lib_path);
     if (!lib) {
         fprintf(stderr, "gpuslice exec: %s not found (set GPUSLICE_GUARD_LIB)\n", GS_GUARD_LIB_NAME);
         return GS_EXIT_FAILURE;

@@ -13,9 +13,12 @@
 #include "config/nodedesc.h"
 #include "util/util.h"
 
-const char *cli_find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
-                         const char *build_path) {
-    static char path[PATH_MAX];
+/* A library of the project: $ENV_VAR, beside the executable, ../lib/gpuslice/ relative to it, its
+ * build subdirectory relative to it, then the given install and build paths (may be NULL). The
+ * result may be `path`, the caller's buffer: each lookup has its own, so finding one library does
+ * not overwrite the path of another (the guard's path once became the simulator's under --sim). */
+static const char *find_lib(const char *env_var, const char *name, const char *build_subdir, const char *install_path,
+                            const char *build_path, char path[PATH_MAX]) {
     const char *env = getenv(env_var);
     if (env && *env)
         return env;
@@ -26,7 +29,7 @@ const char *cli_find_lib(const char *env_var, const char *name, const char *buil
         const char *dir = dirname(exe);
         const char *rel[] = { "/", "/../lib/gpuslice/", build_subdir };
         for (size_t i = 0; i < GS_ARRAY_SIZE(rel); i++) {
-            snprintf(path, sizeof(path), "%s%s%s", dir, rel[i], name);
+            snprintf(path, PATH_MAX, "%s%s%s", dir, rel[i], name);
             if (access(path, R_OK) == 0)
                 return path;
         }
@@ -45,12 +48,14 @@ const char *cli_find_lib(const char *env_var, const char *name, const char *buil
 #define GS_SIM_LIB_BUILD_PATH NULL
 #endif
 
-static const char *sim_lib_path(void) {
-    return cli_find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/src/gpu/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH);
+static const char *sim_lib_path(char path[PATH_MAX]) {
+    return find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/src/gpu/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH,
+                    path);
 }
 
 int cli_open_node(const struct cli *cli, struct gpu_node **out) {
     const char *lib = cli->nvml_lib;
+    char sim_path[PATH_MAX];
     if (cli->sim_node) {
         /* Validate here so a bad node file is reported with file:line:column before loading. */
         struct gs_nodedesc nd;
@@ -64,7 +69,7 @@ int cli_open_node(const struct cli *cli, struct gpu_node **out) {
         if (cli->sim_state)
             setenv("GPUSLICE_SIM_STATE", cli->sim_state, 1);
         if (!lib) {
-            lib = sim_lib_path();
+            lib = sim_lib_path(sim_path);
             if (!lib) {
                 fprintf(stderr, "gpuslice: simulated NVML library %s not found (set GPUSLICE_SIM_LIB)\n",
                         GS_SIM_LIB_NAME);
@@ -102,6 +107,6 @@ int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inven
     return GS_EXIT_OK;
 }
 
-const char *cli_guard_lib_path(void) {
-    return cli_find_lib("GPUSLICE_GUARD_LIB", GS_GUARD_LIB_NAME, "/guard/", NULL, NULL);
+const char *cli_guard_lib_path(char path[PATH_MAX]) {
+    return find_lib("GPUSLICE_GUARD_LIB", GS_GUARD_LIB_NAME, "/guard/", NULL, NULL, path);
 }

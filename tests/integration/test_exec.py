@@ -113,3 +113,23 @@ def test_quota_enforced_on_the_simulated_driver(env):
     kv = dict(l.split("=", 1) for l in p.stdout.splitlines() if "=" in l)
     assert 200 <= int(kv["share_permille"]) <= 300, p.stdout
     assert leftovers(env) == []
+
+
+@pytest.mark.skipif(SANITIZED, reason="the preloaded guard cannot run inside a sanitizer runtime (tests/guard)")
+@pytest.mark.parametrize("sim", [False, True], ids=["driver", "sim"])
+def test_preloaded_library_is_the_guard(env, tmp_path, sim):
+    """The library exec preloads refuses an allocation past the quota, found as a user finds it:
+    no GPUSLICE_GUARD_LIB, and under --sim no GPUSLICE_SIM_LIB either (the simulator's library is
+    looked up after the guard's; both lookups once shared one buffer)."""
+    env.pop("GPUSLICE_GUARD_LIB", None)
+    env.pop("GPUSLICE_SIM_LIB", None)
+    env["LD_LIBRARY_PATH"] = FAKE_CUDA_DIR
+    args = ["--sim", NODE, "--sim-state", str(tmp_path / "state")] if sim else []
+    device = ["--device", "0"] if sim else []
+    p = run(env, *args, "exec", "--vram", "32MiB", *device, "--", "sh", "-c",
+            'echo "preload=$LD_PRELOAD"; exec "$0" alloc 16M 3', GUARD_APP)
+    assert p.returncode == 0, p.stderr
+    assert os.path.basename(p.stdout.splitlines()[0]) == "libgpuslice-guard.so", p.stdout
+    kv = dict(l.split("=", 1) for l in p.stdout.splitlines() if "=" in l)
+    assert kv["ok"] == "2" and kv["first_err"] == "2", p.stdout  # the third 16 MiB is refused
+    assert leftovers(env) == []
