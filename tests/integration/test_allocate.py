@@ -8,6 +8,7 @@ Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_R
 Run: /usr/bin/python3 -m pytest -q tests/integration/test_allocate.py"""
 import os
 import stat
+import subprocess
 
 import grpc
 import pytest
@@ -211,3 +212,31 @@ def test_allocate_without_memory_per_replica_injects_nothing(h):
     h.agent(node, ts_policy(2), resources=["nvidia.com/gpu"])
     resp = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"])
     assert "GPUSLICE_GUARD_CONFIG" not in resp.envs and len(resp.mounts) == 0
+
+
+@pytest.mark.skipif(os.environ.get("GS_SANITIZED") == "1",
+                    reason="the preloaded guard cannot run inside a sanitizer runtime (tests/guard)")
+def test_mounted_guard_library_is_the_guard(h, monkeypatch):
+    """The library the agent mounts as the guard refuses an allocation past a quota. The agent
+    finds both its libraries as on a node: no GPUSLICE_SIM_LIB, no GPUSLICE_GUARD_LIB (under
+    --sim the simulator's lookup once overwrote the guard's path, so the NVML simulator was
+    mounted where the guard should be)."""
+    monkeypatch.delenv("GPUSLICE_SIM_LIB", raising=False)
+    monkeypatch.delenv("GPUSLICE_GUARD_LIB", raising=False)
+    build = os.environ.get("GS_BUILD_ROOT") or os.path.dirname(os.environ["GPUSLICE"])
+    fake_cuda = os.path.join(build, "tests", "guard")
+    node = h.node(T4X2)
+    u = node.uuids()
+    policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+              "    - name: nvidia.com/gpu\n      replicas: 2\n      memoryPerReplica: 1GiB\n")
+    h.agent(node, policy, resources=["nvidia.com/gpu.shared"], extra=["--guard-root", os.path.join(h.base, "g")])
+    resp = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::0"])
+    lib = {m.container_path: m for m in resp.mounts}["/usr/lib/gpuslice/libgpuslice-guard.so"].host_path
+    limits = h.write("limits", f"gpuslice-guard 1\non-error closed\nregion {h.base}/region\n"
+                               f"device 0 - {32 << 20} 0\n")
+    env = dict(os.environ, LD_PRELOAD=lib, GPUSLICE_GUARD_CONFIG=limits, LD_LIBRARY_PATH=fake_cuda)
+    p = subprocess.run([os.path.join(fake_cuda, "guard_app"), "alloc", "16M", "3"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    kv = dict(l.split("=", 1) for l in p.stdout.splitlines() if "=" in l)
+    assert kv["ok"] == "2" and kv["first_err"] == "2", (lib, p.stdout)  # the third 16 MiB is refused
