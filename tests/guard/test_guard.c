@@ -6,8 +6,9 @@
  * documented interface.
  *
  * Paths: GUARD_LIB, GUARD_APP, FAKE_CUDA_DIR from the environment (meson sets them), else the
- * build paths compiled in. Exits 77 (skipped) when the guard library has not been built, and in
- * sanitizer builds (see main). */
+ * build paths compiled in. A guard library that is missing fails the suite (the build always
+ * makes it, so a missing one is a broken build); sanitizer builds exit 77 (skipped, see main)
+ * unless GUARD_TEST_UNDER_SANITIZER=1. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1132,8 +1133,8 @@ int main(void)
     guard_app = getenv("GUARD_APP") ? getenv("GUARD_APP") : GUARD_APP_PATH;
     fake_dir = getenv("FAKE_CUDA_DIR") ? getenv("FAKE_CUDA_DIR") : FAKE_CUDA_DIR;
     if (access(guard_lib, R_OK) != 0) {
-        fprintf(stderr, "test_guard: %s not built: skipped\n", guard_lib);
-        return 77;
+        fprintf(stderr, "test_guard: %s: %s (the build makes it: a broken build)\n", guard_lib, strerror(errno));
+        return 1;
     }
     const char *san = getenv("GUARD_TEST_SANITIZED");
     if (san && !strcmp(san, "1") && !getenv("GUARD_TEST_UNDER_SANITIZER")) {
