@@ -288,12 +288,22 @@ static void init_once(void) {
         g_dev_index[i] = UNLIMITED_DEVICE;
     const char *path = g_config_path[0] ? g_config_path : DEFAULT_CONFIG;
     char *text = NULL;
+    size_t text_len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        text = calloc(1, 65537);
-        ssize_t n = text ? read(fd, text, 65536) : -1;
+        /* One byte more than the parser takes, so that a larger file is refused, not cut. */
+        text = calloc(1, GS_GUARD_LIMITS_MAX + 2);
+        ssize_t n = 0;
+        while (text && text_len <= GS_GUARD_LIMITS_MAX) {
+            n = read(fd, text + text_len, GS_GUARD_LIMITS_MAX + 1 - text_len);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            text_len += (size_t)n;
+        }
         close(fd);
-        if (n < 0) {
+        if (!text || n < 0) {
             free(text);
             text = NULL;
         }
@@ -304,7 +314,7 @@ static void init_once(void) {
         return;
     }
     char err[512];
-    if (gs_guard_limits_parse(path, text, &g_limits, err, sizeof(err)) < 0) {
+    if (gs_guard_limits_parse(path, text, text_len, &g_limits, err, sizeof(err)) < 0) {
         /* A damaged file still says how to fail, if its on-error line survived. */
         bool open_mode = says_fail_open(text);
         glog("%s: failing %s", err, open_mode ? "open: no limits are enforced" : "closed: allocations are refused");

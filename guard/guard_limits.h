@@ -9,7 +9,10 @@
  *   context-overhead 314572800             # bytes counted per CUDA context (optional, default 0)
  *   device 0 GPU-8f6c... 8589934592 30     # CUDA ordinal, UUID (or -), VRAM bytes (0 = no limit), compute % (0 = none)
  *
- * Parsing is pure (gs_guard_limits_parse) so it is unit-tested and fuzzed. */
+ * Strict, so that a damaged or truncated file is noticed rather than half-read: every line must
+ * end with a newline, no setting may appear twice, numbers must fit their bounds, and control
+ * characters (NUL included) are refused. Parsing and formatting are pure, unit-tested
+ * (tests/unit/test_guard_limits.c) and fuzzed (tests/fuzz/fuzz_guard_limits.c). */
 #ifndef GS_GUARD_LIMITS_H
 #define GS_GUARD_LIMITS_H
 
@@ -34,10 +37,18 @@ struct gs_guard_limits {
     struct gs_guard_device_limit dev[GS_GUARD_MAX_DEVICES];
 };
 
-/* Returns 0, or -EINVAL with "NAME:LINE: message" in err. */
-int gs_guard_limits_parse(const char *name, const char *text, struct gs_guard_limits *out, char *err, size_t errlen);
+/* The largest limits file read (the guard reads at most this much, plus one byte to notice more). */
+#define GS_GUARD_LIMITS_MAX 65536
 
-/* Writes the file's text for `l` into buf; returns the length or -ENOSPC. */
+/* Parses the len bytes of text (which need no terminating NUL). Returns 0 and fills out, or
+ * -EINVAL with "NAME:LINE: message" in err (out untouched); a file over GS_GUARD_LIMITS_MAX
+ * bytes is "NAME: message". */
+int gs_guard_limits_parse(const char *name, const char *text, size_t len, struct gs_guard_limits *out, char *err,
+                          size_t errlen);
+
+/* Writes the file's text for `l` into buf (NUL-terminated); returns the length, -ENOSPC if buf is
+ * too small, or -EINVAL if the text would not parse back to `l` (a region or UUID with blanks, '#'
+ * or control characters, a relative region, an out-of-range value, an ordinal listed twice). */
 int gs_guard_limits_format(const struct gs_guard_limits *l, char *buf, size_t len);
 
 #endif

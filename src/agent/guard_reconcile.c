@@ -75,9 +75,11 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
     _cleanup_free_ char *text = NULL;
     struct gs_guard_limits l;
     char err[512];
-    if (snprintf(path, sizeof(path), "%s/limits", dir) >= (int)sizeof(path) || gs_read_file(path, 1 << 16, &text, NULL) < 0)
+    size_t text_len;
+    if (snprintf(path, sizeof(path), "%s/limits", dir) >= (int)sizeof(path) ||
+        gs_read_file(path, GS_GUARD_LIMITS_MAX, &text, &text_len) < 0)
         return;
-    if (gs_guard_limits_parse(path, text, &l, err, sizeof(err)) < 0) {
+    if (gs_guard_limits_parse(path, text, text_len, &l, err, sizeof(err)) < 0) {
         log_debug("Guard reconcile: %s", err);
         return;
     }
