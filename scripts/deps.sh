@@ -8,7 +8,7 @@ packages=(
   libyaml-dev libjansson-dev libcmocka-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   prometheus shellcheck
-  python3 python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema
+  python3 python3-pip python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema
   python3-kubernetes
 )
 

@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+# cuda.h of CUDA 12 and 13 (NVIDIA's runtime wheels, cached), for the guard's cuda.h check.
+GS_CUDA_INCLUDE=$(bash scripts/cuda-headers.sh)
+export GS_CUDA_INCLUDE
 
 setup() { # dir, meson options...
   local dir=$1; shift

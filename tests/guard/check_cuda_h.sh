@@ -1,9 +1,13 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # check_cuda_h.sh: compares the guard's hand-declared CUDA API (guard/cuda_api.h) with the CUDA
-# toolkit's cuda.h wherever one is installed (/usr/local/cuda*/include): every function of
+# toolkit's cuda.h in each directory of GS_CUDA_INCLUDE (colon-separated; scripts/test.sh sets it
+# from scripts/cuda-headers.sh, the headers of NVIDIA's CUDA runtime wheels) and wherever a toolkit
+# is installed (/usr/local/cuda*/include): every function of
 # GS_CUDA_HOOKED_FUNCTIONS and the typedefs of the functions the guard calls must have cuda.h's
 # signature; struct sizes and field offsets and the enum values the guard uses must match.
-# Usage: check_cuda_h.sh PATH/TO/cuda_api.h CC [CC ARGS...]. Exits 77 (skipped) without cuda.h.
+# Usage: check_cuda_h.sh PATH/TO/cuda_api.h CC [CC ARGS...]. Fails if a GS_CUDA_INCLUDE directory
+# has no cuda.h; exits 77 (skipped) only when GS_CUDA_INCLUDE is unset and no toolkit is installed
+# (the fast loop, scripts/fast.sh).
 set -eu
 api=$1
 shift
@@ -59,8 +63,17 @@ EOC
 
 status=0
 seen=" "
+named=${GS_CUDA_INCLUDE:-}
 for inc in /usr/local/cuda*/include; do
-    [ -f "$inc/cuda.h" ] || continue
+    [ -f "$inc/cuda.h" ] && named="${named:+$named:}$inc"
+done
+IFS=: read -r -a incs <<<"$named"
+for inc in "${incs[@]}"; do
+    if [ ! -f "$inc/cuda.h" ]; then
+        echo "FAIL: GS_CUDA_INCLUDE names $inc, which has no cuda.h"
+        status=1
+        continue
+    fi
     real=$(readlink -f "$inc/cuda.h")
     case "$seen" in *" $real "*) continue ;; esac
     seen="$seen$real "
@@ -104,8 +117,8 @@ EOC
     # shellcheck disable=SC2086 # $names split into words on purpose
     echo "hooked: $(echo $names | wc -w) functions:" $names
 done
-if [ "$found" = 0 ]; then
-    echo "no cuda.h under /usr/local/cuda*/include: skipped"
+if [ "$found" = 0 ] && [ "$status" = 0 ]; then
+    echo "no cuda.h (GS_CUDA_INCLUDE unset, none under /usr/local/cuda*/include): skipped"
     exit 77
 fi
 [ "$status" = 0 ] && echo "guard/cuda_api.h matches cuda.h"
