@@ -56,7 +56,7 @@ def write_smaps_summary(pid, path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpuslice", default=os.path.join(ROOT, "build", "gpuslice"))
-    ap.add_argument("--sim-lib", default=os.path.join(ROOT, "build", "src", "gpu", "libgpuslice-nvml-sim.so"))
+    ap.add_argument("--sim-lib", default=os.path.join(ROOT, "build", "sim", "libgpuslice-nvml-sim.so"))
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--xid-trials", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=10)

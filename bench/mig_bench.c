@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
            pct(99), times[n_times - 1]);
 
     /* NVML calls on the simulated node: minimal apply vs clear-all-and-recreate. */
-    const char *sim = argc > 1 ? argv[1] : "build/src/gpu/libgpuslice-nvml-sim.so";
+    const char *sim = argc > 1 ? argv[1] : "build/sim/libgpuslice-nvml-sim.so";
     char dir[] = "/tmp/gs-migbench-XXXXXX";
     if (!mkdtemp(dir))
         return 1;

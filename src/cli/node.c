@@ -49,7 +49,7 @@ static const char *find_lib(const char *env_var, const char *name, const char *b
 #endif
 
 static const char *sim_lib_path(char path[PATH_MAX]) {
-    return find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/src/gpu/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH,
+    return find_lib("GPUSLICE_SIM_LIB", GS_SIM_LIB_NAME, "/sim/", GS_SIM_LIB_INSTALL_PATH, GS_SIM_LIB_BUILD_PATH,
                     path);
 }
 

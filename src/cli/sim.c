@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../sim/simctl.h"
 #include "cli/cli.h"
 #include "util/util.h"
 

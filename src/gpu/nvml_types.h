@@ -1,8 +1,8 @@
 /* nvml_types.h: the few NVML types, constants and function signatures gpuslice uses, declared by
  * hand (as nvtop does) so the project builds without the CUDA toolkit or the driver. Layouts follow
  * nvml.h 13.3.29; the _Static_asserts pin the sizes and offsets measured on x86-64 LP64
- * (../shared/reference/mig.md §2.2). Both the dlopen backend (nvml.c) and the simulated NVML
- * library (nvml_sim.c) use these declarations, so the two cannot drift apart. */
+ * (with gcc, against NVIDIA/go-nvml's gen/nvml/nvml.h). Both the dlopen backend (nvml.c) and the simulated NVML
+ * library (sim/) use these declarations, so the two cannot drift apart. */
 #ifndef GS_NVML_TYPES_H
 #define GS_NVML_TYPES_H
 
@@ -214,13 +214,6 @@ _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
 
-/* Simulator-only entry points exported by libgpuslice-nvml-sim.so in addition to NVML. They are
- * how `gpuslice sim ...` injects faults; a real driver does not have them. */
-typedef int (*gs_sim_inject_xid_fn)(unsigned gpu, unsigned long long xid, unsigned gi_id, char *err, size_t errlen);
-typedef int (*gs_sim_process_add_fn)(unsigned gpu, int gi_id, int ci_id, unsigned pid, unsigned long long mem_bytes,
-                                     const char *name, char *err, size_t errlen);
-typedef int (*gs_sim_process_remove_fn)(unsigned pid, int gpu, char *err, size_t errlen);
-typedef int (*gs_sim_reset_gpu_fn)(unsigned gpu, char *err, size_t errlen);
-typedef int (*gs_sim_set_lost_fn)(unsigned gpu, int lost, char *err, size_t errlen);
+/* The simulated library's own entry points (gpusliceSim*) are declared in sim/simctl.h. */
 
 #endif

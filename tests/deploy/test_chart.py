@@ -27,7 +27,7 @@ import k8s_schema
 
 ROOT = helmlite.ROOT
 GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
-SIM_LIB = os.environ.get("GPUSLICE_SIM_LIB") or os.path.join(os.path.dirname(GPUSLICE), "src", "gpu", "libgpuslice-nvml-sim.so")
+SIM_LIB = os.environ.get("GPUSLICE_SIM_LIB") or os.path.join(os.path.dirname(GPUSLICE), "sim", "libgpuslice-nvml-sim.so")
 GUARD_LIB = os.path.join(os.path.dirname(GPUSLICE), "guard", "libgpuslice-guard.so")
 MANIFESTS = os.path.join(ROOT, "deploy", "manifests", "gpuslice.yaml")
 DEPLOY_MD = os.path.join(ROOT, "docs", "deploy.md")

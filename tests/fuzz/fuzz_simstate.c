@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/sim_state.h"
+#include "../sim/sim_state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

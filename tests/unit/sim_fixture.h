@@ -3,11 +3,13 @@
 #ifndef GS_SIM_FIXTURE_H
 #define GS_SIM_FIXTURE_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../sim/simctl.h"
 #include "gpu/gpu.h"
 
 struct sim_fixture {
@@ -56,6 +58,17 @@ static inline void sim_fixture_close(struct sim_fixture *f) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", f->dir);
+}
+
+/* Replaces the fault schedule of this process's simulated NVML (docs/simulator.md#fault-schedule)
+ * and restarts its counts; "" clears it. Returns 0 or -errno (the message on stderr). */
+static inline int sim_fixture_faults(struct sim_fixture *f, const char *spec) {
+    gs_sim_set_faults_fn set = (gs_sim_set_faults_fn)gpu_node_symbol(f->node, "gpusliceSimSetFaults");
+    char err[512];
+    int r = set ? set(spec, err, sizeof(err)) : -ENOSYS;
+    if (r < 0)
+        fprintf(stderr, "gpusliceSimSetFaults: %s\n", set ? err : "not exported");
+    return r;
 }
 
 static inline nvmlDevice_t sim_device(struct sim_fixture *f, unsigned i) {

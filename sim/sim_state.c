@@ -1,6 +1,6 @@
 /* sim_state.c: initial state, JSON (de)serialisation and UUIDs of the simulated node.
  * The state file is input from outside (anyone can edit it), so loading validates every field. */
-#include "gpu/sim_state.h"
+#include "sim_state.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,0 +1,39 @@
+/* simctl.h: the simulated NVML library's own entry points (gpusliceSim*), exported by
+ * libgpuslice-nvml-sim.so beside NVML's. A real driver has none of them: callers (`gpuslice sim`,
+ * tests) look them up by name with gpu_node_symbol() and call them through the pointer types
+ * below; the library defines them against the same prototypes.
+ *
+ * Each control but gpusliceSimCallCount returns 0 or -errno and writes a message to err. */
+#ifndef GS_SIM_SIMCTL_H
+#define GS_SIM_SIMCTL_H
+
+#include <stddef.h>
+
+/* Deliver Xid `xid` to every NVML event set registered on GPU `gpu`, optionally tied to GPU
+ * instance gi_id (0xFFFFFFFF: none). */
+int gpusliceSimInjectXid(unsigned gpu, unsigned long long xid, unsigned gi_id, char *err, size_t errlen);
+/* A process using mem_bytes of GPU `gpu`, or of its MIG device gi_id/ci_id (-1: none / first CI). */
+int gpusliceSimProcessAdd(unsigned gpu, int gi_id, int ci_id, unsigned pid, unsigned long long mem_bytes,
+                          const char *name, char *err, size_t errlen);
+/* Removes process `pid` from GPU `gpu` (-1: from every GPU). */
+int gpusliceSimProcessRemove(unsigned pid, int gpu, char *err, size_t errlen);
+/* A GPU reset: a pending MIG mode takes effect, every MIG instance is dropped; refused while
+ * processes run. */
+int gpusliceSimResetGpu(unsigned gpu, char *err, size_t errlen);
+/* The GPU falls off the bus (lost != 0: NVML calls on it return GPU_IS_LOST) or comes back. */
+int gpusliceSimSetLost(unsigned gpu, int lost, char *err, size_t errlen);
+/* Replaces this process's fault schedule (GPUSLICE_SIM_FAULTS syntax, docs/simulator.md) and
+ * restarts its call counts; "" clears it. A bad schedule leaves the current one in place. */
+int gpusliceSimSetFaults(const char *spec, char *err, size_t errlen);
+/* NVML calls that reached the library in this process (tests: proves calls go through it). */
+unsigned long long gpusliceSimCallCount(void);
+
+typedef __typeof__(&gpusliceSimInjectXid) gs_sim_inject_xid_fn;
+typedef __typeof__(&gpusliceSimProcessAdd) gs_sim_process_add_fn;
+typedef __typeof__(&gpusliceSimProcessRemove) gs_sim_process_remove_fn;
+typedef __typeof__(&gpusliceSimResetGpu) gs_sim_reset_gpu_fn;
+typedef __typeof__(&gpusliceSimSetLost) gs_sim_set_lost_fn;
+typedef __typeof__(&gpusliceSimSetFaults) gs_sim_set_faults_fn;
+typedef __typeof__(&gpusliceSimCallCount) gs_sim_call_count_fn;
+
+#endif

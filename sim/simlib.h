@@ -1,0 +1,82 @@
+/* simlib.h: what the files of the simulated NVML library share (internal to the library; the
+ * interface others use is NVML's and simctl.h's).
+ *
+ * lib.c       library lifetime, the state lock, the fault schedule, nvmlInit/nvmlShutdown
+ * handles.c   NVML handles and their resolution against the current state
+ * device.c    system and device queries, processes
+ * mig.c       MIG mode, GPU-instance profiles, placements, GPU instances
+ * mig_ci.c    compute instances and MIG device handles
+ * events.c    event sets and Xid delivery
+ * ctl.c       the gpusliceSim* controls (simctl.h)
+ * sim_state.c the shared state file; faults.c the fault schedule's parser */
+#ifndef GS_SIM_SIMLIB_H
+#define GS_SIM_SIMLIB_H
+
+#include <limits.h>
+#include <stdbool.h>
+
+#include "gpu/nvml_types.h"
+#include "sim_state.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define NO_GI 0xFFFFFFFFu
+
+/* lib.c */
+extern struct sim_state *sim_st;         /* cached copy of DIR/state.json, valid under lock_state */
+extern char sim_state_dir[PATH_MAX];
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A MIG reconfiguration call takes GPUSLICE_SIM_MIG_DELAY_MS, as on a driver (outside the lock). */
+void mig_call_delay(void);
+/* Each NVML entry point runs between lock_state() and unlock_state(). `fn` names the entry point
+ * for the fault schedule (NULL: not subject to it); a scheduled fault returns its error unlocked. */
+nvmlReturn_t lock_state(bool write, const char *fn);
+nvmlReturn_t unlock_state(nvmlReturn_t ret, bool save);
+/* The fault schedule alone, for entry points that lock later or more than once. */
+nvmlReturn_t sim_fault_check(const char *fn);
+int sim_set_faults(const char *spec, char *err, size_t errlen);
+
+/* Read-only / writing entry point helpers: lock (faults as the function's name), body, unlock. */
+#define READ_BEGIN                                                                                            \
+    nvmlReturn_t ret_ = lock_state(false, __func__);                                                          \
+    if (ret_ != NVML_SUCCESS)                                                                                 \
+        return ret_;
+#define READ_END(r) return unlock_state((r), false)
+#define WRITE_BEGIN                                                                                           \
+    nvmlReturn_t ret_ = lock_state(true, __func__);                                                           \
+    if (ret_ != NVML_SUCCESS)                                                                                 \
+        return ret_;
+#define WRITE_END(r) return unlock_state((r), true)
+
+/* handles.c: a device handle (whole GPU or MIG device) resolved against the current state. */
+struct dev_ref {
+    struct sim_gpu *gpu;
+    unsigned index;
+    struct sim_gi *gi;   /* NULL for a whole GPU */
+    struct sim_ci *ci;
+    unsigned gi_id, ci_id;
+};
+
+nvmlDevice_t gpu_handle(unsigned i);
+nvmlDevice_t mig_handle(unsigned g, unsigned gi, unsigned ci);
+nvmlGpuInstance_t gi_handle(unsigned g, unsigned gi);
+nvmlComputeInstance_t ci_handle(unsigned g, unsigned gi, unsigned ci);
+nvmlReturn_t resolve_device(nvmlDevice_t d, struct dev_ref *ref);
+nvmlReturn_t resolve_gpu(nvmlDevice_t d, struct dev_ref *ref);
+nvmlReturn_t resolve_mig_gpu(nvmlDevice_t d, struct dev_ref *ref);
+nvmlReturn_t resolve_gi(nvmlGpuInstance_t g, struct dev_ref *ref);
+nvmlReturn_t resolve_ci(nvmlComputeInstance_t c, struct dev_ref *ref);
+/* A MIG device handle (NOT_SUPPORTED for a GPU handle, as NVML answers), then the output pointer. */
+nvmlReturn_t resolve_mig_device_out(nvmlDevice_t d, struct dev_ref *ref, const void *out);
+
+/* A resolved handle's result, or INVALID_ARGUMENT when the call's output pointer is NULL (NVML
+ * checks the handle first). */
+static inline nvmlReturn_t with_out(nvmlReturn_t r, const void *out) {
+    return r == NVML_SUCCESS && !out ? NVML_ERROR_INVALID_ARGUMENT : r;
+}
+
+/* device.c: bytes used by processes on GPU g, or on its GPU instance gi (and compute instance ci). */
+unsigned long long used_bytes(const struct sim_gpu *g, int gi, int ci);
+/* mig.c: whether processes run on GPU instance gi (and compute instance ci, -1: any) of g. */
+bool gi_has_processes(const struct sim_gpu *g, unsigned gi, int ci);
+
+#endif
