@@ -1,7 +1,8 @@
 """A kubelet emulator for device-plugin integration tests (Device Plugin API v1beta1).
 
-It behaves like the kubelet's device manager as described in
-../shared/reference/kubelet-device-plugin.md section 2:
+It behaves like the kubelet's device manager as the Kubernetes documentation ("Device Plugins",
+kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/) and the
+kubelet's pkg/kubelet/cm/devicemanager describe it:
 
 * serves `v1beta1.Registration/Register` on `<dir>/kubelet.sock`;
 * Register checks the version ("v1beta1") and the extended resource name, then, synchronously
@@ -18,6 +19,9 @@ _pb2/_pb2_grpc modules are generated at import time from kubelet/api.proto (our 
 API, written from the documented field numbers) into a temporary directory.
 
 All waits are bounded, all threads are daemon threads, and only unix sockets are used.
+
+Run as a program, it is a kubelet for a plugin started by hand (see main() and --help):
+  /usr/bin/python3 tests/integration/kubelet_emulator.py --dir /tmp/k --allocate nvidia.com/gpu=GPU-...
 """
 import atexit
 import collections
@@ -491,3 +495,100 @@ class KubeletEmulator:
         """PreStartContainer (kubelet timeout 30 s); returns the response."""
         ep = self._stub(resource)
         return ep.stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=list(ids)), timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _response_dict(r):
+    """A ContainerAllocateResponse as plain JSON data."""
+    return {
+        "envs": dict(r.envs),
+        "mounts": [{"container_path": m.container_path, "host_path": m.host_path, "read_only": m.read_only}
+                   for m in r.mounts],
+        "devices": [{"container_path": d.container_path, "host_path": d.host_path, "permissions": d.permissions}
+                    for d in r.devices],
+        "annotations": dict(r.annotations),
+        "cdi_devices": [d.name for d in r.cdi_devices],
+    }
+
+
+def main(argv=None):
+    """Serves as a kubelet for a device plugin started by hand, printing what it sees as JSON lines:
+    {"registered": ...} per plugin, {"resource": ..., "devices": [...]} per ListAndWatch message,
+    {"allocate": ..., "response": ...} per --allocate. Exits after --allocate unless --watch;
+    with --watch, on SIGINT/SIGTERM or after --watch SECONDS. docs/user-guide.md shows it with the
+    agent on a simulated node."""
+    import argparse
+    import json
+    import signal
+
+    ap = argparse.ArgumentParser(prog="kubelet_emulator.py", description=main.__doc__)
+    ap.add_argument("--dir", required=True, help="the device-plugin directory (the agent's --kubelet-dir)")
+    ap.add_argument("--resource", action="append", default=[], metavar="NAME",
+                    help="wait until NAME is registered and has sent its devices (repeatable)")
+    ap.add_argument("--allocate", action="append", default=[], metavar="NAME=ID[,ID...]",
+                    help="call Allocate for one container with these device IDs (repeatable)")
+    ap.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                    help="keep printing device lists for SECONDS (0: until SIGINT/SIGTERM)")
+    ap.add_argument("--timeout", type=float, default=30.0, help="bound of each wait in seconds (default 30)")
+    args = ap.parse_args(argv)
+    allocs = []
+    for a in args.allocate:
+        name, sep, ids = a.partition("=")
+        if not sep or not name or not ids:
+            ap.error(f"--allocate {a!r}: expected NAME=ID[,ID...]")
+        allocs.append((name, ids.split(",")))
+    wanted = sorted(set(args.resource) | {name for name, _ in allocs})
+
+    def out(obj):
+        print(json.dumps(obj, sort_keys=True), flush=True)
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    emu = KubeletEmulator(os.path.abspath(args.dir)).start()
+    out({"listening": emu.socket_path})
+    shown = {}
+
+    def show_new():
+        for reg in emu.registrations[shown.get("__reg__", 0):]:
+            out({"registered": reg.resource_name, "endpoint": reg.endpoint, "error": reg.error})
+        shown["__reg__"] = len(emu.registrations)
+        for res in emu.resources():
+            msgs = emu.messages(res)
+            for m in msgs[shown.get(res, 0):]:
+                out({"resource": res, "devices": [{"id": d.id, "health": d.health} for d in m.devices]})
+            shown[res] = len(msgs)
+
+    status = 0
+    try:
+        deadline = time.monotonic() + args.timeout
+        while wanted and not stop.is_set():
+            try:
+                emu.wait_resources(wanted, timeout=0.2)
+                break
+            except EmulatorError:
+                show_new()
+                if time.monotonic() > deadline:
+                    out({"error": f"not registered within {args.timeout} s: "
+                                  f"{sorted(set(wanted) - set(emu.resources()))}"})
+                    return 1
+        show_new()
+        for name, ids in allocs:
+            try:
+                out({"allocate": name, "ids": ids, "response": _response_dict(emu.allocate(name, ids))})
+            except grpc.RpcError as e:
+                out({"allocate": name, "ids": ids, "error": f"{e.code().name}: {e.details()}"})
+                status = 1
+        if args.watch is not None:
+            end = time.monotonic() + args.watch if args.watch > 0 else None
+            while not stop.is_set() and (end is None or time.monotonic() < end):
+                stop.wait(0.2)
+                show_new()
+    finally:
+        emu.stop()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
