@@ -831,13 +831,13 @@ def test_cdi_spec_written_and_cdi_cri(h):
                 extra=["--proc-root", _proc_root(h)])
     spec = _spec(a)
     assert not list(validator().iter_errors(spec))
-    assert spec["kind"] == "nvidia.com/gpu"
+    assert spec["kind"] == "gpuslice.io/gpu"
     names = {d["name"] for d in spec["devices"]}
     assert {u[0], u[1], "0", "1"} <= names
     assert not [f for f in os.listdir(a.cdi_root) if f != "gpuslice.json"]  # the temporary file renamed
     r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0"])
-    assert [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={u[1]}"]
-    assert dict(r.annotations) == {f"cdi.k8s.io/gpuslice_{u[1]}__0": f"nvidia.com/gpu={u[1]}"}
+    assert [d.name for d in r.cdi_devices] == [f"gpuslice.io/gpu={u[1]}"]
+    assert dict(r.annotations) == {f"cdi.k8s.io/gpuslice_{u[1]}__0": f"gpuslice.io/gpu={u[1]}"}
     assert "NVIDIA_VISIBLE_DEVICES" not in r.envs     # the runtime gets the devices through CDI only
     assert all(d.name.split("=", 1)[1] in names for d in r.cdi_devices)
     a.wait_log(r"CDI spec written to .*gpuslice.json")
@@ -874,7 +874,7 @@ def test_cdi_spec_follows_mig_changes(h):
     _wait(lambda: mig in {x["name"] for x in _spec(a)["devices"]}, 5, "MIG device not in the CDI spec", a)
     a.wait_log(r"CDI spec can be written again")
     r = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [mig])
-    assert [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={mig}"]
+    assert [d.name for d in r.cdi_devices] == [f"gpuslice.io/gpu={mig}"]
     dev = next(d for d in _spec(a)["devices"] if d["name"] == mig)
     assert "/dev/nvidia-caps/nvidia-cap90" in [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
     assert before < {d["name"] for d in _spec(a)["devices"]}
@@ -897,7 +897,7 @@ def test_cdi_driver_files_seen_through_the_container_mount(h):
 
 
 def _transient(agent, name):
-    with open(os.path.join(agent.cdi_root, f"nvidia.com-gpu_{name}.json")) as f:
+    with open(os.path.join(agent.cdi_root, f"gpuslice.io-gpu_{name}.json")) as f:
         return json.load(f)
 
 
@@ -919,7 +919,7 @@ def test_cdi_guard_edits_in_a_transient_spec(h):
         pr.set([("default", "p", "main", "nvidia.com/gpu", [f"{u[0]}::1"])])
         r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"])
         names = [d.name for d in r.cdi_devices]
-        assert names[0] == f"nvidia.com/gpu={u[0]}" and names[1].startswith("nvidia.com/gpu=alloc-") and len(names) == 2
+        assert names[0] == f"gpuslice.io/gpu={u[0]}" and names[1].startswith("gpuslice.io/gpu=alloc-") and len(names) == 2
         assert not r.mounts and not r.envs
         alloc = names[1].split("=", 1)[1]
         spec = _transient(a, alloc)
@@ -936,9 +936,9 @@ def test_cdi_guard_edits_in_a_transient_spec(h):
             assert f"device 0 {u[0]} {4 << 30} 0" in f.read().splitlines()
         # the pod goes: its transient spec goes too (the node's spec stays)
         pr.set([])
-        _wait(lambda: not os.path.exists(os.path.join(a.cdi_root, f"nvidia.com-gpu_{alloc}.json")), 5,
+        _wait(lambda: not os.path.exists(os.path.join(a.cdi_root, f"gpuslice.io-gpu_{alloc}.json")), 5,
               "transient CDI spec of a gone pod not removed", a)
-        assert not os.path.exists(os.path.join(a.cdi_root, f"nvidia.com-gpu_{alloc}.devices"))
+        assert not os.path.exists(os.path.join(a.cdi_root, f"gpuslice.io-gpu_{alloc}.devices"))
         assert os.path.exists(os.path.join(a.cdi_root, "gpuslice.json"))
         a.wait_log(r"Removed the CDI spec of a pod that is gone")
     finally:

@@ -80,7 +80,10 @@ def test_whole_gpus(tmp):
     assert p.returncode == 0, p.stderr
     spec = json.loads(p.stdout)
     validator().validate(spec)
-    assert spec["cdiVersion"] == "0.6.0" and spec["kind"] == "nvidia.com/gpu"
+    # the lowest version the content needs: device names starting with a digit need 0.5.0
+    assert spec["cdiVersion"] == "0.5.0" and spec["kind"] == "gpuslice.io/gpu"
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert "hooks" not in spec["containerEdits"]       # no libcuda mounted: nothing for the hook to link
     inv = inspect(tmp, "t4x2.yaml")
     devs = {d["name"]: d for d in spec["devices"]}
     assert len(devs) == len(spec["devices"]) == 4
@@ -130,9 +133,16 @@ def test_bad_inputs(tmp):
     assert p.returncode == 1 and "cannot read" in p.stderr
 
 
-def fake_driver_root(tmp):
+VIDEO_LIBS = [("libnvcuvid.so.580.65.06", "libnvcuvid.so.1"), ("libnvidia-encode.so.580.65.06", "libnvidia-encode.so.1"),
+              ("libnvidia-opticalflow.so.580.65.06", "libnvidia-opticalflow.so.1"),
+              ("libvdpau_nvidia.so.580.65.06", "libvdpau_nvidia.so.1"), ("libnvidia-fbc.so.580.65.06", "libnvidia-fbc.so.1"),
+              ("libnvidia-nvvm70.so.4", "libnvidia-nvvm70.so.4")]
+
+
+def fake_driver_root(tmp, video=False):
     """A driver root with a linker cache made by the real ldconfig: driver libraries (with their
-    sonames), a library that is not the driver's, and nvidia-smi."""
+    sonames), a library that is not the driver's, and nvidia-smi; with video, also the video and
+    display libraries and libnvidia-nvvm70."""
     root = os.path.join(tmp, "driver")
     libdir = os.path.join(root, "usr", "lib", "x86_64-linux-gnu")
     os.makedirs(libdir)
@@ -143,7 +153,7 @@ def fake_driver_root(tmp):
         f.write("int gs_fake_driver_symbol;\n")
     for real, soname in [("libcuda.so.580.65.06", "libcuda.so.1"), ("libnvidia-ml.so.580.65.06", "libnvidia-ml.so.1"),
                          ("libnvidia-ptxjitcompiler.so.580.65.06", "libnvidia-ptxjitcompiler.so.1"),
-                         ("libfoo.so.2.0", "libfoo.so.2")]:
+                         ("libfoo.so.2.0", "libfoo.so.2")] + VIDEO_LIBS * video:
         subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(libdir, real), f"-Wl,-soname,{soname}", src],
                        check=True)
     os.symlink("libcuda.so.1", os.path.join(libdir, "libcuda.so"))   # the development link: not mounted
@@ -177,3 +187,66 @@ def test_driver_libraries_from_the_linker_cache(tmp):
         f.truncate(30)
     p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root)
     assert p.returncode == 1 and "ld.so.cache" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
+def test_video_libraries_modeset_and_the_hook(tmp):
+    root = fake_driver_root(tmp, video=True)
+    os.makedirs(os.path.join(root, "dev"))
+    open(os.path.join(root, "dev", "nvidia-modeset"), "w").close()
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root)
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)
+    assert not list(validator().iter_errors(spec))
+    edits = spec["containerEdits"]
+    mounts = {m["containerPath"] for m in edits["mounts"]}
+    assert {f"/usr/local/nvidia/lib64/{soname}" for _, soname in VIDEO_LIBS} <= mounts
+    assert ("/dev/nvidia-modeset", 195, 254) in nodes(spec)
+    assert edits["hooks"] == [{"hookName": "createContainer", "path": "/usr/local/bin/gpuslice-cdi-hook",
+                               "args": ["gpuslice-cdi-hook", "--lib-dir", "/usr/local/nvidia/lib64"]}]
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root, "--hook", "/opt/gs/hook")
+    assert json.loads(p.stdout)["containerEdits"]["hooks"][0]["path"] == "/opt/gs/hook"
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", root, "--hook", "")
+    assert "hooks" not in json.loads(p.stdout)["containerEdits"]
+
+
+NVIDIA_YAML = """---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: all
+  containerEdits: {}
+containerEdits: {}
+"""
+
+
+def test_warning_when_another_spec_defines_our_devices(tmp):
+    scan = os.path.join(tmp, "scan")
+    os.makedirs(scan)
+    with open(os.path.join(scan, "nvidia.yaml"), "w") as f:
+        f.write(NVIDIA_YAML)
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--scan-dir", scan)          # our own kind: no clash
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--kind", "nvidia.com/gpu", "--scan-dir", scan)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"warning: \S+/nvidia.yaml: defines nvidia.com/gpu=0 \(1 of our devices\)", p.stderr), p.stderr
+    # JSON too; hostile files (garbage, deep nesting, a symlink, too large, our own file) are no crash
+    inv = inspect(tmp, "t4x2.yaml")
+    with open(os.path.join(scan, "other.json"), "w") as f:
+        json.dump({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
+                   "devices": [{"name": g["uuid"], "containerEdits": {}} for g in inv["gpus"]]}, f)
+    with open(os.path.join(scan, "garbage.yaml"), "wb") as f:
+        f.write(b"\x00\xff: [ {{{" + b"[" * 100000)
+    with open(os.path.join(scan, "big.json"), "w") as f:
+        f.write(" " * (5 << 20))
+    with open(os.path.join(scan, "gpuslice.json"), "w") as f:
+        f.write(NVIDIA_YAML)
+    os.symlink("/etc/passwd", os.path.join(scan, "link.yaml"))
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--kind", "nvidia.com/gpu", "--scan-dir", scan)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"other.json: defines nvidia.com/gpu=GPU-\S+, nvidia.com/gpu=GPU-\S+ \(2 of our devices\)", p.stderr)
+    assert "gpuslice.json" not in p.stderr and "link.yaml" not in p.stderr and "big.json" not in p.stderr
