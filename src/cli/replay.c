@@ -62,6 +62,34 @@ static int write_output(const char *name, bool stdout_dash, void (*write)(FILE *
     return 0;
 }
 
+/* Why the allocation at 100 % arrived workload has no figure (printed as alloc_at_100=none): the
+ * arrived workload never got there, or no pod arrival fell in that 1 % bucket because each pod is
+ * several percent of a small cluster's GPUs. */
+static void explain_no_figure(const struct rp_trace *t, const struct rp_options *o, const struct rp_result *r) {
+    long long gpus = 0, biggest = 0;
+    for (size_t i = 0; i < t->n_nodes; i++)
+        gpus += t->nodes[i].n_gpu;
+    for (size_t i = 0; i < t->n_pods; i++) {
+        const struct pl_pod *p = &t->pods[i];
+        long long milli = p->num_gpu == 1 && p->gpu_milli < 1000 ? p->gpu_milli : 1000LL * p->num_gpu;
+        if (milli > biggest)
+            biggest = milli;
+    }
+    if (r->n_pct <= 100) {
+        fprintf(stderr, "gpuslice replay: no figure at 100 %% arrived workload: the arrivals reached only %d %% of the "
+                        "cluster's GPU capacity (--inflation %.2f)\n", r->n_pct - 1, o->inflation);
+        return;
+    }
+    int below = 100;
+    while (below > 0 && isnan(r->alloc_pct[below]))
+        below--;
+    fprintf(stderr, "gpuslice replay: no figure at 100 %% arrived workload: no pod arrived within that 1 %% bucket "
+                    "(the cluster has %lld GPUs, so one pod adds up to %.1f %% of its capacity; the nearest figure "
+                    "below is %.2f at %d %%); the paper's figure needs a cluster of hundreds of GPUs\n",
+            gpus, gpus ? 100.0 * (double)biggest / (1000.0 * (double)gpus) : 0.0,
+            below > 0 ? r->alloc_pct[below] : 0.0, below);
+}
+
 int cmd_replay(const struct cli *cli, int argc, char **argv) {
     (void)cli;
     enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING, OPT_SHARES };
@@ -143,9 +171,14 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
     if (shares && write_output(shares, false, write_shares, r) < 0)
         rc = GS_EXIT_FAILURE;
     FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
-    fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%.2f alloc_final=%.2f\n",
-            pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed,
-            r->n_pct > 100 ? r->alloc_pct[100] : NAN, r->final_alloc_pct);
+    char at100[32] = "none";
+    if (r->n_pct > 100 && !isnan(r->alloc_pct[100]))
+        snprintf(at100, sizeof(at100), "%.2f", r->alloc_pct[100]);
+    else
+        explain_no_figure(&t, &o, r);
+    fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%s alloc_final=%.2f\n",
+            pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed, at100,
+            r->final_alloc_pct);
     if (o.time_decisions)
         fprintf(sf, "replay_s=%.3f decision_us_median=%.1f decision_us_p99=%.1f decision_us_max=%.1f\n", r->wall_s,
                 r->lat_median_us, r->lat_p99_us, r->lat_max_us);

@@ -226,3 +226,16 @@ def test_replay_placed_shares(tmp_path):
             "--placed-shares", bad)
     assert p.returncode != 0
     assert f"gpuslice replay: {bad}: No such file or directory" in p.stderr
+
+
+def test_replay_says_why_there_is_no_figure_at_100(tmp_path):
+    """A trace too small for the paper's 1 % buckets, or one whose arrivals stop short of 100 %,
+    prints alloc_at_100=none and says why on stderr (it printed alloc_at_100=nan)."""
+    nodes, pods = _tiny_trace(tmp_path)
+    p = run("replay", "--nodes", nodes, "--pods", pods, "--policy", "fgd", "--seed", "42", check=0)
+    assert "alloc_at_100=none " in p.stdout and "nan" not in p.stdout
+    assert "no pod arrived within that 1 % bucket (the cluster has 12 GPUs, so one pod adds up to 8.3 %" in p.stderr
+    p = run("replay", "--nodes", nodes, "--pods", pods, "--policy", "fgd", "--seed", "42", "--inflation", "0.5",
+            check=0)
+    assert "alloc_at_100=none " in p.stdout
+    assert "the arrivals reached only 44 % of the cluster's GPU capacity (--inflation 0.50)" in p.stderr
