@@ -4,9 +4,6 @@
 #ifndef GS_AGENT_H
 #define GS_AGENT_H
 
-#include "config/policy.h"
-#include "core/alloc.h"
-#include "core/plan.h"
 #include "gpu/gpu.h"
 
 struct agent_options {
@@ -34,21 +31,5 @@ struct agent_options {
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */
 int agent_run(struct gpu_node *node, const struct agent_options *o);
-
-/* Reads the inventory and fills NUMA nodes from sysfs: shared by `agent` and `apply`. */
-int agent_read_inventory(struct gpu_node *node, const char *sysfs_root, struct gs_inventory *inv);
-
-/* Reads and parses PROC_ROOT/driver/nvidia-caps/mig-minors (Allocate's device specs, CDI specs).
- * Returns 0 or -errno with "cannot read PATH: ..." or the parser's PATH:LINE error in err. */
-int agent_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char *err, size_t errlen);
-
-/* The CDI spec of the node (cdi/cdi.h) from the system: device numbers from PROC_ROOT/devices
- * and mig-minors, the driver's libraries from READ_ROOT/etc/ld.so.cache and its tools from
- * READ_ROOT/usr/bin, where READ_ROOT is the host's DRIVER_ROOT as this process sees it (the
- * policy's containerDriverRoot; the spec names host paths under DRIVER_ROOT). A missing cache
- * only means no libraries (*n_driver_files says how many files were found). Returns 0 with the
- * JSON text in *out (caller frees), or -errno with the file named in err. */
-int agent_cdi_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root, const char *read_root,
-                   const char *kind, char **out, unsigned *n_driver_files, char *err, size_t errlen);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/agent.h"
+#include "cdi/nodespec.h"
 #include "cdi/cdi.h"
 #include "cli/cli.h"
 #include "util/util.h"
@@ -78,7 +78,7 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
         return rc;
     gpu_node_close(node);
     char *text, err[512];
-    int r = agent_cdi_spec(inv, proc_root, driver_root, driver_root, kind, &text, NULL, err, sizeof(err));
+    int r = gs_cdi_node_spec(inv, proc_root, driver_root, driver_root, kind, &text, NULL, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "gpuslice: %s\n", err);
         return GS_EXIT_FAILURE;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
+#include "gpu/gpu.h"
 #include "cli/cli.h"
 #include "config/nodedesc.h"
 #include "util/util.h"
@@ -97,7 +97,7 @@ int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inven
     if (rc != GS_EXIT_OK)
         return rc;
     *inv = calloc(1, sizeof(**inv));
-    if (!*inv || agent_read_inventory(*node, "/sys", *inv) < 0) {
+    if (!*inv || gpu_inventory_read_sysfs(*node, "/sys", *inv) < 0) {
         fprintf(stderr, "gpuslice: failed to read the node: %s\n", *inv ? gpu_node_error(*node) : "out of memory");
         gpu_node_close(*node);
         free(*inv);

@@ -102,6 +102,9 @@ int gpu_errno(nvmlReturn_t r);
 /* Reads everything about the node. Per-GPU failures are recorded in gpus[i].error / .lost and do
  * not fail the whole read; only a failure to count GPUs does. */
 int gpu_inventory_read(struct gpu_node *node, struct gs_inventory *inv);
+/* gpu_inventory_read, then each GPU's NUMA node from SYSFS_ROOT/bus/pci/devices/<bus id>/numa_node
+ * (NULL: /sys; -1 when unknown). src/gpu/sysfs.c. */
+int gpu_inventory_read_sysfs(struct gpu_node *node, const char *sysfs_root, struct gs_inventory *inv);
 
 /* Compute mode (NVML_COMPUTEMODE_*) of GPU `gpu`: a setting of the GPU, changed only when the
  * policy asks (gpuslice.mps.exclusiveProcess); needs root on a real driver. */

@@ -1,0 +1,208 @@
+/* cleanup.c: guard GC, transient CDI GC, guard reconcile and pod attribution (see cleanup.h). */
+#include "agent/cleanup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/guard_reconcile.h"
+#include "agent/state.h"
+#include "kubelet/podresources.h"
+#include "util/log.h"
+#include "util/util.h"
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p))
+            continue;
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int agent_write_devices_record(const char *path, const char *resource, const char *const *ids, size_t n) {
+    char devices[8192];
+    size_t dl = 0;
+    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
+        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", resource, ids[i]);
+    if (dl >= sizeof(devices))
+        return -ENOBUFS;
+    return gs_write_file_atomic(path, devices, dl, false);
+}
+
+/* True if the kubelet still assigns one of the devices listed in the file ("RESOURCE\tID" lines). */
+static bool still_assigned(const char *path, const struct pr_list *l) {
+    _cleanup_free_ char *text = NULL;
+    if (gs_read_file(path, 1 << 20, &text, NULL) < 0)
+        return true; /* cannot tell: keep */
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            continue;
+        *tab = '\0';
+        for (size_t i = 0; i < l->n; i++)
+            if (!strcmp(l->items[i].resource, line) && !strcmp(l->items[i].device_id, tab + 1))
+                return true;
+    }
+    return false;
+}
+
+/* The transient CDI specs of allocations (CDI_ROOT/<vendor>-<class>_alloc-<id>.json, each with its
+ * .devices record) go when PodResources no longer assigns their devices, after the grace period,
+ * like the guard files. l: the kubelet's list, NULL when it has not been asked yet. */
+static void gc_cdi_transient(struct agent *a, const struct pr_list *l) {
+    if (!a->o->cdi_root || !a->o->cdi_root[0])
+        return;
+    DIR *d = opendir(a->o->cdi_root);
+    if (!d)
+        return;
+    struct pr_list own;
+    bool asked = false;
+    char err[512];
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (!strstr(e->d_name, "_alloc-") || len < 8 || strcmp(e->d_name + len - 8, ".devices") != 0)
+            continue;
+        char rec[PATH_MAX], spec[PATH_MAX];
+        if (snprintf(rec, sizeof(rec), "%s/%s", a->o->cdi_root, e->d_name) >= (int)sizeof(rec))
+            continue;
+        snprintf(spec, sizeof(spec), "%.*s.json", (int)(strlen(rec) - 8), rec);
+        struct stat st;
+        if (stat(rec, &st) < 0 || (unsigned long long)(now - st.st_mtime) * 1000ULL < a->o->guard_grace_ms)
+            continue;
+        if (!l && !asked) {
+            if (pr_list(a->o->pod_resources, 5000, &own, err, sizeof(err)) < 0)
+                break;
+            asked = true;
+            l = &own;
+        }
+        if (!still_assigned(rec, l)) {
+            unlink(spec);
+            unlink(rec);
+            log_info("Removed the CDI spec of a pod that is gone: %s", spec);
+        }
+    }
+    closedir(d);
+    if (asked)
+        pr_list_free(&own);
+}
+
+/* The kubelet never calls Allocate again for a restarted container, so a container's guard files
+ * live as long as its pod; they are removed once PodResources no longer assigns their devices.
+ * When PodResources cannot be asked, nothing is removed. */
+void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    DIR *d = opendir(a->o->guard_root);
+    if (!d) {
+        gc_cdi_transient(a, NULL);
+        return;
+    }
+    struct pr_list l;
+    bool listed = false;
+    char err[512];
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        if (e->d_name[0] != 'a')
+            continue;
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof(dir), "%s/%s", a->o->guard_root, e->d_name) >= (int)sizeof(dir))
+            continue;
+        struct stat st;
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+            (unsigned long long)(now - st.st_mtime) * 1000ULL < a->o->guard_grace_ms)
+            continue;
+        if (!listed) {
+            if (pr_list(a->o->pod_resources, 5000, &l, err, sizeof(err)) < 0) {
+                log_debug("Guard files not cleaned up: %s", err);
+                break;
+            }
+            listed = true;
+        }
+        char devices[PATH_MAX + 16];
+        snprintf(devices, sizeof(devices), "%s/devices", dir);
+        if (!still_assigned(devices, &l)) {
+            remove_tree(dir);
+            log_info("Removed the guard files of a pod that is gone: %s", dir);
+        }
+    }
+    closedir(d);
+    gc_cdi_transient(a, listed ? &l : NULL);
+    if (listed)
+        pr_list_free(&l);
+}
+
+/* Compares the guard's counters with NVML's per-process memory (guard_reconcile.h) and publishes
+ * both in the metrics. */
+void agent_guard_reconcile_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    struct gs_guard_usage *prev = calloc(GS_METRICS_MAX_GUARD, sizeof(*prev));
+    struct gs_guard_usage *now = calloc(GS_METRICS_MAX_GUARD, sizeof(*now));
+    if (prev && now) {
+        size_t n_prev = agent_shared_guard(&a->shared, prev), n = 0;
+        guard_reconcile(a->o->guard_root, a->o->proc_root, a->inv, prev, n_prev, now, GS_METRICS_MAX_GUARD, &n);
+        agent_shared_set_guard(&a->shared, now, n);
+    }
+    free(prev);
+    free(now);
+}
+
+/* Who holds which of our devices, from the kubelet's PodResources List (at most one call per
+ * --pod-attribution-interval-ms, far below the kubelet's 100 calls/s limit), for the metrics'
+ * namespace/pod/container labels. Devices of other resources are left out. */
+void agent_attribution_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    struct pr_list l;
+    char err[512];
+    if (pr_list(a->o->pod_resources, 2000, &l, err, sizeof(err)) < 0) {
+        if (strcmp(err, a->attribution_error) != 0)
+            log_warn("No pod attribution in the metrics: %s", err);
+        gs_strlcpy(a->attribution_error, err, sizeof(a->attribution_error));
+        agent_shared_set_pods(&a->shared, false, NULL, 0);
+        return;
+    }
+    if (a->attribution_error[0])
+        log_info("PodResources answers again: pod attribution resumes");
+    a->attribution_error[0] = '\0';
+    size_t max = l.n < GS_METRICS_MAX_POD_DEVICES ? l.n : GS_METRICS_MAX_POD_DEVICES;
+    struct gs_pod_device *pd = max ? calloc(max, sizeof(*pd)) : NULL;
+    unsigned n = 0;
+    for (size_t i = 0; pd && i < l.n && n < max; i++) {
+        const struct pr_assignment *as = &l.items[i];
+        const struct gs_resource *r = a->plan_valid ? gs_plan_resource(&a->plan, as->resource) : NULL;
+        if (!r || !gs_resource_device(r, as->device_id))
+            continue;
+        gs_strlcpy(pd[n].ns, as->ns, sizeof(pd[n].ns));
+        gs_strlcpy(pd[n].pod, as->pod, sizeof(pd[n].pod));
+        gs_strlcpy(pd[n].container, as->container, sizeof(pd[n].container));
+        gs_strlcpy(pd[n].resource, as->resource, sizeof(pd[n].resource));
+        gs_strlcpy(pd[n].device, as->device_id, sizeof(pd[n].device));
+        n++;
+    }
+    agent_shared_set_pods(&a->shared, true, pd, n);
+    free(pd);
+    pr_list_free(&l);
+}

@@ -1,0 +1,348 @@
+/* shared.c: the device plugins' handlers and the state they share with the main thread (see
+ * shared.h). Allocate and GetPreferredAllocation run on the gRPC thread. */
+#include "agent/shared.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../guard/guard_limits.h"
+#include "agent/cleanup.h"
+#include "cdi/cdi.h"
+#include "cdi/nodespec.h"
+#include "core/alloc.h"
+#include "util/log.h"
+#include "util/util.h"
+
+void agent_shared_init(struct agent_shared *s, const struct agent_options *o) {
+    s->o = o;
+    atomic_init(&s->last_call_ns, 0);
+    pthread_mutex_init(&s->lock, NULL);
+}
+
+void agent_shared_destroy(struct agent_shared *s) {
+    free(s->cdi_spec);
+    s->cdi_spec = NULL;
+    pthread_mutex_destroy(&s->lock);
+}
+
+/* ---- updates from the main thread ----------------------------------------------------------- */
+
+const struct gs_policy *agent_shared_set_policy(struct agent_shared *s, const struct gs_policy *p) {
+    pthread_mutex_lock(&s->lock);
+    const struct gs_policy *old = s->policy;
+    s->policy = p;
+    pthread_mutex_unlock(&s->lock);
+    return old;
+}
+
+void agent_shared_set_cdi(struct agent_shared *s, char *text, const char *err) {
+    pthread_mutex_lock(&s->lock);
+    gs_strlcpy(s->cdi_error, err ? err : "", sizeof(s->cdi_error));
+    if (text) {
+        free(s->cdi_spec);
+        s->cdi_spec = text;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool agent_shared_cdi_is(struct agent_shared *s, const char *text) {
+    pthread_mutex_lock(&s->lock);
+    bool same = s->cdi_spec && !strcmp(s->cdi_spec, text);
+    pthread_mutex_unlock(&s->lock);
+    return same;
+}
+
+void agent_shared_count_xid(struct agent_shared *s, unsigned gpu) {
+    pthread_mutex_lock(&s->lock);
+    if (gpu < GS_MAX_GPUS)
+        s->counters.xid_total[gpu]++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void agent_shared_count_reload(struct agent_shared *s, bool ok) {
+    pthread_mutex_lock(&s->lock);
+    ok ? s->counters.policy_reloads++ : s->counters.policy_reload_errors++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void agent_shared_count_reconcile_error(struct agent_shared *s) {
+    pthread_mutex_lock(&s->lock);
+    s->counters.reconcile_errors++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void agent_shared_set_reconcile_seconds(struct agent_shared *s, double seconds) {
+    pthread_mutex_lock(&s->lock);
+    s->counters.reconcile_seconds = seconds;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void agent_shared_set_mps(struct agent_shared *s, const struct gs_mps_daemon_status *st, unsigned n) {
+    pthread_mutex_lock(&s->lock);
+    s->counters.n_mps = n < GS_METRICS_MAX_MPS ? n : GS_METRICS_MAX_MPS;
+    memcpy(s->counters.mps, st, s->counters.n_mps * sizeof(*st));
+    pthread_mutex_unlock(&s->lock);
+}
+
+size_t agent_shared_guard(struct agent_shared *s, struct gs_guard_usage *out) {
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->counters.n_guard;
+    memcpy(out, s->counters.guard, n * sizeof(*out));
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+void agent_shared_set_guard(struct agent_shared *s, const struct gs_guard_usage *u, size_t n) {
+    pthread_mutex_lock(&s->lock);
+    s->counters.n_guard = (unsigned)(n < GS_METRICS_MAX_GUARD ? n : GS_METRICS_MAX_GUARD);
+    memcpy(s->counters.guard, u, s->counters.n_guard * sizeof(*u));
+    pthread_mutex_unlock(&s->lock);
+}
+
+void agent_shared_set_pods(struct agent_shared *s, bool known, const struct gs_pod_device *pd, unsigned n) {
+    pthread_mutex_lock(&s->lock);
+    s->counters.pods_known = known;
+    s->counters.n_pod_devices = n < GS_METRICS_MAX_POD_DEVICES ? n : GS_METRICS_MAX_POD_DEVICES;
+    memcpy(s->counters.pod_devices, pd, s->counters.n_pod_devices * sizeof(*pd));
+    pthread_mutex_unlock(&s->lock);
+}
+
+int agent_shared_metrics(struct agent_shared *s, const struct gs_inventory *inv, const struct gs_plan *plan,
+                         const struct gs_health *health, char *buf, size_t len) {
+    pthread_mutex_lock(&s->lock);
+    int n = gs_metrics_format(inv, plan, health, &s->counters, buf, len);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+/* ---- handlers called by the device plugins -------------------------------------------------- */
+
+/* Allocate with a CDI strategy may only name devices the written spec has: a container created
+ * from a name the runtime cannot resolve would fail later and less clearly. Under s->lock. */
+static int cdi_check(const struct agent_shared *s, const struct gs_alloc_response *out, char *err, size_t errlen) {
+    for (unsigned i = 0; i < out->n_cdi; i++) {
+        char needle[sizeof(out->cdi[0]) + 16];
+        snprintf(needle, sizeof(needle), "\"name\": \"%s\"", out->cdi[i]);
+        if (!s->cdi_spec || !strstr(s->cdi_spec, needle)) {
+            snprintf(err, errlen, "device %s is not in the CDI spec yet (%s)", out->cdi[i],
+                     s->cdi_error[0] ? s->cdi_error : "not written");
+            return -EAGAIN;
+        }
+    }
+    return 0;
+}
+
+/* Where the guard's files appear inside the container. */
+#define GUARD_LIB_IN_CONTAINER "/usr/lib/gpuslice/libgpuslice-guard.so"
+#define GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
+#define GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
+
+/* The guard's files for one allocation: a limits file (read-only in the container), a directory
+ * for the counters region (read-write) and the shared /etc/ld.so.preload that loads the guard in
+ * every process of the container. They live as long as the pod: the kubelet reuses this answer
+ * when the container restarts. */
+static int inject_guard(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids, size_t n,
+                        struct gs_alloc_response *out, char *err, size_t errlen) {
+    static unsigned long long seq;
+    if (!s->o->guard_lib) {
+        snprintf(err, errlen, "the resource has a VRAM quota but libgpuslice-guard.so was not found");
+        return -ENOENT;
+    }
+    char dir[200], path[256];
+    if (snprintf(dir, sizeof(dir), "%s/a%llx-%llx", s->o->guard_root, (unsigned long long)time(NULL), ++seq) >=
+        (int)sizeof(dir)) {
+        snprintf(err, errlen, "guard root %s is too long", s->o->guard_root);
+        return -ENAMETOOLONG;
+    }
+    snprintf(path, sizeof(path), "%s/state", dir);
+    int r = gs_mkdir_p(path, 0755);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
+        return r;
+    }
+    /* The counters region, empty (the guard sizes and initialises it) and writable by the
+     * container's processes whatever their user: the directory is root's. */
+    snprintf(path, sizeof(path), "%s/state/region", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0 || fchmod(fd, 0666) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
+        if (fd >= 0)
+            close(fd);
+        return r;
+    }
+    close(fd);
+    struct gs_guard_limits l = { .fail_closed = true };
+    snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
+    for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
+        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes, 0 };
+    for (unsigned i = 0; i < l.n_devices; i++)
+        gs_strlcpy(l.dev[i].uuid, out->guarded[i].uuid, sizeof(l.dev[i].uuid));
+    char text[4096];
+    int len = gs_guard_limits_format(&l, text, sizeof(text));
+    snprintf(path, sizeof(path), "%s/limits", dir);
+    if (len < 0 || (r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return len < 0 ? len : r;
+    }
+    snprintf(path, sizeof(path), "%s/devices", dir);
+    if (agent_write_devices_record(path, res->name, ids, n) < 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return -EIO;
+    }
+    char preload[256];
+    snprintf(preload, sizeof(preload), "%s/ld.so.preload", s->o->guard_root);
+    if (access(preload, R_OK) != 0 &&
+        gs_write_file_atomic(preload, GUARD_LIB_IN_CONTAINER "\n", strlen(GUARD_LIB_IN_CONTAINER) + 1, false) < 0) {
+        snprintf(err, errlen, "cannot write %s", preload);
+        return -EIO;
+    }
+    char host[256];
+    snprintf(host, sizeof(host), "%s/limits", dir);
+    char state[256];
+    snprintf(state, sizeof(state), "%s/state", dir);
+    if (gs_alloc_add_mount(out, GUARD_LIB_IN_CONTAINER, s->o->guard_lib, true) < 0 ||
+        gs_alloc_add_mount(out, GUARD_CONF_IN_CONTAINER, host, true) < 0 ||
+        gs_alloc_add_mount(out, GUARD_STATE_IN_CONTAINER, state, false) < 0 ||
+        gs_alloc_add_mount(out, "/etc/ld.so.preload", preload, true) < 0 ||
+        gs_alloc_add_env(out, "GPUSLICE_GUARD_CONFIG", GUARD_CONF_IN_CONTAINER) < 0) {
+        snprintf(err, errlen, "the guard's mounts do not fit in the Allocate answer (paths too long?)");
+        return -ENOSPC;
+    }
+    log_info("Guard for %s: limits in %s", out->visible_devices, dir);
+    return 0;
+}
+
+static bool file_exists(const char *path, void *ctx) {
+    (void)ctx;
+    return access(path, F_OK) == 0;
+}
+
+/* With a CDI strategy the per-container items (the guard's files, MPS's pipe, shared memory and
+ * limits) go into a transient spec of their own, named in the answer beside the devices, instead
+ * of the answer's mounts and environment (the runtime would otherwise mount them twice). */
+static int cdi_transient(const struct agent_shared *s, const struct gs_resource *r, const char *const *ids, size_t n,
+                         struct gs_alloc_response *out, char *err, size_t errlen) {
+    static _Atomic unsigned long long seq;
+    if (!out->n_cdi || (!out->n_extra_mounts && !out->n_envs) || !s->o->cdi_root || !s->o->cdi_root[0])
+        return 0;
+    if (out->n_cdi == GS_ALLOC_MAX_CDI) {
+        snprintf(err, errlen, "more than %d CDI devices in one allocation", GS_ALLOC_MAX_CDI - 1);
+        return -E2BIG;
+    }
+    const char *kind = s->o->cdi_kind ? s->o->cdi_kind : GS_CDI_KIND;
+    char name[64], base[PATH_MAX], vc[GS_RESOURCE_NAME_MAX];
+    snprintf(name, sizeof(name), "alloc-%llx-%llx", (unsigned long long)time(NULL), ++seq);
+    gs_strlcpy(vc, kind, sizeof(vc));
+    for (char *c = vc; *c; c++)
+        if (*c == '/')
+            *c = '-'; /* "nvidia.com/gpu" -> "nvidia.com-gpu", as CDI names spec files */
+    if (snprintf(base, sizeof(base), "%s/%s_%s", s->o->cdi_root, vc, name) >= (int)sizeof(base) - 16) {
+        snprintf(err, errlen, "CDI root %s is too long", s->o->cdi_root);
+        return -ENAMETOOLONG;
+    }
+    char *text = NULL;
+    int rc = gs_cdi_alloc_spec(kind, name, out, &text, err, errlen);
+    if (rc < 0)
+        return rc;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s.devices", base); /* first: the record lets GC find the spec */
+    if ((rc = agent_write_devices_record(path, r->name, ids, n)) < 0 ||
+        (snprintf(path, sizeof(path), "%s.json", base), (rc = gs_write_file_atomic(path, text, strlen(text), false)) < 0)) {
+        snprintf(err, errlen, "cannot write %s", path);
+        free(text);
+        return rc < 0 ? rc : -EIO;
+    }
+    free(text);
+    gs_strlcpy(out->cdi[out->n_cdi++], name, sizeof(out->cdi[0]));
+    out->n_extra_mounts = 0;
+    out->n_envs = 0;
+    log_info("Allocate %s: per-container edits in the CDI spec %s", r->name, path);
+    return 0;
+}
+
+static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
+                       struct gs_alloc_response *out, char *err, size_t errlen) {
+    struct agent_shared *s = ctx;
+    atomic_store(&s->last_call_ns, gs_now_ns());
+    struct gs_mig_minors mm = { 0 };
+    bool need_minors = false;
+    pthread_mutex_lock(&s->lock);
+    bool pass_specs = s->policy->pass_device_specs;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n && pass_specs; i++) {
+        const struct gs_device *d = gs_resource_device(r, ids[i]);
+        need_minors |= d && (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig));
+    }
+    if (need_minors) {
+        int rr = gs_cdi_read_mig_minors(s->o->proc_root, &mm, err, errlen);
+        if (rr < 0)
+            return rr;
+    }
+    pthread_mutex_lock(&s->lock);
+    int rc = gs_allocate(r, ids, n, s->policy, &mm, file_exists, NULL, out, err, errlen);
+    pthread_mutex_unlock(&s->lock);
+    gs_mig_minors_free(&mm);
+    if (rc == 0 && out->n_guarded && (rc = inject_guard(s, r, ids, n, out, err, errlen)) < 0)
+        gs_alloc_response_free(out);
+    if (rc == 0 && out->n_cdi) {
+        pthread_mutex_lock(&s->lock);
+        rc = cdi_check(s, out, err, errlen);
+        pthread_mutex_unlock(&s->lock);
+        if (rc == 0)
+            rc = cdi_transient(s, r, ids, n, out, err, errlen);
+        if (rc < 0)
+            gs_alloc_response_free(out);
+    }
+    for (unsigned i = 0; rc == 0 && i < out->n_cdi; i++) { /* "nvidia.com/gpu=GPU-..." */
+        char q[sizeof(out->cdi[0])];
+        gs_cdi_qualified(s->o->cdi_kind ? s->o->cdi_kind : GS_CDI_KIND, out->cdi[i], q, sizeof(q));
+        gs_strlcpy(out->cdi[i], q, sizeof(out->cdi[i]));
+    }
+    pthread_mutex_lock(&s->lock);
+    gs_metrics_count_alloc(&s->counters, r->name, rc == 0);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Request sizes per resource (under s->lock). */
+static unsigned *size_hist(struct agent_shared *s, const char *resource) {
+    for (unsigned i = 0; i < s->n_hist; i++)
+        if (!strcmp(s->hist[i].resource, resource))
+            return s->hist[i].count;
+    if (s->n_hist == GS_PLAN_MAX_RESOURCES)
+        return NULL;
+    gs_strlcpy(s->hist[s->n_hist].resource, resource, sizeof(s->hist[0].resource));
+    return s->hist[s->n_hist++].count;
+}
+
+static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
+                           const char *const *must, size_t n_must, size_t size, const char **out) {
+    struct agent_shared *s = ctx;
+    atomic_store(&s->last_call_ns, gs_now_ns());
+    pthread_mutex_lock(&s->lock);
+    /* An MPS client talks to one daemon: replicas of one container come from one GPU. */
+    enum gs_alloc_policy policy = r->mps ? GS_ALLOC_PACKED : s->policy->alloc_policy;
+    /* The node's request sizes so far, the fragmentation policy's picture of its workload. */
+    unsigned *hist = size_hist(s, r->name);
+    unsigned h[GS_ALLOC_SIZE_HIST] = { 0 };
+    if (hist) {
+        if (size > 0)
+            hist[size < GS_ALLOC_SIZE_HIST ? size : GS_ALLOC_SIZE_HIST - 1]++;
+        memcpy(h, hist, sizeof(h));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return gs_preferred(r, avail, n_avail, must, n_must, size, policy, h, out);
+}
+
+
+struct dp_handlers agent_shared_handlers(struct agent_shared *s) {
+    return (struct dp_handlers){ s, on_allocate, on_preferred };
+}

@@ -1,0 +1,293 @@
+/* state.c: the node's state machine on the agent's main thread (see state.h). */
+#include "agent/state.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mig/migapply.h"
+#include "util/log.h"
+#include "util/util.h"
+
+/* ---- policy --------------------------------------------------------------------------------- */
+
+static unsigned long long hash_text(const char *s, size_t n) {
+    unsigned long long h = 0xCBF29CE484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001B3ULL;
+    }
+    return h;
+}
+
+/* Puts p (heap) in force: the handlers see it from now on, and the one it replaces is freed. */
+static void set_policy(struct agent *a, struct gs_policy *p) {
+    const struct gs_policy *old = agent_shared_set_policy(&a->shared, p);
+    a->policy = p;
+    free((void *)old);
+}
+
+int agent_load_policy(struct agent *a, bool initial) {
+    /* On the heap: a policy is ~280 KiB, and stack pages once touched stay resident. */
+    struct gs_policy *next = NULL;
+    if (!a->o->config_path) {
+        if (!(next = malloc(sizeof(*next))))
+            return -ENOMEM;
+        gs_policy_init(next);
+        set_policy(a, next);
+        return 1;
+    }
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    int r = gs_read_file(a->o->config_path, 1 << 20, &text, &len);
+    if (r < 0) {
+        log_error("Cannot read policy %s: %s%s", a->o->config_path, strerror(-r),
+                  initial ? "" : "; keeping the running policy");
+        return r;
+    }
+    unsigned long long h = hash_text(text, len);
+    if (!initial && h == a->policy_hash)
+        return 0;
+    next = malloc(sizeof(*next));
+    if (!next) {
+        log_error("Cannot load policy %s: out of memory%s", a->o->config_path,
+                  initial ? "" : "; keeping the running policy");
+        return -ENOMEM;
+    }
+    char err[512];
+    r = gs_policy_parse(a->o->config_path, text, len, next, err, sizeof(err));
+    if (r < 0) {
+        log_error("Rejected policy: %s%s", err, initial ? "" : "; keeping the running policy");
+        free(next);
+        return r;
+    }
+    for (unsigned i = 0; i < next->n_warnings; i++)
+        log_warn("Policy %s: %s", a->o->config_path, next->warnings[i]);
+    set_policy(a, next);
+    a->policy_hash = h;
+    if (!initial)
+        log_info("Applied the new policy from %s", a->o->config_path);
+    return 1;
+}
+
+void agent_policy_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    int r = agent_load_policy(a, false);
+    if (r != 0)
+        agent_shared_count_reload(&a->shared, r > 0);
+    if (r > 0) {
+        agent_reconcile_mig(a);
+        agent_replan(a, true);
+    }
+}
+
+/* ---- inventory and plan -------------------------------------------------------------------- */
+
+/* A GPU that stops answering keeps its identity from the last good read, marked lost, so its
+ * devices stay listed (as Unhealthy) instead of vanishing from the kubelet's view. */
+static void merge_lost(struct gs_inventory *fresh, const struct gs_inventory *prev) {
+    for (unsigned i = 0; i < fresh->n_gpus && prev && i < prev->n_gpus; i++) {
+        struct gs_gpu *g = &fresh->gpus[i];
+        if (g->uuid[0] || !prev->gpus[i].uuid[0])
+            continue;
+        bool lost = g->lost;
+        char error[sizeof(g->error)];
+        memcpy(error, g->error, sizeof(error));
+        *g = prev->gpus[i];
+        g->lost = lost || g->lost;
+        memcpy(g->error, error, sizeof(error));
+        if (!g->lost && !g->error[0])
+            snprintf(g->error, sizeof(g->error), "unreadable");
+    }
+}
+
+static void log_plan_changes(const struct gs_plan *old, const struct gs_plan *new) {
+    for (unsigned i = 0; i < new->n_resources; i++) {
+        const struct gs_resource *r = &new->resources[i];
+        const struct gs_resource *o = old ? gs_plan_resource(old, r->name) : NULL;
+        unsigned healthy = 0;
+        for (unsigned k = 0; k < r->n_devices; k++)
+            healthy += r->devices[k].healthy;
+        if (!o || !gs_resource_equal(o, r))
+            log_info("Advertising %s: %u devices, %u healthy", r->name, r->n_devices, healthy);
+    }
+    for (unsigned i = 0; old && i < old->n_resources; i++)
+        if (!gs_plan_resource(new, old->resources[i].name))
+            log_info("Withdrawing %s", old->resources[i].name);
+}
+
+int agent_replan(struct agent *a, bool log_warnings) {
+    struct gs_plan next;
+    int r = gs_plan_build(a->inv, a->policy, &a->health, &next);
+    if (r < 0) {
+        log_error("Failed to build the plan: %s", strerror(-r));
+        return r;
+    }
+    agent_mps_sync(a, &next);
+    if (log_warnings)
+        for (unsigned i = 0; i < next.n_warnings; i++)
+            log_warn("%s", next.warnings[i]);
+    if (a->plan_valid && gs_plan_equal(&a->plan, &next)) {
+        gs_plan_free(&next);
+        return 0;
+    }
+    log_plan_changes(a->plan_valid ? &a->plan : NULL, &next);
+    agent_publish_cdi_spec(a); /* before any Allocate can name the new devices */
+    r = dp_manager_sync(a->dp, &next);
+    if (r < 0) {
+        log_error("Failed to update the device plugins: %s", strerror(-r));
+        gs_plan_free(&next);
+        return r;
+    }
+    if (a->plan_valid)
+        gs_plan_free(&a->plan);
+    a->plan = next;
+    a->plan_valid = true;
+    agent_publish_labels(a);
+    return 0;
+}
+
+void agent_refresh_inventory(struct agent *a) {
+    struct gs_inventory *fresh = malloc(sizeof(*fresh));
+    if (!fresh)
+        return;
+    int r = gpu_inventory_read_sysfs(a->node, a->o->sysfs_root, fresh);
+    if (r < 0) {
+        agent_shared_count_reconcile_error(&a->shared);
+        log_error("Failed to read the GPUs: %s", gpu_node_error(a->node));
+        free(fresh);
+        return;
+    }
+    merge_lost(fresh, a->inv);
+    for (unsigned i = 0; i < fresh->n_gpus; i++) {
+        bool was = a->inv && i < a->inv->n_gpus && a->inv->gpus[i].lost;
+        if (fresh->gpus[i].lost && !was)
+            log_error("GPU %u (%s) is lost: NVML reports GPU_IS_LOST; its devices are Unhealthy", i,
+                      fresh->gpus[i].uuid);
+        else if (!fresh->gpus[i].lost && was)
+            log_info("GPU %u (%s) answers again", i, fresh->gpus[i].uuid);
+    }
+    free(a->inv);
+    a->inv = fresh;
+}
+
+/* Healthy again after the quiet period without a critical Xid (0 = never automatically); the plan
+ * job advertises it. */
+void agent_recovery_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    if (!a->policy->recovery_quiet_s)
+        return;
+    unsigned long long now = gs_now_ns(), quiet = (unsigned long long)a->policy->recovery_quiet_s * 1000000000ULL;
+    for (unsigned i = 0; i < GS_MAX_GPUS; i++) {
+        if (a->health.unhealthy[i] && now - a->last_xid_ns[i] >= quiet) {
+            a->health.unhealthy[i] = false;
+            log_info("GPU %u recovered: no critical Xid for %u s (last Xid %llu); its devices are Healthy again", i,
+                     a->policy->recovery_quiet_s, a->last_xid[i]);
+        }
+    }
+}
+
+/* ---- MIG layout ----------------------------------------------------------------------------- */
+
+void agent_reconcile_mig(struct agent *a) {
+    if (!a->policy->mig_config[0])
+        return;
+    struct gs_layout_file *file = NULL;
+    char err[1024];
+    if (a->policy->mig_layout_file[0]) {
+        file = malloc(sizeof(*file));
+        if (!file || gs_miglayout_load(a->policy->mig_layout_file, file, err, sizeof(err)) < 0) {
+            agent_publish_mig_status(a, "failed", file ? err : "out of memory");
+            log_error("MIG layout not applied: %s", file ? err : "out of memory");
+            free(file);
+            return;
+        }
+    }
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool selected[GS_MAX_GPUS];
+    unsigned steps = 0;
+    int r = plans ? gs_mig_plan_node(a->inv, file, a->policy->mig_config, plans, selected, err, sizeof(err)) : -ENOMEM;
+    if (r < 0) {
+        agent_publish_mig_status(a, "failed", plans ? err : "out of memory");
+        log_error("MIG layout %s not applied: %s", a->policy->mig_config, plans ? err : "out of memory");
+        goto out;
+    }
+    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+    for (unsigned i = 0; i < a->inv->n_gpus; i++) {
+        steps += plans[i].n_steps + plans[i].reset_pending;
+        for (unsigned k = 0; k < plans[i].n_steps; k++) {
+            const struct gs_mig_step *st = &plans[i].steps[k];
+            if (st->kind == GS_STEP_DESTROY_GI || st->kind == GS_STEP_DESTROY_CI)
+                a->health.withdrawn_gi[i] |= 1u << st->gi_id;
+        }
+    }
+    if (!steps) {
+        agent_publish_mig_status(a, "applied", NULL);
+        goto out;
+    }
+    agent_publish_mig_status(a, "pending", NULL);
+    log_info("Applying MIG layout %s%s%s", a->policy->mig_config, file ? " from " : "", file ? file->name : "");
+    if (a->plan_valid)
+        agent_replan(a, false); /* withdraw the devices of instances about to be destroyed */
+    struct gs_mig_apply_result res;
+    r = gs_mig_apply_node(a->node, file, a->policy->mig_config, a->policy->mig_force, &res, err, sizeof(err));
+    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+    if (r < 0) {
+        agent_publish_mig_status(a, "failed", err); /* first: whoever reads the log line finds the state written */
+        log_error("MIG layout %s failed after %u step(s): %s", a->policy->mig_config, res.steps_done, err);
+    } else {
+        agent_publish_mig_status(a, "applied", NULL);
+        log_info("MIG layout %s applied: %u created, %u destroyed, %u kept", a->policy->mig_config, res.creates,
+                 res.destroys, res.kept);
+    }
+    agent_refresh_inventory(a);
+    if (a->plan_valid)
+        agent_replan(a, true);
+out:
+    free(plans);
+    free(file);
+}
+
+/* ---- Xid ----------------------------------------------------------------------------------- */
+
+void agent_handle_xid(struct agent *a, const struct gpu_event *ev) {
+    if (ev->gpu >= GS_MAX_GPUS) {
+        log_warn("Xid %llu on an unknown device: ignored", ev->xid);
+        return;
+    }
+    agent_shared_count_xid(&a->shared, ev->gpu);
+    if (gs_policy_xid_ignored(a->policy, ev->xid)) {
+        log_info("GPU %u: Xid %llu is an application error (ignored by policy): devices stay Healthy", ev->gpu,
+                 ev->xid);
+        return;
+    }
+    a->last_xid_ns[ev->gpu] = gs_now_ns();
+    a->last_xid[ev->gpu] = ev->xid;
+    if (!a->health.unhealthy[ev->gpu])
+        log_warn("GPU %u: critical Xid %llu: marking the GPU and every replica and MIG device on it Unhealthy",
+                 ev->gpu, ev->xid);
+    a->health.unhealthy[ev->gpu] = true;
+    agent_replan(a, false);
+}
+
+/* ---- the inventory poll's jobs ------------------------------------------------------------- */
+
+void agent_inventory_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    a->poll_start_ns = gs_now_ns();
+    agent_refresh_inventory(a);
+    if (a->pub.cdi_error[0])
+        agent_publish_cdi_spec(a); /* it failed: the cause (a missing mig-minors line, ...) may be gone */
+}
+
+void agent_plan_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    if (agent_replan(a, false) < 0)
+        agent_shared_count_reconcile_error(&a->shared);
+    agent_shared_set_reconcile_seconds(&a->shared, (double)(gs_now_ns() - a->poll_start_ns) / 1e9);
+}

@@ -1,0 +1,76 @@
+/* state.h: the agent's main-thread state (struct agent), which every file of src/agent/ works
+ * on, and the node's state machine (state.c): the policy in force, the inventory, health, the
+ * plan served, the MIG layout. Only the main thread touches struct agent; what the gRPC thread
+ * reads is in `shared`, under its lock (shared.h). */
+#ifndef GS_AGENT_STATE_H
+#define GS_AGENT_STATE_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "agent/agent.h"
+#include "agent/loop.h"
+#include "agent/mps_glue.h"
+#include "agent/publish.h"
+#include "agent/shared.h"
+
+struct agent {
+    const struct agent_options *o;
+    struct gpu_node *node;
+    struct agent_shared shared;    /* with the gRPC thread, under its lock */
+    struct loop loop;
+
+    struct gs_policy *policy;      /* in force (heap; published whole in shared, never changed in place) */
+    unsigned long long policy_hash;
+    struct gs_inventory *inv;
+    struct gs_health health;
+    unsigned long long last_xid_ns[GS_MAX_GPUS];
+    unsigned long long last_xid[GS_MAX_GPUS];
+    struct gs_plan plan;
+    bool plan_valid;
+    struct dp_manager *dp;
+    unsigned long long poll_start_ns; /* when this inventory poll began (its reconcile_seconds) */
+
+    /* fd sources (agent.c) */
+    int sigfd, inofd, timerfd, pipe_rd, pipe_wr;
+    int kubelet_wd, config_wd;
+    char config_dir[PATH_MAX], config_base[NAME_MAX + 1];
+    int policy_job;                /* the loop's job id of the policy reload, kicked by SIGHUP and inotify */
+    struct gpu_events *events;     /* Xid events, waited for by the event thread */
+    pthread_t event_thread;
+    atomic_bool stop;
+    bool event_thread_started;
+    unsigned long long trim_last_ns;
+
+    struct agent_mps mps;          /* mps_glue.c */
+    struct agent_pub pub;          /* publish.c */
+    char attribution_error[256];   /* cleanup.c: why PodResources could not be asked, as last logged */
+};
+
+/* Loads the policy file (defaults without one) and puts it in force. Returns 1 if a new policy is
+ * in force, 0 if unchanged, -errno if the file is bad (the running policy stays). */
+int agent_load_policy(struct agent *a, bool initial);
+
+/* Re-reads the GPUs (a GPU that stops answering keeps its identity, marked lost). */
+void agent_refresh_inventory(struct agent *a);
+
+/* Builds the plan from the inventory, policy and health; when it changed, writes the CDI spec,
+ * hands it to the device plugins and rewrites the labels. Returns 0 or -errno. */
+int agent_replan(struct agent *a, bool log_warnings);
+
+/* Applies the policy's MIG layout: the devices of every instance it destroys are first withdrawn
+ * from ListAndWatch, then the layout is applied, then the new devices are advertised. */
+void agent_reconcile_mig(struct agent *a);
+
+/* A critical Xid (or one the policy ignores) from the event thread. */
+void agent_handle_xid(struct agent *a, const struct gpu_event *ev);
+
+/* The loop's jobs (loop.h; ctx: the agent). */
+loop_job_fn agent_policy_job;    /* kicked: reload the policy, apply its MIG layout, replan */
+loop_job_fn agent_inventory_job; /* tick: re-read the GPUs; retry a CDI spec that failed */
+loop_job_fn agent_recovery_job;  /* tick: GPUs quiet for the policy's recovery period are Healthy */
+loop_job_fn agent_plan_job;      /* tick, last: replan; the poll's reconcile_seconds */
+
+#endif
