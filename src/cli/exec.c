@@ -2,6 +2,7 @@
  * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Writes a
  * limits file and a counters region in a private directory, preloads the guard, and removes the
  * directory when the command ends. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -15,6 +16,8 @@
 #include "cli/cli.h"
 #include "util/util.h"
 #include "../guard/guard_limits.h"
+
+#define VRAM_MIN (1ULL << 20) /* the smallest quota, as for the policy's memoryPerReplica */
 
 static int parse_percent(const char *s, unsigned *out) {
     char buf[16];
@@ -78,6 +81,14 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
             if (gs_parse_size(optarg, &vram) < 0 || vram == 0) {
                 return cli_usage_error("exec", "--vram: '%s' is not a size such as 8GiB or 512MiB", optarg);
             }
+            /* A bare number would be bytes: "--vram 100" is 100 bytes, which no CUDA program fits in. */
+            if (!isalpha((unsigned char)optarg[strlen(optarg) - 1])) {
+                return cli_usage_error("exec", "--vram: '%s' has no unit; give one, such as %sMiB or %sGiB", optarg,
+                                       optarg, optarg);
+            }
+            if (vram < VRAM_MIN) {
+                return cli_usage_error("exec", "--vram: '%s' is less than 1MiB, the smallest quota", optarg);
+            }
             break;
         case 'c':
             if (parse_percent(optarg, &compute) < 0) {
@@ -94,7 +105,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
                    "Runs COMMAND under the guard (libgpuslice-guard.so): its CUDA allocations, and those of\n"
                    "every process it starts, together get at most SIZE of GPU memory per GPU; beyond that\n"
                    "CUDA returns out-of-memory, and cuMemGetInfo reports SIZE as the total.\n\n"
-                   "  --vram SIZE      memory quota per GPU (8GiB, 512MiB, ...)\n"
+                   "  --vram SIZE      memory quota per GPU, with a unit, at least 1MiB (8GiB, 512MiB, ...)\n"
                    "  --compute PCT    compute share: kernel launches are paced so that the command gets at\n"
                    "                   most PCT %% of each GPU's time (measured with CUDA events)\n"
                    "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N; its UUID is read from\n"

@@ -81,6 +81,22 @@ def test_bad_arguments(env, args, message):
     assert leftovers(env) == []
 
 
+
+@pytest.mark.parametrize("vram,message", [
+    ("100", "--vram: '100' has no unit; give one, such as 100MiB or 100GiB"),   # 100 bytes, silently, before
+    ("8589934592", "--vram: '8589934592' has no unit"),
+    ("100KiB", "--vram: '100KiB' is less than 1MiB, the smallest quota"),
+    ("1023KiB", "--vram: '1023KiB' is less than 1MiB"),
+    ("512B", "--vram: '512B' is less than 1MiB"),
+])
+def test_vram_without_unit_or_too_small(env, vram, message):
+    p = run(env, "exec", "--vram", vram, "--", "true")
+    assert p.returncode == 2 and "gpuslice exec: " + message in p.stderr, p.stderr
+    assert leftovers(env) == []
+    for ok in ("1MiB", "1024KiB", "512MiB", "8GiB", "1G"):
+        p = run(env, "exec", "--vram", ok, "--", "true")
+        assert p.returncode == 0, (ok, p.stderr)
+
 def test_exit_status_and_missing_command(env):
     assert run(env, "exec", "--vram", "1GiB", "--", "sh", "-c", "exit 5").returncode == 5
     p = run(env, "exec", "--vram", "1GiB", "--", "/nonexistent/program")
