@@ -1279,3 +1279,54 @@ def test_bad_command_line(h, args, message):
     p = subprocess.run([GPUSLICE, "--sim", node.path, "--sim-state", node.state, *args],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and message in p.stderr, (p.returncode, p.stderr)
+
+
+# ------------------------------------------------------------------------------- NVML failing (GPUSLICE_SIM_FAULTS)
+
+def _faulty_agent(h, monkeypatch, node, policy, schedule, resources):
+    """An agent whose simulated NVML follows the fault schedule (counted in the agent's process
+    only: the gpuslice commands the test runs on the node do not get it)."""
+    monkeypatch.setenv("GPUSLICE_SIM_FAULTS", schedule)
+    try:
+        return h.agent(node, policy, resources=resources)
+    finally:
+        monkeypatch.delenv("GPUSLICE_SIM_FAULTS")
+
+
+def test_inventory_read_failing_keeps_serving_the_last_list(h, monkeypatch):
+    """nvmlDeviceGetCount fails from the 3rd call on: every later poll fails whole. The agent logs
+    it, counts it in its metrics, and keeps serving the last good device list (all Healthy, and
+    GetPreferredAllocation and Allocate are answered from it)."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    agent = _faulty_agent(h, monkeypatch, node, TS2, "nvmlDeviceGetCount_v2:3+:NVML_ERROR_UNKNOWN",
+                          ["nvidia.com/gpu"])
+    agent.wait_log(r"Failed to read the GPUs: nvmlDeviceGetCount: Unknown Error", timeout=5)
+    agent.wait_log(r"GPUSLICE_SIM_FAULTS: call 3 and later of nvmlDeviceGetCount_v2 fails", timeout=1)
+    settle(3 * POLL_MS / 1000)
+    assert agent.alive(), agent.log()
+    devs = h.latest("nvidia.com/gpu")
+    assert len(devs) == 4 and {phys(d.id) for d in devs} == set(u)
+    assert {d.health for d in devs} == {HEALTHY}
+    avail = ids(devs)
+    pref = h.kubelet.preferred("nvidia.com/gpu", avail, size=1)
+    assert len(pref) == 1 and pref[0] in avail
+    assert h.kubelet.allocate("nvidia.com/gpu", [avail[0]]) is not None
+    errors = [v for k, v in _samples(_scrape(agent)).items() if k.startswith("gpuslice_reconcile_errors_total")]
+    assert errors and errors[0] >= 2, errors
+
+
+def test_gpus_lost_in_the_poll_stay_listed_unhealthy(h, monkeypatch):
+    """nvmlDeviceGetMemoryInfo answers GPU_IS_LOST from its 9th call on (2 GPUs: the 5th poll):
+    both GPUs are then lost. Their devices stay listed, as Unhealthy, and the agent says why."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    agent = _faulty_agent(h, monkeypatch, node, TS2, "nvmlDeviceGetMemoryInfo:9+:NVML_ERROR_GPU_IS_LOST",
+                          ["nvidia.com/gpu"])
+    first = h.kubelet.messages("nvidia.com/gpu")[0]
+    assert {d.health for d in first.devices} == {HEALTHY}, "lost before the schedule's 9th call"
+    msg = h.kubelet.wait_for("nvidia.com/gpu", lambda devs: {d.health for d in devs} == {UNHEALTHY}, timeout=10)
+    assert len(msg.devices) == 4 and {phys(d.id) for d in msg.devices} == set(u)
+    for i in range(2):
+        agent.wait_log(rf"GPU {i} \({u[i]}\) is lost: NVML reports GPU_IS_LOST", timeout=1)
+    assert agent.alive(), agent.log()

@@ -545,3 +545,45 @@ def test_plan_disable_has_no_follow_up_line(sim, tmp_path):
     node = node_file(tmp_path, "gpus:\n  - model: H100-SXM5-80GB\n    mig: enabled\n")
     out = sim("mig", "plan", "-c", "all-disabled", node=node).stdout
     assert "set MIG mode disabled" in out and "then: plan the instances" not in out
+
+
+def sim_env(state, env_extra, *args, node=NODE):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([GPUSLICE, "--log-level", "warn", "--sim", node, "--sim-state", state, *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_fault_schedule_fails_a_create_and_the_next_apply_converges(sim, tmp_path):
+    """GPUSLICE_SIM_FAULTS makes the driver refuse the 2nd GPU instance of an apply: the apply fails
+    naming the step and the NVML error, the instance made before stays with its UUID, and the next
+    apply (no fault) converges."""
+    state = str(tmp_path / "state")
+    p = sim_env(state, {"GPUSLICE_SIM_FAULTS": "nvmlDeviceCreateGpuInstanceWithPlacement:2:NVML_ERROR_INSUFFICIENT_RESOURCES"},
+                "mig", "apply", "-c", "all-balanced")
+    assert p.returncode == 1, p.stderr
+    assert "GPU 0: create-gi " in p.stderr and "Insufficient Resources" in p.stderr
+    assert "call 2 of nvmlDeviceCreateGpuInstanceWithPlacement fails with NVML_ERROR_INSUFFICIENT_RESOURCES" in p.stderr
+    assert "running the apply again continues" in p.stderr
+    doc = show(sim)
+    made = [(gpu, i) for gpu in range(6) for i in instances(doc, gpu)]
+    assert len(made) == 1 and made[0][0] == 0
+    first = made[0][1]
+    sim("mig", "apply", "-c", "all-balanced")
+    doc = show(sim)
+    assert all(profile_counts(doc, gpu) == BALANCED_H100 for gpu in range(4))
+    assert uuids_by_placement(doc, 0)[(first["profile"], first["start"])] == first["uuid"]
+
+
+def test_fault_schedule_is_parsed_strictly(tmp_path):
+    state = str(tmp_path / "state")
+    p = sim_env(state, {"GPUSLICE_SIM_FAULTS": "nvmlDeviceGetName:1:NVML_ERROR_UNKNOWN,nvmlDeviceGetName:soon:NVML_ERROR_UNKNOWN"},
+                "mig", "show")
+    assert p.returncode != 0
+    assert "GPUSLICE_SIM_FAULTS: entry 2 'nvmlDeviceGetName:soon:NVML_ERROR_UNKNOWN': call: expected a call number" \
+        in p.stderr
+    # a lost GPU from the first memory query on: inspect reports it instead of failing whole
+    p = sim_env(state, {"GPUSLICE_SIM_FAULTS": "nvmlDeviceGetMemoryInfo:1+:NVML_ERROR_GPU_IS_LOST"}, "inspect", "--json")
+    assert p.returncode == 0, p.stderr
+    gpus = json.loads(p.stdout)["gpus"]
+    assert len(gpus) == 6 and all(g["health"] == "lost" for g in gpus), gpus[0]
+

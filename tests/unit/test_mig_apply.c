@@ -715,6 +715,45 @@ static void test_process_blocks_destroy(void **state) {
     fx_close(&f);
 }
 
+/* ---- an NVML call failing in the middle of an apply (GPUSLICE_SIM_FAULTS) ----------------------- */
+
+/* The driver refuses the 2nd GPU instance of an apply: the apply stops and names the step and the
+ * NVML error, what it did before stays (and kept instances keep their UUIDs), the node stays
+ * readable, and the next apply converges. */
+static void test_fault_second_create(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    open_model(&f, "H100-SXM5-80GB", 1);
+    apply_ok(&f, "all-1g.10gb");
+    struct snap s0;
+    take_snap(&f, &s0);
+    assert_int_equal(s0.n, 7);
+    assert_int_equal(sim_fixture_faults(&f, "nvmlDeviceCreateGpuInstanceWithPlacement:2:NVML_ERROR_INSUFFICIENT_RESOURCES"),
+                     0);
+    struct gs_mig_apply_result res;
+    char err[1024];
+    assert_int_equal(apply_builtin(&f, "all-balanced", false, &res, err, sizeof(err)), -ENOSPC);
+    assert_non_null(strstr(err, "GPU 0: create-gi "));
+    assert_non_null(strstr(err, "Insufficient Resources"));
+    assert_int_equal(res.creates, 2); /* the first GPU instance and its compute instance */
+    assert_true(res.destroys > 0);
+    struct snap s1;
+    take_snap(&f, &s1);
+    struct gs_mig_layout l;
+    builtin_now(&f, "all-balanced", &l);
+    assert_false(matches_now(&f, &l));
+    assert_true(s1.n < s0.n);
+    assert_uuids_kept(&s0, &s1, "interrupted by the fault");
+    /* The schedule failed call 2 only: the same apply now converges. */
+    assert_int_equal(apply_builtin(&f, "all-balanced", false, &res, err, sizeof(err)), 0);
+    assert_true(matches_now(&f, &l));
+    struct snap s2;
+    take_snap(&f, &s2);
+    assert_int_equal(assert_uuids_kept(&s1, &s2, "converged after the fault"), s1.n);
+    assert_int_equal(sim_fixture_faults(&f, ""), 0);
+    fx_close(&f);
+}
+
 /* ---- kept GPU instances with partial compute instances ------------------------------------------ */
 
 /* A compute instance of `slices` compute slices in GI gi_id (CI profile index slices-1 for 1..4). */
@@ -1205,6 +1244,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_property_h100, close_fixtures),
         cmocka_unit_test_teardown(test_property_a100, close_fixtures),
         cmocka_unit_test_teardown(test_process_blocks_destroy, close_fixtures),
+        cmocka_unit_test_teardown(test_fault_second_create, close_fixtures),
         cmocka_unit_test_teardown(test_partial_compute_instances, close_fixtures),
         cmocka_unit_test_teardown(test_multi_gpu_all_or_nothing, close_fixtures),
         cmocka_unit_test_teardown(test_crash_h100_balanced_to_1g, close_fixtures),
