@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "kubelet/podresources.h"
 #include "mig/migapply.h"
 #include "util/util.h"
 
@@ -18,12 +20,17 @@ static void mig_usage(FILE *f) {
                "  show [--json]                      MIG mode, instances (profile, placement, UUID) per GPU\n"
                "  plan [-f FILE] -c NAME             the steps `apply` would take; changes nothing\n"
                "  apply [-f FILE] -c NAME [--force]  partition the GPUs as config NAME says\n"
+               "        [--pod-resources-socket PATH]  the kubelet's PodResources socket (default\n"
+               "                                     " GS_PODRESOURCES_SOCKET ")\n"
                "  export                             the current state as a layout file `apply` accepts\n\n"
                "FILE is a layout file in mig-parted's v1 format (docs/mig.md). Without -f, or when FILE has no\n"
                "config NAME, the built-in layouts apply to every MIG-capable GPU: all-disabled, all-enabled,\n"
                "all-balanced, all-<profile> (as many of that profile as fit), e.g. all-1g.10gb.\n"
                "apply keeps instances that already match (same profile and placement: same UUID), destroys\n"
-               "only what does not fit, and refuses to destroy an instance a process uses unless --force.\n"
+               "only what does not fit, and refuses to destroy an instance a process uses or a device the\n"
+               "kubelet has assigned to a pod (PodResources; no socket: no kubelet) unless --force. A GPU\n"
+               "whose MIG mode waits for a GPU reset is left as it is, the others are applied, and apply then\n"
+               "names each GPU to reset (exit 1).\n"
                "SIGINT, SIGTERM and SIGHUP wait until apply is done (no layout is left half applied); it\n"
                "then exits with 128 + the signal's number.\n");
 }
@@ -134,7 +141,8 @@ static int cmd_export(const struct cli *cli) {
     return GS_EXIT_OK;
 }
 
-static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan *plans, const bool *selected) {
+static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan *plans, const bool *selected,
+                       const struct gs_mig_holds *holds) {
     unsigned total = 0;
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         const struct gs_mig_plan *p = &plans[i];
@@ -173,6 +181,9 @@ static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan 
                 printf(" %u", p->busy_pids[k]);
             printf(" (apply refuses unless --force)\n");
         }
+        char held[1024];
+        if (gs_mig_plan_held(&inv->gpus[i], p, holds, held, sizeof(held)))
+            printf("  assigned to pods: %s (apply refuses unless --force)\n", held);
         total += p->n_steps;
     }
     printf("%u step(s) in total\n", total);
@@ -188,6 +199,35 @@ static int load_layouts(const char *file, struct gs_layout_file **out) {
         fprintf(stderr, "gpuslice mig: %s\n", *out ? err : "out of memory");
         free(*out);
         *out = NULL;
+        return GS_EXIT_FAILURE;
+    }
+    return GS_EXIT_OK;
+}
+
+/* What the kubelet has assigned to pods, from its PodResources socket at path. No socket there: no
+ * kubelet on this node (said), nothing held. A socket that does not answer is an error, unless
+ * the answer does not matter (force, or only a plan): then a warning. */
+static int read_holds(const char *cmd, const char *path, const struct gs_inventory *inv, bool must,
+                      struct gs_mig_holds *out) {
+    memset(out, 0, sizeof(*out));
+    struct stat st;
+    if (stat(path, &st) < 0 && errno == ENOENT) {
+        fprintf(stderr, "gpuslice mig %s: no kubelet on this node (no PodResources socket %s): only processes "
+                        "count as in use\n", cmd, path);
+        return GS_EXIT_OK;
+    }
+    struct pr_list l;
+    char err[512];
+    if (pr_list(path, 5000, &l, err, sizeof(err)) < 0) {
+        fprintf(stderr, "gpuslice mig %s: cannot ask the kubelet which pods hold which devices (PodResources %s): "
+                        "%s%s\n", cmd, path, err, must ? "; nothing is changed (--force goes on without it)"
+                                                       : ": going on without it");
+        return must ? GS_EXIT_FAILURE : GS_EXIT_OK;
+    }
+    int r = gs_mig_holds_find(inv, &l, out);
+    pr_list_free(&l);
+    if (r < 0) {
+        fprintf(stderr, "gpuslice mig %s: out of memory\n", cmd);
         return GS_EXIT_FAILURE;
     }
     return GS_EXIT_OK;
@@ -211,11 +251,19 @@ static int apply_interrupted(void) {
     return sig > 0 ? sig : 0;
 }
 
-static int cmd_plan_apply(const struct cli *cli, const char *file, const char *config, bool apply, bool force) {
+static int cmd_plan_apply(const struct cli *cli, const char *file, const char *config, bool apply, bool force,
+                          const char *pod_resources) {
     struct gs_layout_file *layouts;
     int rc = load_layouts(file, &layouts);
     if (rc != GS_EXIT_OK)
         return rc;
+    if (!(layouts && gs_miglayout_find(layouts, config)) && !gs_mig_builtin_name(config)) {
+        char why[1024];
+        gs_miglayout_unknown_config(layouts, config, why, sizeof(why));
+        fprintf(stderr, "gpuslice mig: %s\n", why);
+        free(layouts);
+        return GS_EXIT_FAILURE;
+    }
     if (apply) {
         sigset_t set;
         apply_signals(&set);
@@ -227,19 +275,28 @@ static int cmd_plan_apply(const struct cli *cli, const char *file, const char *c
         free(layouts);
         return rc;
     }
-    char err[1024];
+    char err[2048];
     struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
     bool selected[GS_MAX_GPUS];
+    struct gs_mig_holds holds = { 0 };
     int r = plans ? gs_mig_plan_node(inv, layouts, config, plans, selected, err, sizeof(err)) : -ENOMEM;
     if (r < 0) {
         fprintf(stderr, "gpuslice mig: %s\n", plans ? err : "out of memory");
         rc = GS_EXIT_FAILURE;
+    } else if ((rc = read_holds(apply ? "apply" : "plan", pod_resources, inv, apply && !force, &holds)) != GS_EXIT_OK) {
+        /* said why; nothing is changed */
     } else if (!apply) {
-        print_plan(inv, plans, selected);
+        print_plan(inv, plans, selected, &holds);
     } else {
         struct gs_mig_apply_result res;
-        r = gs_mig_apply_node(node, layouts, config, force, &res, err, sizeof(err));
-        if (r < 0) {
+        r = gs_mig_apply_node_held(node, layouts, config, &holds, force, &res, err, sizeof(err));
+        if (r == -EAGAIN && res.n_reset) {
+            printf("applied %s to the other GPUs: %u step(s) (%u created, %u destroyed, %u mode change(s)), %u "
+                   "instance(s) kept\n", config, res.steps_done, res.creates, res.destroys, res.mode_changes, res.kept);
+            fprintf(stderr, "gpuslice mig apply: %u GPU(s) need a GPU reset before their layout: %s\n", res.n_reset,
+                    err);
+            rc = GS_EXIT_FAILURE;
+        } else if (r < 0) {
             fprintf(stderr, "gpuslice mig apply: %s\n", err);
             fprintf(stderr, "gpuslice mig apply: %u step(s) were done before that; running the apply again "
                             "continues from the current state\n", res.steps_done);
@@ -255,6 +312,7 @@ static int cmd_plan_apply(const struct cli *cli, const char *file, const char *c
             rc = 128 + sig;
         }
     }
+    gs_mig_holds_free(&holds);
     free(plans);
     free(inv);
     free(layouts);
@@ -271,9 +329,10 @@ int cmd_mig(const struct cli *cli, int argc, char **argv) {
     static const struct option opts[] = {
         { "file", required_argument, NULL, 'f' }, { "config", required_argument, NULL, 'c' },
         { "force", no_argument, NULL, 'F' },      { "json", no_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' },       { 0 },
+        { "help", no_argument, NULL, 'h' },       { "pod-resources-socket", required_argument, NULL, 'P' },
+        { 0 },
     };
-    const char *file = NULL, *config = NULL;
+    const char *file = NULL, *config = NULL, *pod_resources = GS_PODRESOURCES_SOCKET;
     bool force = false, as_json = false;
     int c;
     optind = 0;
@@ -282,6 +341,7 @@ int cmd_mig(const struct cli *cli, int argc, char **argv) {
         case 'f': file = optarg; break;
         case 'c': config = optarg; break;
         case 'F': force = true; break;
+        case 'P': pod_resources = optarg; break;
         case 'j': as_json = true; break;
         case 'h': mig_usage(stdout); return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
@@ -300,7 +360,7 @@ int cmd_mig(const struct cli *cli, int argc, char **argv) {
             fprintf(stderr, "gpuslice mig %s: -c NAME is required\n", sub);
             return GS_EXIT_USAGE;
         }
-        return cmd_plan_apply(cli, file, config, !strcmp(sub, "apply"), force);
+        return cmd_plan_apply(cli, file, config, !strcmp(sub, "apply"), force, pod_resources);
     }
     fprintf(stderr, "gpuslice mig: unknown command '%s'\n\n", sub);
     mig_usage(stderr);

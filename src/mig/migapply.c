@@ -51,6 +51,9 @@ int gs_mig_resolve(const struct gs_inventory *inv, const struct gs_layout_file *
                  "all-<profile>)", file ? file->name : "", file ? ": " : "", config);
         return -ENOENT;
     }
+    int rc = gs_miglayout_check_gpus(file, c, inv->n_gpus, err, errlen);
+    if (rc < 0)
+        return rc;
     struct gs_gpu *shadow = malloc(sizeof(*shadow));
     if (!shadow)
         return -ENOMEM;
@@ -212,10 +215,19 @@ int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file
     return r;
 }
 
-/* One pass: validate every selected GPU's plan, then execute them. */
+static void note_reset(struct gs_mig_apply_result *res, unsigned gpu) {
+    for (unsigned k = 0; k < res->n_reset; k++)
+        if (res->reset_gpus[k] == gpu)
+            return;
+    res->reset_gpus[res->n_reset++] = gpu;
+}
+
+/* One pass: validate every selected GPU's plan, then execute them. GPUs whose MIG mode waits for
+ * a reset are left out (noted in res): nothing can change on them, and the others do not depend
+ * on them (each GPU's layout is its own). */
 static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, const struct gs_mig_layout *layouts,
-                      const bool *selected, bool force, struct gs_mig_plan *plans, bool first,
-                      struct gs_mig_apply_result *res, bool *mode_changed, char *err, size_t errlen) {
+                      const bool *selected, const struct gs_mig_holds *holds, bool force, struct gs_mig_plan *plans,
+                      bool first, struct gs_mig_apply_result *res, bool *mode_changed, char *err, size_t errlen) {
     int r;
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         memset(&plans[i], 0, sizeof(plans[i]));
@@ -227,16 +239,15 @@ static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, con
         }
     }
     /* Validate the whole pass before changing anything. */
+    bool skip[GS_MAX_GPUS] = { false };
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         const struct gs_mig_plan *p = &plans[i];
         if (!selected[i])
             continue;
         if (p->reset_pending) {
-            snprintf(err, errlen, "GPU %u (%s): MIG mode is pending %s and takes effect only after a GPU reset "
-                     "(nvidia-smi -r -i %u, or a reboot; on the simulated node: gpuslice sim reset-gpu %u); "
-                     "then run the apply again", i, inv->gpus[i].name, inv->gpus[i].mig_pending ? "enable" : "disable",
-                     i, i);
-            return -EAGAIN;
+            skip[i] = true;
+            note_reset(res, i);
+            continue;
         }
         if (p->n_busy && !force) {
             size_t n = (size_t)snprintf(err, errlen, "GPU %u (%s): the layout destroys MIG instances in use by "
@@ -247,12 +258,21 @@ static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, con
                 snprintf(err + n, errlen - n, "; stop them or use --force");
             return -EBUSY;
         }
+        char held[768];
+        if (gs_mig_plan_held(&inv->gpus[i], p, holds, held, sizeof(held))) {
+            if (!force) {
+                snprintf(err, errlen, "GPU %u (%s): the layout destroys what the kubelet has assigned to pods: %s; "
+                         "end those pods or use --force", i, inv->gpus[i].name, held);
+                return -EBUSY;
+            }
+            log_warn("GPU %u: forced: destroying what the kubelet has assigned to pods: %s", i, held);
+        }
     }
     res->passes++;
     *mode_changed = false;
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         const struct gs_mig_plan *p = &plans[i];
-        if (!selected[i])
+        if (!selected[i] || skip[i])
             continue;
         if (first)
             res->kept += p->kept;
@@ -269,11 +289,28 @@ static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, con
     return 0;
 }
 
+/* -EAGAIN, naming each GPU of res->reset_gpus (as inv, the last read, has it) and what to do. */
+static int reset_needed(const struct gs_inventory *inv, const struct gs_mig_apply_result *res, char *err,
+                        size_t errlen) {
+    size_t n = 0;
+    for (unsigned k = 0; k < res->n_reset && n < errlen; k++) {
+        unsigned i = res->reset_gpus[k];
+        n += (size_t)snprintf(err + n, errlen - n, "%sGPU %u (%s): MIG mode is pending %s and takes effect only after "
+                              "a GPU reset (nvidia-smi -r -i %u, or a reboot; on the simulated node: gpuslice sim "
+                              "reset-gpu %u)", k ? "; " : "", i, inv->gpus[i].name,
+                              inv->gpus[i].mig_pending ? "enable" : "disable", i, i);
+    }
+    if (n < errlen)
+        snprintf(err + n, errlen - n, "; then run the apply again");
+    return -EAGAIN;
+}
+
 /* Passes until nothing is left to do: a MIG mode change makes another pass, whose layouts
  * (re)resolved by `resolve` can then name profiles. */
 static int apply_passes(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
-                        const struct gs_mig_layout *fixed, const bool *fixed_selected, bool force,
-                        struct gs_mig_apply_result *res, char *err, size_t errlen) {
+                        const struct gs_mig_layout *fixed, const bool *fixed_selected,
+                        const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res, char *err,
+                        size_t errlen) {
     memset(res, 0, sizeof(*res));
     struct gs_inventory *inv = malloc(sizeof(*inv));
     struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
@@ -296,11 +333,14 @@ static int apply_passes(struct gpu_node *node, const struct gs_layout_file *file
             goto out;
         }
         bool mode_changed;
-        r = apply_pass(node, inv, layouts, selected, force, plans, pass == 0, res, &mode_changed, err, errlen);
-        if (r < 0 || !mode_changed)
+        r = apply_pass(node, inv, layouts, selected, holds, force, plans, pass == 0, res, &mode_changed, err,
+                       errlen);
+        if (r < 0)
             goto out;
+        if (!mode_changed)
+            break;
     }
-    r = 0;
+    r = res->n_reset ? reset_needed(inv, res, err, errlen) : 0;
 out:
     free(inv);
     free(plans);
@@ -308,13 +348,19 @@ out:
     return r;
 }
 
+int gs_mig_apply_node_held(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
+                           const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res, char *err,
+                           size_t errlen) {
+    return apply_passes(node, file, config, NULL, NULL, holds, force, res, err, errlen);
+}
+
 int gs_mig_apply_node(struct gpu_node *node, const struct gs_layout_file *file, const char *config, bool force,
                       struct gs_mig_apply_result *res, char *err, size_t errlen) {
-    return apply_passes(node, file, config, NULL, NULL, force, res, err, errlen);
+    return apply_passes(node, file, config, NULL, NULL, NULL, force, res, err, errlen);
 }
 
 int gs_mig_apply_layouts(struct gpu_node *node, const struct gs_mig_layout layouts[GS_MAX_GPUS],
                          const bool selected[GS_MAX_GPUS], bool force, struct gs_mig_apply_result *res, char *err,
                          size_t errlen) {
-    return apply_passes(node, NULL, NULL, layouts, selected, force, res, err, errlen);
+    return apply_passes(node, NULL, NULL, layouts, selected, NULL, force, res, err, errlen);
 }

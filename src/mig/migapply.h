@@ -9,6 +9,7 @@
 #include "config/miglayout.h"
 #include "core/mig.h"
 #include "gpu/gpu.h"
+#include "mig/holds.h"
 
 /* The layout for each GPU from a named config: the file's config of that name if it has one, else
  * the built-in of that name. GPUs no item selects are left alone (selected[i] false). A GPU whose
@@ -26,12 +27,21 @@ struct gs_mig_apply_result {
     unsigned creates, destroys, mode_changes;
     unsigned kept;             /* instances that stayed with their UUIDs */
     unsigned passes;
+    unsigned n_reset;          /* GPUs left as they were: their MIG mode waits for a GPU reset */
+    unsigned reset_gpus[GS_MAX_GPUS];
 };
 
-/* Applies config to the node: plans every selected GPU first (an unsolvable layout or a process
- * on an instance to destroy stops everything before any change, unless force for the latter),
- * then executes, in passes until nothing is left to do (a MIG mode change makes a second pass).
- * Stops with -EAGAIN when a mode change waits for a GPU reset (Ampere), saying so. */
+/* Applies config to the node: plans every selected GPU first (an unsolvable layout, or a process
+ * on an instance to destroy or a device a pod holds (holds, NULL for none) stops everything
+ * before any change, unless force for the latter two), then executes, in passes until nothing is
+ * left to do (a MIG mode change makes a second pass). A GPU whose MIG mode waits for a GPU reset
+ * (Ampere) is left out and the others are applied; then it returns -EAGAIN naming every GPU that
+ * needs a reset (also in res->reset_gpus). */
+int gs_mig_apply_node_held(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
+                           const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res, char *err,
+                           size_t errlen);
+
+/* The same with no device held by a pod. */
 int gs_mig_apply_node(struct gpu_node *node, const struct gs_layout_file *file, const char *config, bool force,
                       struct gs_mig_apply_result *res, char *err, size_t errlen);
 

@@ -587,3 +587,104 @@ def test_fault_schedule_is_parsed_strictly(tmp_path):
     gpus = json.loads(p.stdout)["gpus"]
     assert len(gpus) == 6 and all(g["health"] == "lost" for g in gpus), gpus[0]
 
+
+def podresources(tmp_path, assignments):
+    from podresources_emulator import PodResourcesEmulator
+    pr = PodResourcesEmulator(str(tmp_path / "pr.sock")).start()
+    pr.set(assignments)
+    return pr
+
+
+def test_device_a_pod_holds_is_in_use(sim, tmp_path):
+    """A MIG device the kubelet has assigned to a pod (PodResources) with no process on it: apply
+    refuses a layout that destroys it, naming the pod and the device, changes nothing on any GPU,
+    and --force destroys it."""
+    sim("mig", "apply", "-c", "all-balanced", "--pod-resources-socket", str(tmp_path / "none.sock"))
+    big = next(i for i in instances(show(sim), 0) if i["profile"] == "3g.40gb")
+    small = next(i for i in instances(show(sim), 1) if i["profile"] == "1g.10gb")
+    pr = podresources(tmp_path, [
+        ("team-a", "train-0", "main", "nvidia.com/mig-3g.40gb", [big["uuid"]]),
+        ("team-b", "infer-0", "main", "nvidia.com/mig-1g.10gb", [small["uuid"]]),  # kept by all-1g.10gb
+    ])
+    sock = ["--pod-resources-socket", pr.socket_path]
+    try:
+        before = show(sim)
+        out = sim("mig", "plan", "-c", "all-1g.10gb", *sock).stdout
+        held = f"{big['uuid']} (GI {big['gi_id']}, 3g.40gb) to team-a/train-0, container main"
+        assert f"assigned to pods: {held} (apply refuses unless --force)" in out, out
+        assert small["uuid"] not in out
+        p = sim("mig", "apply", "-c", "all-1g.10gb", *sock, check=1)
+        assert ("GPU 0 (NVIDIA H100 80GB HBM3): the layout destroys what the kubelet has assigned to pods: "
+                f"{held}; end those pods or use --force") in p.stderr, p.stderr
+        assert "0 step(s) were done before that" in p.stderr
+        assert show(sim) == before  # nothing changed, on any GPU
+        calls = pr.calls
+        p = sim("mig", "apply", "-c", "all-1g.10gb", "--force", *sock)
+        assert pr.calls > calls
+        doc = show(sim)
+        assert all(profile_counts(doc, gpu) == {"1g.10gb": 7} for gpu in range(4))
+        assert big["uuid"] not in {i["uuid"] for i in instances(doc, 0)}
+        assert small["uuid"] in {i["uuid"] for i in instances(doc, 1)}
+    finally:
+        pr.stop()
+
+
+def test_pod_resources_absent_or_not_answering(sim, tmp_path):
+    """No socket: no kubelet on this node, said on stderr, and the apply goes on. A socket that does
+    not answer, or answers with an error: nothing is changed, unless --force."""
+    import socket
+    p = sim("mig", "apply", "-c", "all-balanced", "--pod-resources-socket", str(tmp_path / "none.sock"))
+    assert f"no kubelet on this node (no PodResources socket {tmp_path / 'none.sock'})" in p.stderr
+    before = show(sim)
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(stale)
+    s.close()  # the path stays, nobody listens
+    p = sim("mig", "apply", "-c", "all-1g.10gb", "--pod-resources-socket", stale, check=1)
+    assert f"cannot ask the kubelet which pods hold which devices (PodResources {stale})" in p.stderr, p.stderr
+    assert "nothing is changed (--force goes on without it)" in p.stderr
+    assert show(sim) == before
+    pr = podresources(tmp_path, [])
+    pr.status = __import__("grpc").StatusCode.RESOURCE_EXHAUSTED
+    try:
+        p = sim("mig", "apply", "-c", "all-1g.10gb", "--pod-resources-socket", pr.socket_path, check=1)
+        assert "rejected by rate limit" in p.stderr
+        assert show(sim) == before
+        # plan changes nothing: it says so and goes on
+        p = sim("mig", "plan", "-c", "all-1g.10gb", "--pod-resources-socket", pr.socket_path)
+        assert "going on without it" in p.stderr and "step(s) in total" in p.stdout
+    finally:
+        pr.stop()
+    p = sim("mig", "apply", "-c", "all-1g.10gb", "--force", "--pod-resources-socket", stale)
+    assert "going on without it" in p.stderr
+    assert all(profile_counts(show(sim), gpu) == {"1g.10gb": 7} for gpu in range(4))
+
+
+def test_reset_pending_gpu_does_not_stop_the_others(sim, tmp_path):
+    """A GPU whose MIG mode waits for a reset (Ampere) is left as it is; the other GPUs are
+    partitioned, and apply names every GPU that needs a reset and exits 1."""
+    none = ["--pod-resources-socket", str(tmp_path / "none.sock")]
+    # GPU 2 (A100-80GB, MIG off) pending enable before the layout is applied
+    p = sim("mig", "apply", "-c", "all-enabled", *none, node=AMPERE, check=1)
+    assert "GPU 2 (NVIDIA A100-SXM4-80GB): MIG mode is pending enable" in p.stderr
+    p = sim("mig", "apply", "-c", "all-balanced", *none, node=AMPERE, check=1)
+    doc = show(sim, node=AMPERE)
+    assert profile_counts(doc, 0) == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    assert profile_counts(doc, 1) == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    assert profile_counts(doc, 3) == {"1g.6gb": 2, "2g.12gb": 1}
+    assert doc["gpus"][2]["pending"] == "enabled" and not instances(doc, 2)
+    assert "applied all-balanced to the other GPUs:" in p.stdout
+    assert "1 GPU(s) need a GPU reset before their layout: GPU 2 (NVIDIA A100-SXM4-80GB)" in p.stderr, p.stderr
+    assert "sim reset-gpu 2); then run the apply again" in p.stderr
+    # two GPUs that need a reset: both named
+    node = node_file(tmp_path, "gpus:\n  - model: A100-SXM4-40GB\n    mig: enabled\n"
+                               "  - model: A100-SXM4-80GB\n    count: 2\n    mig: disabled\n")
+    p = sim("mig", "apply", "-c", "all-balanced", *none, node=node, check=1)
+    assert "2 GPU(s) need a GPU reset before their layout: GPU 1 (NVIDIA A100-SXM4-80GB)" in p.stderr, p.stderr
+    assert "sim reset-gpu 1); GPU 2 (NVIDIA A100-SXM4-80GB): MIG mode is pending enable" in p.stderr
+    assert profile_counts(show(sim, node=node), 0) == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    for gpu in (1, 2):
+        sim("sim", "reset-gpu", str(gpu), node=node)
+    p = sim("mig", "apply", "-c", "all-balanced", *none, node=node)
+    doc = show(sim, node=node)
+    assert all(profile_counts(doc, gpu) == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} for gpu in (1, 2))
