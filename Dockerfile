@@ -35,6 +35,7 @@ RUN apt-get update \
       libyaml-0-2 libjansson4 libprotobuf-c1 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/gpuslice /usr/bin/gpuslice
+COPY --from=build /out/usr/bin/gpuslice-cdi-hook /usr/bin/gpuslice-cdi-hook
 COPY --from=build /out/usr/lib/gpuslice/ /usr/lib/gpuslice/
 COPY --from=build /out/usr/share/doc/gpuslice/ /usr/share/doc/gpuslice/
 COPY examples/nodes/ /usr/share/gpuslice/examples/nodes/

@@ -267,6 +267,8 @@ def test_binaries_need_only_runtime_packages():
     needs = {}  # library path -> image paths that load it
     for image_path, built in sorted(image_layout().items()):
         p = subprocess.run(["ldd", built], capture_output=True, text=True, timeout=30)
+        if p.returncode == 1 and "not a dynamic executable" in p.stderr and image_path.endswith("gpuslice-cdi-hook"):
+            continue  # statically linked: the runtime runs it on the host, it needs no package
         assert p.returncode == 0, p.stderr
         for line in p.stdout.splitlines():
             assert "not found" not in line, f"{built}: {line.strip()}"

@@ -1269,7 +1269,7 @@ def test_metrics_bad_address(h):
     (["agent", "--guard-grace-ms", "-5"], "--guard-grace-ms: '-5' is not a number of milliseconds"),
     (["agent", "--guard-reconcile-interval-ms", "1e3"], "--guard-reconcile-interval-ms: '1e3' is not a number of milliseconds"),
     (["agent", "--pod-attribution-interval-ms", "soon"], "--pod-attribution-interval-ms: 'soon' is not a number of milliseconds"),
-    (["agent", "--cdi-kind", "gpu"], "--cdi-kind: 'gpu' is not a CDI kind (VENDOR/CLASS, e.g. nvidia.com/gpu)"),
+    (["agent", "--cdi-kind", "gpu"], "--cdi-kind: 'gpu' is not a CDI kind (VENDOR/CLASS, e.g. gpuslice.io/gpu)"),
     (["agent", "--cdi-kind", "nvidia.com/gpu/x"], "--cdi-kind: 'nvidia.com/gpu/x' is not a CDI kind"),
     (["agent", "--container-driver-root", "driver"], "--container-driver-root: 'driver' is not an absolute path"),
     (["apply", "--json", "--labels"], "--json and --labels cannot be combined"),
@@ -1279,32 +1279,6 @@ def test_bad_command_line(h, args, message):
     p = subprocess.run([GPUSLICE, "--sim", node.path, "--sim-state", node.state, *args],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and message in p.stderr, (p.returncode, p.stderr)
-
-
-def test_sigterm_exits_promptly(h):
-    """SIGTERM to exit in well under the NVML event wait (the event thread used to be joined after
-    up to 500 ms in nvmlEventSetWait): a node drain or a rollout waits for every agent to stop.
-    Three agents, each asked on its own, so that a wait that only sometimes ends early fails.
-    A blocking wait (Popen.wait with a timeout polls, in steps of up to 50 ms), bounded by a
-    timer that kills the agent."""
-    import threading
-    node = h.node(T4X2)
-    times = []
-    for i in range(3):
-        a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], policy_name=f"policy{i}.yaml")
-        a.wait_log(r"Serving metrics")
-        settle(0.3 + 0.1 * i)  # somewhere inside the event thread's wait
-        killer = threading.Timer(10, a.proc.kill)
-        killer.start()
-        try:
-            t0 = time.monotonic()
-            a.signal(signal.SIGTERM)
-            rc = a.proc.wait()
-            times.append(time.monotonic() - t0)
-        finally:
-            killer.cancel()
-        assert rc == 0, f"exit {rc} (killed after 10 s?)\n{a.log()}"
-    assert max(times) < 0.150, f"SIGTERM to exit took {[round(t * 1000) for t in times]} ms"
 
 
 # ------------------------------------------------------------------------------- NVML failing (GPUSLICE_SIM_FAULTS)
