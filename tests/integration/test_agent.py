@@ -1281,6 +1281,32 @@ def test_bad_command_line(h, args, message):
     assert p.returncode == 2 and message in p.stderr, (p.returncode, p.stderr)
 
 
+def test_sigterm_exits_promptly(h):
+    """SIGTERM to exit in well under the NVML event wait (the event thread used to be joined after
+    up to 500 ms in nvmlEventSetWait): a node drain or a rollout waits for every agent to stop.
+    Three agents, each asked on its own, so that a wait that only sometimes ends early fails.
+    A blocking wait (Popen.wait with a timeout polls, in steps of up to 50 ms), bounded by a
+    timer that kills the agent."""
+    import threading
+    node = h.node(T4X2)
+    times = []
+    for i in range(3):
+        a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], policy_name=f"policy{i}.yaml")
+        a.wait_log(r"Serving metrics")
+        settle(0.3 + 0.1 * i)  # somewhere inside the event thread's wait
+        killer = threading.Timer(10, a.proc.kill)
+        killer.start()
+        try:
+            t0 = time.monotonic()
+            a.signal(signal.SIGTERM)
+            rc = a.proc.wait()
+            times.append(time.monotonic() - t0)
+        finally:
+            killer.cancel()
+        assert rc == 0, f"exit {rc} (killed after 10 s?)\n{a.log()}"
+    assert max(times) < 0.150, f"SIGTERM to exit took {[round(t * 1000) for t in times]} ms"
+
+
 # ------------------------------------------------------------------------------- NVML failing (GPUSLICE_SIM_FAULTS)
 
 def _faulty_agent(h, monkeypatch, node, policy, schedule, resources):
