@@ -4,7 +4,8 @@
 # sees of them; the rest is linted too. Files: what git tracks under ROOT, or, outside a checkout,
 # every file below it except build directories.
 set -eu
-command -v shellcheck >/dev/null || { echo "lint: shellcheck is not installed (scripts/deps.sh installs it): skipped"; exit 77; }
+# A build dependency (scripts/deps.sh installs shellcheck): without it lint fails, it does not skip.
+command -v shellcheck >/dev/null || { echo "lint: shellcheck is not installed (scripts/deps.sh installs it)"; exit 1; }
 cd "$1"
 list() { # GLOB
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
