@@ -52,7 +52,7 @@ static void test_conflicts(void **state) {
     assert_int_equal(gs_cdi_conflicts("nvidia.com/gpu", names, 3, "j.json", js, strlen(js), msg, sizeof(msg)), 1);
     const char *bad[] = { "[[[[", "kind: [1]\ndevices: 3\n", "- a\n- b\n", "", "\xff\xfe\x00" };
     for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(gs_cdi_conflicts("nvidia.com/gpu", names, 3, "b", bad[i], strlen(bad[i]) + (i == 4 ? 3 : 0),
+        assert_int_equal(gs_cdi_conflicts("nvidia.com/gpu", names, 3, "b", bad[i], i == 4 ? 3 : strlen(bad[i]),
                                           msg, sizeof(msg)),
                          -EINVAL);
     assert_int_equal(gs_cdi_conflicts("nvidia.com/gpu", names, 3, "big", "", GS_CDI_SCAN_MAX + 1, msg, sizeof(msg)),
