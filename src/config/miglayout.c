@@ -30,6 +30,8 @@
 #include "miglayout.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "config/yamlutil.h"
@@ -111,6 +113,13 @@ static const char *read_attr(const char *p) {
             return p;
         p++;
     }
+}
+
+static bool profile_valid(const char *s, const char **base_start);
+
+bool gs_miglayout_profile_valid(const char *name) {
+    const char *base;
+    return profile_valid(name, &base);
 }
 
 /* Checks the grammar in the file comment. *base_start is set to where "<g>g." starts, so that
@@ -257,6 +266,12 @@ static int parse_devices(struct gs_yaml *y, const yaml_node_t *node, const char 
         if (it->device_mask & (1ULL << v))
             return gs_yaml_error(y, e, p, "GPU index %llu is listed twice", v);
         it->device_mask |= 1ULL << v;
+        if (i == 0 || v > it->top_index) {
+            it->top_index = (unsigned)v;
+            it->top_at = (unsigned)i;
+            it->top_line = (unsigned)e->start_mark.line + 1;
+            it->top_column = (unsigned)e->start_mark.column + 1;
+        }
     }
     return 0;
 }
@@ -490,4 +505,78 @@ const struct gs_layout_item *gs_layout_item_for(const struct gs_layout_config *c
         if (item_matches(&c->items[i], index, pci))
             found = &c->items[i];
     return found;
+}
+
+int gs_miglayout_check_gpus(const struct gs_layout_file *f, const struct gs_layout_config *c, unsigned n_gpus,
+                            char *err, size_t errlen) {
+    for (unsigned i = 0; c && i < c->n_items && i < GS_LAYOUT_MAX_ITEMS; i++) {
+        const struct gs_layout_item *it = &c->items[i];
+        if (it->all_devices || it->top_index < n_gpus)
+            continue;
+        char range[32] = "none";
+        if (n_gpus == 1)
+            snprintf(range, sizeof(range), "0");
+        else if (n_gpus)
+            snprintf(range, sizeof(range), "0-%u", n_gpus - 1);
+        snprintf(err, errlen, "%s:%u:%u: mig-configs.%s[%u].devices[%u]: GPU %u is not on this node (it has %u GPU%s: %s)",
+                 f->name, it->top_line, it->top_column, c->name, i, it->top_at, it->top_index, n_gpus,
+                 n_gpus == 1 ? "" : "s", range);
+        return -ENODEV;
+    }
+    return 0;
+}
+
+/* Edit distance (insertions, deletions, substitutions), for "did you mean"; names are short. */
+static unsigned edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > GS_LAYOUT_NAME_MAX || lb > GS_LAYOUT_NAME_MAX)
+        return UINT_MAX;
+    unsigned row[GS_LAYOUT_NAME_MAX + 1];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+int gs_miglayout_unknown_config(const struct gs_layout_file *f, const char *config, char *err, size_t errlen) {
+    static const char *const builtin[] = { "all-disabled", "all-enabled", "all-balanced" };
+    const char *closest = NULL;
+    unsigned best = UINT_MAX, n = f ? f->n_configs : 0;
+    for (unsigned i = 0; i < n + GS_ARRAY_SIZE(builtin); i++) {
+        const char *name = i < n ? f->configs[i].name : builtin[i - n];
+        unsigned d = edit_distance(config, name);
+        if (d < best) {
+            best = d;
+            closest = name;
+        }
+    }
+    size_t len = (size_t)snprintf(err, errlen, "no MIG config '%.64s'", config);
+    if (f && len < errlen) {
+        len += (size_t)snprintf(err + len, errlen - len, " in %s (its configs:", f->name);
+        for (unsigned i = 0; i < n && len < errlen; i++)
+            len += (size_t)snprintf(err + len, errlen - len, "%s %s", i ? "," : "", f->configs[i].name);
+        if (len < errlen)
+            len += (size_t)snprintf(err + len, errlen - len, ";");
+    } else if (len < errlen) {
+        len += (size_t)snprintf(err + len, errlen - len, " (no layout file given, -f FILE;");
+    }
+    if (len < errlen)
+        len += (size_t)snprintf(err + len, errlen - len, " built-in: all-disabled, all-enabled, all-balanced, "
+                                                          "all-<profile>)");
+    /* A suggestion only when it is close: at most a third of the name differs. */
+    if (closest && best * 3 <= strlen(config) && len < errlen)
+        snprintf(err + len, errlen - len, "; did you mean '%s'?", closest);
+    return -ENOENT;
 }

@@ -42,6 +42,8 @@ struct gs_layout_count {
 struct gs_layout_item {
     bool all_devices;
     unsigned long long device_mask;      /* devices: [indices] (0..63) */
+    unsigned top_index, top_at;          /* the highest index listed and its position in the list */
+    unsigned top_line, top_column;       /* where it is written, for "no such GPU" errors */
     unsigned n_filters;
     unsigned filters[GS_LAYOUT_MAX_FILTERS]; /* PCI device IDs, 0x<device><vendor> */
     bool mig_enabled;
@@ -70,6 +72,20 @@ int gs_miglayout_parse(const char *name, const char *text, size_t len, struct gs
 int gs_miglayout_load(const char *path, struct gs_layout_file *out, char *err, size_t errlen);
 
 const struct gs_layout_config *gs_miglayout_find(const struct gs_layout_file *f, const char *config);
+
+/* The message for a config name that is neither in f (may be NULL) nor built in:
+ * "no MIG config 'all-balancd' in layouts.yaml (its configs: a, b; built-in: all-disabled,
+ * all-enabled, all-balanced, all-<profile>); did you mean 'all-balanced'?". Returns -ENOENT. */
+int gs_miglayout_unknown_config(const struct gs_layout_file *f, const char *config, char *err, size_t errlen);
+
+/* True for a profile name of the grammar above ("1g.10gb", "1c.2g.20gb", "1g.10gb+me"). */
+bool gs_miglayout_profile_valid(const char *name);
+
+/* Refuses a config whose `devices` lists a GPU index the node does not have (n_gpus GPUs):
+ * -ENODEV and "layouts.yaml:9:22: mig-configs.custom[0].devices[1]: GPU 9 is not on this node
+ * (it has 4 GPUs: 0-3)". */
+int gs_miglayout_check_gpus(const struct gs_layout_file *f, const struct gs_layout_config *c, unsigned n_gpus,
+                            char *err, size_t errlen);
 
 /* The item that applies to GPU `index` with PCI device ID `pci` (both devices and device-filter
  * must match; as mig-parted applies every matching item in order, the last one wins), or NULL. */

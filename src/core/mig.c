@@ -1,6 +1,7 @@
 /* mig.c: MIG placement solver, built-in layouts and layout diff (pure; see mig.h). */
 #include "core/mig.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,8 +200,12 @@ out:
 /* ---- built-in layouts ----------------------------------------------------------------------- */
 
 bool gs_mig_builtin_name(const char *name) {
-    return !strcmp(name, "all-disabled") || !strcmp(name, "all-enabled") || !strcmp(name, "all-balanced") ||
-           !strncmp(name, "all-", 4);
+    if (!strcmp(name, "all-disabled") || !strcmp(name, "all-enabled") || !strcmp(name, "all-balanced"))
+        return true;
+    /* all-<profile>: only what reads as a profile ("1g.10gb", "1c.2g.20gb", "1g.10gb+me"), so
+     * that a misspelt "all-balancd" is an unknown config, not a profile the GPU lacks. */
+    const char *p = name + 4;
+    return !strncmp(name, "all-", 4) && isdigit((unsigned char)p[0]) && strstr(p, "g.") && strstr(p, "gb");
 }
 
 /* The plain profile of `slices` compute slices (NVML index 0/1/2/3/4: no media extensions, not

@@ -688,3 +688,57 @@ def test_reset_pending_gpu_does_not_stop_the_others(sim, tmp_path):
     p = sim("mig", "apply", "-c", "all-balanced", *none, node=node)
     doc = show(sim, node=node)
     assert all(profile_counts(doc, gpu) == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} for gpu in (1, 2))
+
+
+def test_unknown_config_name_says_so(sim, tmp_path):
+    """A misspelt config is an unknown config (it was 'has no MIG profile balancd'), with the known
+    names and the closest one; nothing changes."""
+    before = show(sim)
+    for sub in ("apply", "plan"):
+        p = sim("mig", sub, "-c", "all-balancd", check=1)
+        assert p.stderr == ("gpuslice mig: no MIG config 'all-balancd' (no layout file given, -f FILE; built-in: "
+                            "all-disabled, all-enabled, all-balanced, all-<profile>); did you mean 'all-balanced'?\n"), \
+            p.stderr
+        assert "has no MIG profile" not in p.stderr
+    layouts = node_file(tmp_path, """version: v1
+mig-configs:
+  inference-small:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  training:
+    - devices: all
+      mig-enabled: false
+""", "layouts.yaml")
+    p = sim("mig", "apply", "-f", layouts, "-c", "inference-smal", check=1)
+    assert p.stderr == (f"gpuslice mig: no MIG config 'inference-smal' in {layouts} (its configs: inference-small, "
+                        "training; built-in: all-disabled, all-enabled, all-balanced, all-<profile>); did you mean "
+                        "'inference-small'?\n"), p.stderr
+    p = sim("mig", "apply", "-f", layouts, "-c", "zzz", check=1)
+    assert p.stderr.startswith(f"gpuslice mig: no MIG config 'zzz' in {layouts}") and "did you mean" not in p.stderr
+    # a real profile name still works as a built-in, and a profile the GPU lacks still says so
+    sim("mig", "plan", "-c", "all-1g.10gb")
+    p = sim("mig", "plan", "-c", "all-1g.5gb", check=1)
+    assert "has no MIG profile 1g.5gb" in p.stderr
+    assert show(sim) == before
+
+
+def test_layout_naming_missing_gpu_is_an_error(sim, tmp_path):
+    """devices: [.., 9] on a 6-GPU node: FILE:LINE:COLUMN of the index, nothing changes (it was
+    accepted, and GPU 9 silently skipped)."""
+    before = show(sim)
+    layouts = node_file(tmp_path, """version: v1
+mig-configs:
+  custom:
+    - devices: [0, 1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+    - devices: [2, 9, 3]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+""", "layouts.yaml")
+    for sub in ("plan", "apply"):
+        p = sim("mig", sub, "-f", layouts, "-c", "custom", check=1)
+        assert (f"{layouts}:7:20: mig-configs.custom[1].devices[1]: GPU 9 is not on this node (it has 6 GPUs: 0-5)"
+                in p.stderr), p.stderr
+    assert show(sim) == before
