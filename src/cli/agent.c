@@ -289,6 +289,13 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         gpu_node_close(node);
         return GS_EXIT_FAILURE;
     }
+    if (plan.n_errors) { /* settings this node cannot honour: the agent would leave them out */
+        for (unsigned i = 0; i < plan.n_errors; i++)
+            fprintf(stderr, "gpuslice: %s\n", plan.errors[i]);
+        gs_plan_free(&plan);
+        gpu_node_close(node);
+        return GS_EXIT_FAILURE;
+    }
     if (as_labels) {
         char *text = malloc(1 << 16);
         int n = text ? gs_labels_format(inv, &policy, &plan, NULL, text, 1 << 16) : -ENOMEM;

@@ -100,6 +100,10 @@ static yaml_node_t *get_section(struct gs_yaml *y, const yaml_node_t *map, const
     return gs_yaml_is_null(node) ? NULL : node;
 }
 
+static struct gs_policy_pos pos_of(const yaml_node_t *node) {
+    return (struct gs_policy_pos){ (unsigned)node->start_mark.line + 1, (unsigned)node->start_mark.column + 1 };
+}
+
 static int opt_bool(struct gs_yaml *y, const yaml_node_t *map, const char *path, const char *key, bool *out) {
     const yaml_node_t *node = gs_yaml_map_get(y, map, key);
     if (!node)
@@ -585,6 +589,8 @@ static int parse_flags(struct gs_yaml *y, const yaml_node_t *map, struct gs_poli
     if ((r = opt_enum(y, map, path, "migStrategy", mig_values, &v)) < 0)
         return r;
     p->mig_strategy = (enum gs_mig_strategy)v;
+    if (gs_yaml_map_get(y, map, "migStrategy"))
+        p->mig_strategy_pos = pos_of(gs_yaml_map_get(y, map, "migStrategy"));
     if ((r = opt_bool(y, map, path, "failOnInitError", &p->fail_on_init_error)) < 0)
         return r;
 
@@ -808,6 +814,8 @@ static int parse_replicated_resource(struct gs_yaml *y, const yaml_node_t *entry
     if (node && (r = parse_memory_per_replica(y, node, gs_yaml_path_key(p, path, "memoryPerReplica"),
                                               &res->memory_per_replica)) < 0)
         return r;
+    if (node)
+        res->memory_pos = pos_of(node);
 
     node = gs_yaml_map_get(y, entry, "devices");
     if (node && (r = parse_devices(y, node, gs_yaml_path_key(p, path, "devices"), res)) < 0)
@@ -1000,6 +1008,8 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
     gs_yaml_path_key(kp, path, "memoryPerReplica");
     if (node && (r = parse_memory_per_replica(y, node, kp, &rule->memory_per_replica)) < 0)
         return r;
+    if (node)
+        rule->memory_pos = pos_of(node);
 
     node = gs_yaml_map_get(y, entry, "resourceName");
     if (node) {
@@ -1197,6 +1207,7 @@ int gs_policy_parse(const char *name, const char *text, size_t len, struct gs_po
         return -ENOMEM;
     }
     gs_policy_init(p);
+    gs_strlcpy(p->source, name ? name : "", sizeof(p->source));
     r = parse_root(&y, p);
     if (r < 0)
         return r;

@@ -79,6 +79,12 @@ enum gs_gpu_mode {
     GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED, GS_MODE_MPS
 };
 
+/* Where a setting was written (1-based; line 0: not written), so that checks that need the node
+ * (GPU memory, GPU count, MIG mode) can still name FILE:LINE:COLUMN. */
+struct gs_policy_pos {
+    unsigned line, column;
+};
+
 /* A device selector as in NVIDIA's `devices:` lists: a GPU index ("0"), a GPU UUID ("GPU-..."). */
 struct gs_device_ref {
     char text[GS_SELECTOR_MAX];
@@ -89,6 +95,7 @@ struct gs_ts_resource {                   /* one sharing.timeSlicing.resources[]
     char rename[GS_RESOURCE_NAME_MAX];    /* optional explicit name ("" = default rule) */
     unsigned replicas;                    /* >= 2 */
     unsigned long long memory_per_replica; /* bytes, GS_MEMORY_AUTO, or 0: no VRAM quota (no guard) */
+    struct gs_policy_pos memory_pos;      /* of memoryPerReplica's value */
     unsigned compute_per_replica;         /* MPS: percent 1..100 or GS_COMPUTE_AUTO (time-slicing: 0) */
     unsigned long long pinned_per_replica; /* MPS: bytes or GS_MEMORY_AUTO (the default; time-slicing: 0) */
     bool devices_all;                     /* devices: all (the default) */
@@ -104,6 +111,7 @@ struct gs_gpu_rule {                      /* one gpuslice.gpus[] entry */
     enum gs_gpu_mode mode;                /* never GS_MODE_DEFAULT */
     unsigned replicas;                    /* time-slicing: >= 2; mps: 2..GS_MPS_MAX_REPLICAS */
     unsigned long long memory_per_replica; /* time-slicing: as in gs_ts_resource */
+    struct gs_policy_pos memory_pos;      /* of memoryPerReplica's value */
     unsigned compute_per_replica;         /* mps: as in gs_ts_resource */
     unsigned long long pinned_per_replica; /* mps: as in gs_ts_resource */
     char resource[GS_RESOURCE_NAME_MAX];  /* optional resource name override ("" = default rule) */
@@ -111,7 +119,9 @@ struct gs_gpu_rule {                      /* one gpuslice.gpus[] entry */
 };
 
 struct gs_policy {
+    char source[256];                     /* the name given to gs_policy_parse, for FILE:LINE:COLUMN */
     enum gs_mig_strategy mig_strategy;
+    struct gs_policy_pos mig_strategy_pos; /* of flags.migStrategy's value (line 0: the default) */
     bool pass_device_specs;
     unsigned list_strategy;               /* GS_LIST_* bits; default GS_LIST_ENVVAR */
     enum gs_id_strategy id_strategy;

@@ -297,7 +297,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
         const struct gs_device *d = gs_resource_device(r, ids[i]);
         char item[GS_DEVICE_ID_MAX];
         if (pol->id_strategy == GS_ID_INDEX) {
-            if (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig))
+            if (gs_device_is_mig(d))
                 snprintf(item, sizeof(item), "%u:%u", d->gpu, d->gi_id);
             else
                 snprintf(item, sizeof(item), "%u", d->gpu);
@@ -352,7 +352,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
             snprintf(path, sizeof(path), "/dev/nvidia%u", d->minor);
             if ((rc = add_devspec(out, pol, path, false, exists, ctx, err, errlen)) < 0)
                 goto fail;
-            if (d->kind == GS_DEV_MIG || (d->kind == GS_DEV_MPS && d->mig)) {
+            if (gs_device_is_mig(d)) {
                 int gi_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, -1);
                 int ci_minor = gs_mig_minor_lookup(mm, d->minor, d->gi_id, (int)d->ci_id);
                 if (gi_minor < 0 || ci_minor < 0) {

@@ -14,20 +14,26 @@ enum gs_dev_kind { GS_DEV_WHOLE = 0, GS_DEV_REPLICA, GS_DEV_MIG, GS_DEV_MPS };
 #define GS_DEVICE_ID_MAX (GS_UUID_LEN + 16)
 
 struct gs_device {
-    char id[GS_DEVICE_ID_MAX];  /* "GPU-...", "GPU-...::3", "MIG-...", "MIG-...::1" (MPS on MIG) */
+    char id[GS_DEVICE_ID_MAX];  /* "GPU-...", "GPU-...::3", "MIG-...", "MIG-...::1" (a replica of a MIG device) */
     enum gs_dev_kind kind;
     unsigned gpu;               /* NVML index of the physical GPU */
-    unsigned replica;           /* GS_DEV_REPLICA: n in "::n" */
+    unsigned replica;           /* GS_DEV_REPLICA, GS_DEV_MPS: n in "::n" */
     char uuid[GS_UUID_LEN];     /* the physical device: GPU UUID, or MIG UUID */
     unsigned minor;             /* /dev/nvidia<minor> of the GPU */
-    unsigned gi_id, ci_id;      /* GS_DEV_MIG, and GS_DEV_MPS when `mig` */
-    bool mig;                   /* GS_DEV_MPS: the replica is of a MIG instance (uuid is its MIG UUID) */
+    unsigned gi_id, ci_id;      /* GS_DEV_MIG, and replicas when `mig` */
+    bool mig;                   /* GS_DEV_REPLICA, GS_DEV_MPS: the replica is of a MIG device (uuid is its MIG UUID) */
     unsigned mps_percent;       /* GS_DEV_MPS: active thread percentage of one replica */
     unsigned long long mps_pinned; /* GS_DEV_MPS: pinned device memory of one replica (0: no limit) */
     int numa_node;              /* -1 unknown */
     bool healthy;
     unsigned long long quota;   /* GS_DEV_REPLICA: VRAM bytes the guard allows it (0: no guard) */
 };
+
+/* A MIG device, or a (time-sliced or MPS) replica of one: Allocate names it by MIG UUID or
+ * "<gpu>:<gi>" and passes its GPU and compute instance capability nodes. */
+static inline bool gs_device_is_mig(const struct gs_device *d) {
+    return d->kind == GS_DEV_MIG || d->mig;
+}
 
 struct gs_resource {
     char name[GS_RESOURCE_NAME_MAX];
@@ -47,6 +53,8 @@ struct gs_gpu_plan {
 
 #define GS_PLAN_MAX_RESOURCES 64
 #define GS_PLAN_MAX_WARNINGS 32
+#define GS_PLAN_MAX_ERRORS 8
+#define GS_PLAN_LINE_MAX 256
 
 struct gs_plan {
     unsigned n_resources;
@@ -54,7 +62,13 @@ struct gs_plan {
     unsigned n_gpus;
     struct gs_gpu_plan gpus[GS_MAX_GPUS];
     unsigned n_warnings;
-    char warnings[GS_PLAN_MAX_WARNINGS][200];
+    char warnings[GS_PLAN_MAX_WARNINGS][GS_PLAN_LINE_MAX];
+    /* Settings of the policy that this node cannot honour (memoryPerReplica larger than the
+     * device, migStrategy single on a node mixing MIG and whole GPUs), as
+     * "FILE:LINE:COLUMN: PATH: message"; what they concern is not advertised. Each is also one of
+     * the warnings, which the agent logs; `apply` fails on them. */
+    unsigned n_errors;
+    char errors[GS_PLAN_MAX_ERRORS][GS_PLAN_LINE_MAX];
 };
 
 /* Health input: GPUs marked unhealthy by the agent (Xid). Lost GPUs in the inventory are always
@@ -66,7 +80,8 @@ struct gs_health {
 };
 
 /* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule
- * on a GPU without MIG mode, ...) become warnings, not errors. */
+ * on a GPU without MIG mode, ...) become warnings; settings this node cannot honour become
+ * errors (plan->errors, with the policy's file:line:column) and what they concern is left out. */
 int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *policy, const struct gs_health *health,
                   struct gs_plan *out);
 void gs_plan_free(struct gs_plan *plan);

@@ -382,14 +382,32 @@ static void test_guard_quotas(void **state) {
     gs_alloc_response_free(&resp);
     gs_plan_free(&plan);
     free(pol);
-    /* An explicit size; larger than the GPU is capped at the GPU; no memoryPerReplica: no guard. */
+    /* An explicit size; no memoryPerReplica: no guard. */
+    pol = policy("version: v1\ngpuslice:\n  gpus:\n  - index: 0\n    mode: time-slicing\n    replicas: 2\n"
+                 "    memoryPerReplica: 20GiB\n  - index: 1\n    mode: time-slicing\n    replicas: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 0);
+    r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
+    assert_int_equal(r->devices[0].quota, 20ULL << 30);
+    assert_int_equal(r->devices[2].quota, 0);
+    gs_plan_free(&plan);
+    free(pol);
+    /* Larger than the GPU (it used to be capped at the GPU, silently): an error at the setting's
+     * position, and that GPU is not advertised. */
     pol = policy("version: v1\ngpuslice:\n  gpus:\n  - index: 0\n    mode: time-slicing\n    replicas: 2\n"
                  "    memoryPerReplica: 40GiB\n  - index: 1\n    mode: time-slicing\n    replicas: 2\n");
     assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 1);
+    assert_string_equal(plan.errors[0], "test.yaml:7:23: gpuslice.gpus[0].memoryPerReplica: 40 GiB is more than the "
+                                        "24 GiB of GPU 0 (NVIDIA L4): its replicas are not advertised (at most 24 "
+                                        "GiB, or auto)");
+    assert_string_equal(plan.warnings[0], plan.errors[0]); /* the agent logs warnings */
+    assert_int_equal(plan.gpus[0].mode, GS_MODE_DISABLED);
     r = gs_plan_resource(&plan, "nvidia.com/gpu.shared");
-    assert_int_equal(r->devices[0].quota, 24ULL << 30);
-    assert_int_equal(r->devices[2].quota, 0);
-    const char *one[] = { r->devices[2].id };
+    assert_int_equal(r->n_devices, 2);
+    assert_int_equal(r->devices[0].gpu, 1);
+    assert_int_equal(r->devices[0].quota, 0);
+    const char *one[] = { r->devices[0].id };
     assert_int_equal(gs_allocate(r, one, 1, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
     assert_int_equal(resp.n_guarded, 0);
     gs_alloc_response_free(&resp);
@@ -514,13 +532,231 @@ static void test_mps(void **state) {
     free(inv);
 }
 
+/* NVIDIA-style time-slicing of a MIG resource: every MIG device of the profile is replicated
+ * ("<MIG-UUID>::<n>", as NVIDIA's plugin names replicas), with the guard's quota taken against
+ * the MIG device's memory; Allocate maps a replica back to its MIG device. */
+static void test_mig_time_slicing(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(4, "NVIDIA H100 80GB HBM3");
+    for (unsigned i = 0; i < 4; i++) {
+        inv->gpus[i].mem_total = 80ULL << 30;
+        for (unsigned k = 0; k < 7; k++) {
+            add_mig(&inv->gpus[i], "1g.10gb", 7 + k, 1);
+            inv->gpus[i].mig[k].mem_mib = 9984; /* what the H100's 1g.10gb really has */
+        }
+    }
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    passDeviceSpecs: true\n"
+                                   "sharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - name: nvidia.com/mig-1g.10gb\n      replicas: 3\n"
+                                   "      memoryPerReplica: auto\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_resources, 1);
+    const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb");
+    assert_non_null(r);
+    assert_int_equal(r->n_devices, 84); /* 28 MIG devices x 3, as NVIDIA's plugin advertises */
+    assert_true(r->replicated);
+    const struct gs_device *d = &r->devices[83];
+    assert_string_equal(d->id, "MIG-00000003-0013-0000-0000-000000000000::2");
+    assert_string_equal(d->uuid, "MIG-00000003-0013-0000-0000-000000000000");
+    assert_int_equal(d->kind, GS_DEV_REPLICA);
+    assert_true(d->mig && gs_device_is_mig(d));
+    assert_int_equal(d->gpu, 3);
+    assert_int_equal(d->gi_id, 13);
+    assert_int_equal(d->quota, (9984ULL << 20) / 3);
+    assert_int_equal(plan.n_errors, 0);
+    /* Allocate: the MIG device itself, its GPU's node and its capability nodes. */
+    struct gs_mig_minors mm;
+    char err[256];
+    assert_int_equal(gs_mig_minors_parse("mm", "gpu3/gi13/access 120\ngpu3/gi13/ci0/access 121\n", &mm, err,
+                                         sizeof(err)), 0);
+    const char *ids[] = { r->devices[83].id, r->devices[82].id };
+    struct gs_alloc_response resp;
+    assert_int_equal(gs_allocate(r, ids, 2, pol, &mm, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.visible_devices, "MIG-00000003-0013-0000-0000-000000000000");
+    assert_int_equal(resp.n_devspecs, 4 + 3); /* control nodes; the GPU and its caps once for both replicas */
+    assert_string_equal(resp.devspecs[4].container_path, "/dev/nvidia3");
+    assert_string_equal(resp.devspecs[5].container_path, "/dev/nvidia-caps/nvidia-cap120");
+    assert_string_equal(resp.devspecs[6].container_path, "/dev/nvidia-caps/nvidia-cap121");
+    assert_int_equal(resp.n_guarded, 1);
+    assert_int_equal(resp.guarded[0].bytes, 2 * ((9984ULL << 20) / 3)); /* two replicas: twice the quota */
+    gs_alloc_response_free(&resp);
+    pol->id_strategy = GS_ID_INDEX;
+    pol->pass_device_specs = false;
+    assert_int_equal(gs_allocate(r, ids, 1, pol, NULL, NULL, NULL, &resp, err, sizeof(err)), 0);
+    assert_string_equal(resp.visible_devices, "3:13");
+    gs_alloc_response_free(&resp);
+    gs_mig_minors_free(&mm);
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* renameByDefault, a devices list (a MIG UUID, NVIDIA's older MIG-GPU-.../gi/ci form, a GPU
+     * index: its MIG devices), the others stay plain MIG devices. */
+    pol = policy("version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+                 "    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n"
+                 "      devices: [MIG-00000000-0007-0000-0000-000000000000,\n"
+                 "                MIG-GPU-00000001-0000-0000-0000-000000000000/8/0, \"2\"]\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb.shared");
+    assert_int_equal(r->n_devices, (1 + 1 + 7) * 2);
+    assert_string_equal(r->devices[0].id, "MIG-00000000-0007-0000-0000-000000000000::0");
+    assert_string_equal(r->devices[2].id, "MIG-00000001-0008-0000-0000-000000000000::0");
+    assert_int_equal(r->devices[0].quota, 0); /* no memoryPerReplica: no guard */
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb")->n_devices, 28 - 9);
+    for (unsigned i = 0; i < plan.n_warnings; i++)
+        assert_null(strstr(plan.warnings[i], "not a GPU of this node"));
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* memoryPerReplica larger than the MIG device: an error naming the setting; not advertised. */
+    pol = policy("version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
+                 "    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n      memoryPerReplica: 12GiB\n"
+                 "      devices: [MIG-00000000-0007-0000-0000-000000000000]\n"
+                 "    - name: nvidia.com/mig-2g.20gb\n      replicas: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 1);
+    assert_string_equal(plan.errors[0],
+                        "test.yaml:9:25: sharing.timeSlicing.resources[0].memoryPerReplica: 12 GiB is more than the "
+                        "9.8 GiB of MIG device MIG-00000000-0007-0000-0000-000000000000 (1g.10gb, GPU 0): its "
+                        "replicas are not advertised (at most 9.8 GiB, or auto)");
+    r = gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb");
+    assert_int_equal(r->n_devices, 27);
+    assert_false(r->replicated);
+    bool unused = false;
+    for (unsigned i = 0; i < plan.n_warnings; i++)
+        unused |= strstr(plan.warnings[i], "sharing.timeSlicing.resources[1]: no MIG device of this node is "
+                                           "advertised as nvidia.com/mig-2g.20gb") != NULL;
+    assert_true(unused);
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* migStrategy single: the MIG devices are nvidia.com/gpu, and an nvidia.com/gpu entry
+     * replicates them (NVIDIA's plugin does the same); `devices: 2` = the first two of them. */
+    pol = policy("version: v1\nflags:\n  migStrategy: single\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+                 "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n      devices: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu.shared")->n_devices, 8);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu")->n_devices, 26);
+    gs_plan_free(&plan);
+    free(pol);
+
+    /* sharing.mps naming a MIG resource: MPS replicas of each MIG device, one daemon each. */
+    pol = policy("version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  mps:\n    resources:\n"
+                 "    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    r = gs_plan_resource(&plan, "nvidia.com/mig-1g.10gb");
+    assert_int_equal(r->n_devices, 56);
+    assert_true(r->mps && r->fail_gt_one);
+    assert_int_equal(r->devices[1].kind, GS_DEV_MPS);
+    assert_true(r->devices[1].mig);
+    assert_int_equal(r->devices[1].mps_percent, 50);
+    assert_int_equal(r->devices[1].mps_pinned, (9984ULL << 20) / 2);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* memoryPerReplica larger than the GPU: an error with file:line:column, the GPU not advertised.
+ * Replicas whose quotas add up to more than the GPU (overcommit) are allowed. */
+static void test_quota_larger_than_gpu(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "Tesla T4");
+    inv->gpus[0].mem_total = inv->gpus[1].mem_total = 15360ULL << 20;
+    struct gs_policy *pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                                   "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: 500GiB\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 2);
+    assert_string_equal(plan.errors[1], "test.yaml:7:25: sharing.timeSlicing.resources[0].memoryPerReplica: 500 GiB "
+                                        "is more than the 15 GiB of GPU 1 (Tesla T4): its replicas are not "
+                                        "advertised (at most 15 GiB, or auto)");
+    assert_int_equal(plan.n_resources, 0);
+    assert_int_equal(plan.gpus[0].mode, GS_MODE_DISABLED);
+    gs_plan_free(&plan);
+    free(pol);
+    pol = policy("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                 "    - name: nvidia.com/gpu\n      replicas: 4\n      memoryPerReplica: 8GiB\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 0);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu")->devices[0].quota, 8ULL << 30);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* migStrategy single on a node with a whole GPU and MIG devices: NVIDIA's plugin refuses such a
+ * node; gpuslice names flags.migStrategy and does not advertise nvidia.com/gpu. */
+static void test_single_mixed_node(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(2, "NVIDIA H100 80GB HBM3");
+    for (unsigned k = 0; k < 6; k++)
+        add_mig(&inv->gpus[1], "1g.10gb", 9 + k, 1);
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: single\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 1);
+    assert_non_null(strstr(plan.errors[0], "test.yaml:3:16: flags.migStrategy: single needs every GPU in MIG mode "
+                                           "with one profile, or none (as NVIDIA's plugin): nvidia.com/gpu would "
+                                           "carry whole GPU 0 and the MIG devices of GPU 1"));
+    assert_null(gs_plan_resource(&plan, "nvidia.com/gpu"));
+    assert_int_equal(plan.n_resources, 0);
+    assert_null(plan.gpus[0].resource);
+    assert_null(plan.gpus[1].resource);
+    gs_plan_free(&plan);
+    free(pol);
+    /* The whole GPU under a name of its own: no conflict. */
+    pol = policy("version: v1\nflags:\n  migStrategy: single\ngpuslice:\n  gpus:\n  - index: 0\n    mode: whole\n"
+                 "    resourceName: example.com/h100\n");
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_int_equal(plan.n_errors, 0);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu")->n_devices, 6);
+    assert_int_equal(gs_plan_resource(&plan, "example.com/h100")->n_devices, 1);
+    assert_string_equal(plan.gpus[0].resource, "example.com/h100");
+    assert_string_equal(plan.gpus[1].resource, "nvidia.com/gpu");
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
+/* migStrategy single with several profiles: the warning names every one, and a GPU whose only
+ * MIG device is of another profile (a 7g.80gb) is said to be left out, not to have none. */
+static void test_single_profiles_warning(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(4, "NVIDIA H100 80GB HBM3");
+    add_mig(&inv->gpus[0], "1g.10gb", 9, 1);
+    add_mig(&inv->gpus[0], "2g.20gb", 5, 2);
+    add_mig(&inv->gpus[1], "3g.40gb", 2, 3);
+    add_mig(&inv->gpus[1], "4g.40gb", 1, 4);
+    add_mig(&inv->gpus[2], "1g.10gb", 9, 1);
+    add_mig(&inv->gpus[3], "7g.80gb", 0, 7);
+    struct gs_policy *pol = policy("version: v1\nflags:\n  migStrategy: single\n");
+    struct gs_plan plan;
+    assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+    assert_string_equal(plan.warnings[0], "migStrategy single needs one MIG profile on the node; found 5: 1g.10gb "
+                                          "(GPUs 0,2), 2g.20gb (GPU 0), 3g.40gb (GPU 1), 4g.40gb (GPU 1), 7g.80gb "
+                                          "(GPU 3): only 1g.10gb devices are advertised (use migStrategy mixed)");
+    bool gpu3 = false;
+    for (unsigned i = 0; i < plan.n_warnings; i++) {
+        assert_null(strstr(plan.warnings[i], "has no MIG devices"));
+        gpu3 |= !strcmp(plan.warnings[i], "GPU 3: its MIG devices (7g.80gb) are not advertised: migStrategy single "
+                                          "advertises only 1g.10gb devices");
+    }
+    assert_true(gpu3);
+    assert_int_equal(gs_plan_resource(&plan, "nvidia.com/gpu")->n_devices, 2);
+    gs_plan_free(&plan);
+    free(pol);
+    free(inv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
         cmocka_unit_test(test_heterogeneous),   cmocka_unit_test(test_mig_strategies),
         cmocka_unit_test(test_health),          cmocka_unit_test(test_allocate),
         cmocka_unit_test(test_preferred),       cmocka_unit_test(test_guard_quotas),
-        cmocka_unit_test(test_mps),
+        cmocka_unit_test(test_mps),             cmocka_unit_test(test_mig_time_slicing),
+        cmocka_unit_test(test_quota_larger_than_gpu), cmocka_unit_test(test_single_mixed_node),
+        cmocka_unit_test(test_single_profiles_warning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
