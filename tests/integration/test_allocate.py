@@ -240,3 +240,27 @@ def test_mounted_guard_library_is_the_guard(h, monkeypatch):
     assert p.returncode == 0, p.stderr
     kv = dict(l.split("=", 1) for l in p.stdout.splitlines() if "=" in l)
     assert kv["ok"] == "2" and kv["first_err"] == "2", (lib, p.stdout)  # the third 16 MiB is refused
+
+
+# ------------------------------------------------------------------------------- time-sliced MIG devices
+
+def test_allocate_time_sliced_mig_device(h):
+    """NVIDIA-style time-slicing of a MIG resource: each MIG device advertised `replicas` times as
+    `<MIG-UUID>::<n>` (before, the entry selected nothing and the devices were advertised once);
+    Allocate maps replicas back to their MIG device, and the guard's quota is the MIG device's
+    memory / replicas."""
+    node = h.node(H100_L4)
+    m0 = node.mig_create(1, "1g.10gb", 0)
+    m1 = node.mig_create(1, "1g.10gb", 1)
+    guard_root = os.path.join(h.base, "guard")
+    policy = MIXED + ("sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n"
+                      "      replicas: 3\n      memoryPerReplica: 3GiB\n")
+    h.agent(node, policy, resources=["nvidia.com/mig-1g.10gb"], extra=["--guard-root", guard_root])
+    ids = sorted(d.id for d in h.kubelet.devices("nvidia.com/mig-1g.10gb"))
+    assert ids == sorted(f"{m}::{n}" for m in (m0, m1) for n in range(3))
+    resp = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [f"{m1}::2", f"{m1}::0"])
+    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == m1
+    mounts = {m.container_path: m for m in resp.mounts}
+    with open(mounts["/etc/gpuslice/guard.conf"].host_path) as f:
+        limits = f.read().splitlines()
+    assert f"device 0 {m1} {6 << 30} 0" in limits          # two replicas: twice the quota
