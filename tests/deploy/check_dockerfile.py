@@ -33,8 +33,9 @@ DOCKERFILE = os.path.join(ROOT, "Dockerfile")
 T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
 
 # deps.sh packages the image build does not need: compilers and libraries of the tests and the
-# fuzz targets (-Dtests=false, -Dfuzz=false), and the test tools.
-TEST_ONLY = {"clang", "libclang-rt-14-dev", "libcmocka-dev", "prometheus", "python3", "python3-pytest",
+# fuzz targets (-Dtests=false, -Dfuzz=false), and the test tools (python3-pip fetches the CUDA
+# headers of the guard's cuda.h check, scripts/cuda-headers.sh).
+TEST_ONLY = {"clang", "libclang-rt-14-dev", "libcmocka-dev", "prometheus", "python3", "python3-pip", "python3-pytest",
              "python3-yaml", "python3-grpcio", "python3-grpc-tools", "python3-protobuf", "python3-jsonschema",
              "python3-kubernetes", "shellcheck"}
 # Sanitizer runtimes linked into the ASan+UBSan build only; the image is built without them.
