@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "kubelet/podresources.h"
 #include "mig/migapply.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -192,6 +194,33 @@ void agent_recovery_job(void *ctx, uint64_t now_ns) {
 
 /* ---- MIG layout ----------------------------------------------------------------------------- */
 
+/* What the kubelet has assigned to pods (PodResources), which the layout must not destroy, as it
+ * does not destroy an instance a process uses. Asked after the devices to destroy are withdrawn,
+ * so that the kubelet does not assign them meanwhile. No socket (or none configured): no kubelet,
+ * nothing held. Returns 0, or -errno with the reason in err. */
+static int read_mig_holds(struct agent *a, struct gs_mig_holds *holds, char *err, size_t errlen) {
+    const char *path = a->o->pod_resources;
+    struct stat st;
+    memset(holds, 0, sizeof(*holds));
+    if (!path || !path[0] || (stat(path, &st) < 0 && errno == ENOENT)) {
+        log_info("No kubelet on this node (no PodResources socket%s%s): only processes count as in use for the "
+                 "MIG layout", path && path[0] ? " " : "", path ? path : "");
+        return 0;
+    }
+    struct pr_list l;
+    char why[512];
+    int r = pr_list(path, 5000, &l, why, sizeof(why));
+    if (r < 0) {
+        snprintf(err, errlen, "cannot ask the kubelet which pods hold which devices (PodResources %s): %s", path, why);
+        return r;
+    }
+    r = gs_mig_holds_find(a->inv, &l, holds);
+    pr_list_free(&l);
+    if (r < 0)
+        snprintf(err, errlen, "out of memory");
+    return r;
+}
+
 void agent_reconcile_mig(struct agent *a) {
     if (!a->policy->mig_config[0])
         return;
@@ -232,8 +261,20 @@ void agent_reconcile_mig(struct agent *a) {
     log_info("Applying MIG layout %s%s%s", a->policy->mig_config, file ? " from " : "", file ? file->name : "");
     if (a->plan_valid)
         agent_replan(a, false); /* withdraw the devices of instances about to be destroyed */
-    struct gs_mig_apply_result res;
-    r = gs_mig_apply_node(a->node, file, a->policy->mig_config, a->policy->mig_force, &res, err, sizeof(err));
+    struct gs_mig_apply_result res = { 0 };
+    struct gs_mig_holds holds;
+    r = read_mig_holds(a, &holds, err, sizeof(err));
+    if (r < 0 && a->policy->mig_force) {
+        log_warn("MIG layout %s forced without knowing what pods hold: %s", a->policy->mig_config, err);
+        r = 0;
+    } else if (r < 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, sizeof(err) - n, "; nothing is changed (gpuslice.mig.force goes on without it)");
+    }
+    if (r == 0)
+        r = gs_mig_apply_node_held(a->node, file, a->policy->mig_config, &holds, a->policy->mig_force, &res, err,
+                                   sizeof(err));
+    gs_mig_holds_free(&holds);
     memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
     if (r < 0) {
         agent_publish_mig_status(a, "failed", err); /* first: whoever reads the log line finds the state written */
