@@ -1,6 +1,6 @@
 /* alloc.c: Allocate answers and preferred allocations (pure; see alloc.h). */
 #include "core/alloc.h"
-#include "place/place.h"
+#include "place/frag.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -414,8 +414,8 @@ static bool chosen_already(const char **out, size_t n, const char *id) {
 }
 
 /* FGD fragmentation (milli-GPU) of one GPU of `replicas` replicas with `free` of them free, under
- * requests of k replicas with the weights of hist: the placement engine's score on a one-GPU
- * node (a request of k replicas asks k/replicas of the GPU). */
+ * requests of k replicas with the weights of hist: the placement engine's measure (place/frag.h)
+ * on a one-GPU node (a request of k replicas asks k/replicas of the GPU). */
 static double gpu_frag(unsigned replicas, unsigned free, const unsigned *hist) {
     struct pl_target t[GS_ALLOC_SIZE_HIST];
     size_t nt = 0;
@@ -427,10 +427,9 @@ static double gpu_frag(unsigned replicas, unsigned free, const unsigned *hist) {
         if (w > 0)
             t[nt++] = (struct pl_target){ .milli = (int)(1000 * k / replicas), .num = 1, .p = w };
     }
-    struct pl_cluster c = { .targets = t, .n_targets = nt };
-    struct pl_node n = { .cpu_left = INT64_MAX / 2, .mem_left = INT64_MAX / 2, .n_gpu = 1, .model = -1 };
-    n.gpu_free[0] = (int)(1000 * free / replicas);
-    return pl_node_frag(&c, &n);
+    /* CPU and memory never short; any model */
+    int gpu_free = (int)(1000 * free / replicas);
+    return pl_frag(t, nt, NULL, INT64_MAX / 2, INT64_MAX / 2, &gpu_free, 1, -1);
 }
 
 size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_t n_avail, const char *const *must,

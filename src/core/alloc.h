@@ -112,7 +112,7 @@ int gs_alloc_add_mount(struct gs_alloc_response *out, const char *container_path
  * pointers to the chosen strings of avail/must into out (room for size). Replicas and MIG devices
  * are spread over GPUs (distributed: fewest allocated first), packed (most allocated first), or
  * placed by fragmentation: each replica goes to the GPU whose FGD fragmentation (the placement
- * engine's score, src/place) grows least, under the node's request sizes seen so far
+ * engine's measure, src/place/frag.h) grows least, under the node's request sizes seen so far
  * (hist[k]: requests of k devices, k = 1..8; NULL or all zero: single replicas), ties to the most
  * allocated GPU. Whole GPUs prefer one NUMA node. Returns the number chosen (< size if not enough). */
 size_t gs_preferred(const struct gs_resource *r, const char *const *avail, size_t n_avail, const char *const *must,

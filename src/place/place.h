@@ -9,27 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "place/frag.h"   /* struct pl_target, the measure */
+#include "place/gorand.h" /* struct pl_gorand, which pl_schedule draws from */
+
 #define PL_MAX_GPUS 16      /* GPUs per node */
 #define PL_MAX_MODELS 32    /* distinct GPU models in one cluster (a pod's gpu_spec is a bit mask) */
 #define PL_MODEL_LEN 24
 #define PL_MAX_PODS_PER_NODE 1001 /* the simulator's node allocatable "pods" */
 #define PL_MILLI 1000
 #define PL_SLOTS 8          /* requests a GPU's packing plan can still expect (gpuslice's policy) */
-
-/* Go's math/rand source and the few methods the simulator uses, bit for bit (Go 1.19/1.20,
- * rngSource with the 63-bit values: every method used here only reads the low 63 bits). */
-struct pl_gorand {
-    int tap, feed;
-    int64_t vec[607];
-};
-void pl_gorand_seed(struct pl_gorand *r, int64_t seed);
-int64_t pl_gorand_int63(struct pl_gorand *r);
-/* rand.Intn(n) for 0 < n < 2^31 */
-int32_t pl_gorand_intn(struct pl_gorand *r, int32_t n);
-/* the lower-case int31n that rand.Shuffle uses (Lemire's method) */
-int32_t pl_gorand_int31n_lemire(struct pl_gorand *r, int32_t n);
-/* rand.Perm(n) into out[n] */
-void pl_gorand_perm(struct pl_gorand *r, int32_t n, int32_t *out);
 
 struct pl_pod {
     int64_t cpu;       /* milli-CPU request */
@@ -58,15 +46,6 @@ struct pl_node {
     unsigned plan_ver[PL_MAX_GPUS];
 };
 
-/* One spec of the target workload ("typical pods") with its probability. */
-struct pl_target {
-    int64_t cpu;
-    int milli, num;
-    uint32_t models;
-    char spec[64]; /* the gpu_spec text: part of the sort key, as in the simulator */
-    double p;
-};
-
 enum pl_policy {
     PL_RANDOM,
     PL_DOTPROD,
@@ -85,7 +64,7 @@ struct pl_cluster {
     int n_models;
     struct pl_target *targets; /* FGD's target workload; owned */
     size_t n_targets;
-    /* gpuslice's online workload estimate (see place.c) */
+    /* gpuslice's online workload estimate (policy_pack.c) */
     struct pl_online *online;
     int64_t total_gpu_milli;
     int64_t alloc_gpu_milli;

@@ -2,6 +2,7 @@
  * random draws is the simulator's (pkg/simulator/core.go: Simulate): Seed, one hidden Int, Shuffle
  * of the name-sorted pods, Intn draws for the inflation, Perm for the node ranks, then the policy's. */
 #include "place/replay.h"
+#include "place/gorand.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,0 +1,25 @@
+/* policy_pack.h: gpuslice's own placement policy (`--policy gpuslice`, PL_GPUSLICE): FGD's measure
+ * against a workload learned online, with memory and CPU stranding, and a packing plan (cutting
+ * stock, cutstock.h) for the pods that share a GPU; described in policy_pack.c and
+ * docs/fragmentation.md. Its state is the cluster's `online` and the nodes' plan fields. The engine
+ * (place.c) calls these from pl_schedule, pl_commit, pl_observe and pl_cluster_free; nothing else
+ * does. Pure: no I/O. */
+#ifndef GS_POLICY_PACK_H
+#define GS_POLICY_PACK_H
+
+#include "place/place.h"
+
+/* pl_schedule under PL_GPUSLICE: the chosen node's index, or -1 when no node fits; *gpu: for a pod
+ * that shares one GPU, the GPU it takes, else -1. Does not change the nodes. */
+int pk_schedule(struct pl_cluster *c, const struct pl_pod *p, int *gpu);
+/* pl_commit, before the pod's GPUs are taken from node n: a sharing pod takes the slot kept for
+ * it, or opens an idle GPU along the plan. */
+void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, const struct pl_choice *ch);
+/* pl_commit, after node n changed: its cached fragmentation under the estimate. */
+void pk_node_changed(struct pl_cluster *c, struct pl_node *n);
+/* pl_observe: pod p arrived; the estimate (and the plan) is rebuilt when it has grown enough. */
+void pk_observe(struct pl_cluster *c, const struct pl_pod *p);
+/* Frees the policy's state (NULL: nothing). */
+void pk_free(struct pl_online *o);
+
+#endif
