@@ -1,5 +1,6 @@
-/* catalog.c: the GPU model catalogue (pure data). Sources: ../shared/reference/mig.md §1 (real
- * `nvidia-smi mig -lgip/-lgipp` captures and NVML headers); provenance per model is summarised in
+/* catalog.c: the GPU model catalogue (pure data). Sources: NVIDIA's MIG User Guide (supported
+ * profiles per GPU), nvml.h 13.3.29 (as in NVIDIA/go-nvml) and real `nvidia-smi mig -lgip/-lgipp`
+ * captures posted in NVIDIA/mig-parted and NVIDIA/gpu-operator issues; provenance per model is summarised in
  * docs/simulator.md. Rows marked verified=false hold numbers no real capture confirmed. */
 #include "catalog/catalog.h"
 

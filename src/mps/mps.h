@@ -1,6 +1,6 @@
 /* mps.h: supervision of NVIDIA MPS control daemons, one `nvidia-cuda-mps-control -d` per GPU or MIG
  * instance shared with MPS (NVIDIA's plugin runs one per resource, for all its GPUs, and does not
- * watch it after start: ../shared/reference/nvidia-device-plugin.md §3).
+ * watch it after start: NVIDIA/k8s-device-plugin v0.20.0, cmd/mps-control-daemon).
  *
  * Each daemon gets its own directories under the MPS root (flags.mpsRoot):
  *   <root>/<uuid>/pipe   CUDA_MPS_PIPE_DIRECTORY: the daemon's `control` socket and its pid file

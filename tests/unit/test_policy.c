@@ -115,7 +115,8 @@ static void test_empty_and_null_forms(void **state) {
     }
 }
 
-/* The example of ../shared/reference/nvidia-device-plugin.md §1 (NVIDIA's README), verbatim. */
+/* The config-file example of NVIDIA's k8s-device-plugin README ("As a configuration file"), with
+ * the other fields of its v1 schema (api/config/v1, v0.20.0) and a user's comments added. */
 static const char nvidia_example[] =
     "version: v1\n"
     "flags:\n"
