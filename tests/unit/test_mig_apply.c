@@ -1214,8 +1214,11 @@ static void test_layout_file_errors(void **state) {
     assert_memory_equal(err, prefix, strlen(prefix));
     unsigned line = (unsigned)atoi(err + strlen(prefix));
     assert_true(line >= 4 && line <= 8);
-    /* A config selecting no GPU of this node changes nothing. */
-    assert_int_equal(gs_mig_apply_node(f.node, lf, "other-gpus-only", false, &res, err, sizeof(err)), 0);
+    /* A config naming a GPU this node does not have is an error at the index (it was applied
+     * as selecting nothing, silently), and changes nothing. */
+    memset(&res, 0, sizeof(res));
+    assert_int_equal(gs_mig_apply_node(f.node, lf, "other-gpus-only", false, &res, err, sizeof(err)), -ENODEV);
+    assert_non_null(strstr(err, ": mig-configs.other-gpus-only[0].devices[0]: GPU 3 is not on this node"));
     assert_int_equal(res.steps_done, 0);
     take_snap(&f, &after);
     assert_snap_equal(&before, &after, "other-gpus-only");
