@@ -27,6 +27,8 @@ struct agent_options {
     const char *cdi_kind;         /* its kind (NULL: nvidia.com/gpu) */
     const char *container_driver_root; /* where the host's driver root is mounted for the agent (NULL: the
                                         * policy's containerDriverRoot, else nvidiaDriverRoot) */
+    const char *cdi_hook;         /* host path of gpuslice-cdi-hook named in the CDI spec ("": none; NULL:
+                                   * $GPUSLICE_CDI_HOOK, else GS_CDI_HOOK_PATH) */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -91,7 +91,8 @@ void agent_publish_cdi_spec(struct agent *a) {
                             : a->policy->container_driver_root[0]                         ? a->policy->container_driver_root
                                                                                           : a->policy->driver_root;
     int r = gs_cdi_node_spec(a->inv, a->o->proc_root, a->policy->driver_root, read_root,
-                             a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND, &text, &n_files, err, sizeof(err));
+                             a->o->cdi_kind ? a->o->cdi_kind : GS_CDI_KIND, a->o->cdi_hook, &text, &n_files, err,
+                             sizeof(err));
     if (r < 0) {
         if (strcmp(err, a->pub.cdi_error) != 0)
             log_warn("CDI spec not written: %s", err);

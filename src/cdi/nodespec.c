@@ -36,8 +36,8 @@ static bool file_exists(const char *path, void *ctx) {
 }
 
 int gs_cdi_node_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root,
-                     const char *read_root, const char *kind, char **out, unsigned *n_driver_files, char *err,
-                     size_t errlen) {
+                     const char *read_root, const char *kind, const char *hook, char **out, unsigned *n_driver_files,
+                     char *err, size_t errlen) {
     *out = NULL;
     char path[PATH_MAX];
     _cleanup_free_ char *devices = NULL;
@@ -73,7 +73,8 @@ int gs_cdi_node_spec(const struct gs_inventory *inv, const char *proc_root, cons
         gs_mig_minors_free(&mm);
         return -EINVAL;
     }
-    const char *hook = getenv("GPUSLICE_CDI_HOOK"); /* the hook's host path ("": none) */
+    if (!hook)
+        hook = getenv("GPUSLICE_CDI_HOOK"); /* the hook's host path ("": none) */
     if (hook)
         snprintf(drv->hook, sizeof(drv->hook), "%s", hook);
     if (n_driver_files)

@@ -17,11 +17,12 @@ int gs_cdi_read_mig_minors(const char *proc_root, struct gs_mig_minors *mm, char
  * and mig-minors, the driver's libraries from READ_ROOT/etc/ld.so.cache and its tools from
  * READ_ROOT/usr/bin, where READ_ROOT is the host's DRIVER_ROOT as this process sees it (the
  * policy's containerDriverRoot; the spec names host paths under DRIVER_ROOT). A missing cache
- * only means no libraries (*n_driver_files says how many files were found). The environment
- * variable GPUSLICE_CDI_HOOK names the hook's host path. Returns 0 with the JSON text in *out
- * (caller frees), or -errno with the file named in err. */
+ * only means no libraries (*n_driver_files says how many files were found). HOOK is the host path
+ * of gpuslice-cdi-hook the spec names ("": none; NULL: the environment variable GPUSLICE_CDI_HOOK,
+ * else GS_CDI_HOOK_PATH). Returns 0 with the JSON text in *out (caller frees), or -errno with the
+ * file named in err. */
 int gs_cdi_node_spec(const struct gs_inventory *inv, const char *proc_root, const char *driver_root,
-                     const char *read_root, const char *kind, char **out, unsigned *n_driver_files, char *err,
-                     size_t errlen);
+                     const char *read_root, const char *kind, const char *hook, char **out, unsigned *n_driver_files,
+                     char *err, size_t errlen);
 
 #endif

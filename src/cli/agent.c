@@ -25,7 +25,8 @@ static const char *kind_name(enum gs_dev_kind k) {
 
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
-           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT };
+           OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT,
+           OPT_CDI_HOOK };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -45,6 +46,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "cdi-root", required_argument, NULL, OPT_CDI_ROOT },
         { "cdi-kind", required_argument, NULL, OPT_CDI_KIND },
         { "container-driver-root", required_argument, NULL, OPT_CONTAINER_DRIVER_ROOT },
+        { "cdi-hook", required_argument, NULL, OPT_CDI_HOOK },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -69,6 +71,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_CDI_ROOT: o.cdi_root = optarg; break;
         case OPT_CDI_KIND: o.cdi_kind = optarg; break;
         case OPT_CONTAINER_DRIVER_ROOT: o.container_driver_root = optarg; break;
+        case OPT_CDI_HOOK: o.cdi_hook = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -137,6 +140,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            whenever the devices change (default /var/run/cdi; \"\" for none)\n"
                    "  --cdi-kind VENDOR/CLASS   its kind, the prefix of the names that cdi-cri and\n"
                    "                            cdi-annotations give the runtime (default " GS_CDI_KIND ")\n"
+                   "  --cdi-hook PATH           the host path of gpuslice-cdi-hook, which the spec names as a\n"
+                   "                            createContainer hook when it mounts libcuda (default\n"
+                   "                            $GPUSLICE_CDI_HOOK, else " GS_CDI_HOOK_PATH "; \"\" for none)\n"
                    "  --container-driver-root DIR  where the host's driver root (the policy's\n"
                    "                            nvidiaDriverRoot) is mounted for the agent, e.g. /driver-root\n"
                    "                            in its container (default: the policy's containerDriverRoot,\n"
@@ -148,6 +154,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     }
     if (o.cdi_kind && !gs_cdi_kind_valid(o.cdi_kind)) {
         return cli_usage_error("agent", "--cdi-kind: '%s' is not a CDI kind (VENDOR/CLASS, e.g. %s)", o.cdi_kind, GS_CDI_KIND);
+    }
+    if (o.cdi_hook && o.cdi_hook[0] && o.cdi_hook[0] != '/') {
+        return cli_usage_error("agent", "--cdi-hook: '%s' is not an absolute path (\"\" for no hook)", o.cdi_hook);
     }
     if (o.container_driver_root && o.container_driver_root[0] != '/') {
         return cli_usage_error("agent", "--container-driver-root: '%s' is not an absolute path", o.container_driver_root);

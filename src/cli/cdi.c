@@ -78,7 +78,7 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
         return rc;
     gpu_node_close(node);
     char *text, err[512];
-    int r = gs_cdi_node_spec(inv, proc_root, driver_root, driver_root, kind, &text, NULL, err, sizeof(err));
+    int r = gs_cdi_node_spec(inv, proc_root, driver_root, driver_root, kind, NULL, &text, NULL, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "gpuslice: %s\n", err);
         return GS_EXIT_FAILURE;

@@ -259,16 +259,24 @@ def test_compute_mode_restored_when_the_agent_stops(h):
     assert _modes(node)[0] == "default"
 
 
-def test_cdi_mps_edits_in_a_transient_spec(h):
-    from test_agent import _proc_root, _transient
-    from test_cdi import validator
+def cdi_mps_allocation(h):
+    """An agent serving 4 MPS replicas per GPU of T4X2 with the cdi-cri strategy, and its Allocate
+    answer for replica 3 of GPU 1: (agent, GPU UUIDs, MPS root, answer). Also used by
+    test_cdi_consumers.py."""
+    from test_agent import _proc_root
     node = h.node(T4X2)
     u = node.uuids()
     root = os.path.join(h.base, "mps")
     policy = mps_policy(root).replace("version: v1\nflags:\n", "version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n")
     a = h.agent(node, policy, resources=["nvidia.com/gpu"], extra=["--mps-control", FAKE, "--proc-root", _proc_root(h)])
     h.kubelet.wait_for("nvidia.com/gpu", lambda d: len(d) == 8 and {x.health for x in d} == {HEALTHY}, timeout=10)
-    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::3"])
+    return a, u, root, h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::3"])
+
+
+def test_cdi_mps_edits_in_a_transient_spec(h):
+    from test_agent import _transient
+    from test_cdi import validator
+    a, u, root, r = cdi_mps_allocation(h)
     assert not r.mounts and not r.envs
     alloc = r.cdi_devices[1].name.split("=", 1)[1]
     spec = _transient(a, alloc)

@@ -2,17 +2,20 @@
 containerd, CRI-O and podman) at v0.5.4 (containerd 1.7.0, podman 4.2/4.3, CRI-O on CDI 0.5.x) and
 at its current release: no errors, the devices listed, and injecting them gives exactly the spec's
 device nodes, mounts, environment and hooks. tests/cdi/build.sh builds the library's loader
-(tests/cdi/validate) with go, cached by version; without go these tests fail.
+(tests/cdi/validate) with go, cached by version; without go these tests fail. The specs: the node's
+(`cdi generate` and the agent's, with the hook the agent's --cdi-hook names), and the agent's
+per-allocation specs for the guard and for MPS replicas.
 
-Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT, FAKE_MPS_CONTROL."""
 import json
 import os
 import subprocess
 
 import pytest
 
-from agent_harness import T4X2, h  # noqa: F401 (h: the fixture)
+from agent_harness import GPUSLICE, T4X2, h  # noqa: F401 (h: the fixture)
 from test_agent import _cdi_policy, _proc_root, _spec
+from test_agent_mps import cdi_mps_allocation
 from test_cdi import fake_driver_root, inspect, run, sim
 
 ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -106,12 +109,74 @@ def test_agent_node_and_guard_specs(cdi_lib, h):  # noqa: F811 (h: the fixture)
     r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::1"])
     names = [d.name for d in r.cdi_devices]
     assert len(names) == 2 and names[1].startswith("gpuslice.io/gpu=alloc-")
-    res = load(cdi_lib, a.cdi_root, *names)
-    assert res["errors"] == {}, res["errors"]
-    spec = _spec(a)
-    assert set(res["devices"]) >= {f"gpuslice.io/gpu={d['name']}" for d in spec["devices"]} | {names[1]}
-    with open(os.path.join(a.cdi_root, f"gpuslice.io-gpu_{names[1].split('=', 1)[1]}.json")) as f:
-        alloc = json.load(f)
+    alloc, res = check_allocation(cdi_lib, a, names, u[0])
     assert alloc["cdiVersion"] == "0.3.0"           # a name starting with a letter, nothing newer
-    want = [sorted(x + y) for x, y in zip(expect(spec, u[0]), expect(alloc, alloc["devices"][0]["name"]))]
+    nodes, mounts, env, hooks = got(res)
+    assert "GPUSLICE_GUARD_CONFIG=/etc/gpuslice/guard.conf" in env
+    assert {"/etc/gpuslice/guard.conf", "/etc/ld.so.preload"} <= {dst for _, dst in mounts}
+
+
+def check_allocation(lib, agent, names, uuid):
+    """Loads the agent's CDI directory (the node's spec and the per-allocation spec names[1]) and
+    injects the allocation's names: exactly the node device's edits, the node spec's and the
+    allocation spec's. Returns the allocation spec and what was injected."""
+    res = load(lib, agent.cdi_root, *names)
+    assert res["errors"] == {}, res["errors"]
+    spec = _spec(agent)
+    assert names[0] == f"gpuslice.io/gpu={uuid}"
+    assert set(res["devices"]) >= {f"gpuslice.io/gpu={d['name']}" for d in spec["devices"]} | {names[1]}
+    with open(os.path.join(agent.cdi_root, f"gpuslice.io-gpu_{names[1].split('=', 1)[1]}.json")) as f:
+        alloc = json.load(f)
+    assert [d["name"] for d in alloc["devices"]] == [names[1].split("=", 1)[1]]
+    want = [sorted(x + y) for x, y in zip(expect(spec, uuid), expect(alloc, alloc["devices"][0]["name"]))]
     assert list(got(res)) == want
+    return alloc, res
+
+
+def test_agent_mps_spec(cdi_lib, h):  # noqa: F811 (h: the fixture)
+    """The per-allocation spec the agent writes for an MPS replica (its daemon's pipe directory,
+    the shared memory directory, the replica's thread percentage): loaded and injected beside the
+    node's device."""
+    a, u, root, r = cdi_mps_allocation(h)
+    assert not r.mounts and not r.envs
+    names = [d.name for d in r.cdi_devices]
+    assert len(names) == 2 and names[1].startswith("gpuslice.io/gpu=alloc-")
+    alloc, res = check_allocation(cdi_lib, a, names, u[1])
+    assert alloc["cdiVersion"] == "0.3.0"
+    nodes, mounts, env, hooks = got(res)
+    assert ("/dev/nvidia1", 195, 1) in nodes and ("/dev/nvidia0", 195, 0) not in nodes
+    assert {"CUDA_MPS_PIPE_DIRECTORY=/mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+            "NVIDIA_VISIBLE_DEVICES=void"} <= set(env)
+    assert (os.path.join(root, u[1], "pipe"), "/mps/pipe") in mounts
+    assert (os.path.join(root, "shm"), "/dev/shm") in mounts
+    assert not any(src.startswith(os.path.join(root, u[0])) for src, _ in mounts), "GPU 0's daemon is not mounted"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
+def test_agent_cdi_hook_option(cdi_lib, h):  # noqa: F811 (h: the fixture)
+    """`agent --cdi-hook PATH`: the node spec the agent writes names the hook there (where the chart
+    installs it on the host), and injecting a device gives the runtime exactly that hook."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    root = fake_driver_root(h.base)
+    policy = f"version: v1\nflags:\n  nvidiaDriverRoot: {root}\n  plugin:\n    deviceListStrategy: cdi-cri\n"
+    hook = "/var/lib/gpuslice-test/bin/gpuslice-cdi-hook"
+    a = h.agent(node, policy, resources=["nvidia.com/gpu"], extra=["--proc-root", _proc_root(h), "--cdi-hook", hook])
+    spec = _spec(a)
+    assert [x["path"] for x in spec["containerEdits"]["hooks"]] == [hook]
+    res = load(cdi_lib, a.cdi_root, f"gpuslice.io/gpu={u[0]}")
+    assert got(res) == expect(spec, u[0]) and got(res)[3] == [hook]
+    assert a.stop() == 0
+    b = h.agent(node, policy, extra=["--proc-root", _proc_root(h), "--cdi-hook", ""])
+    b.wait_log(r"CDI spec written to ")  # the emulator already lists the first agent's resource
+    spec = _spec(b)
+    assert "hooks" not in spec["containerEdits"] and spec["containerEdits"]["mounts"]
+    assert got(load(cdi_lib, b.cdi_root, f"gpuslice.io/gpu={u[0]}"))[3] == []
+
+
+def test_agent_cdi_hook_must_be_absolute(h):  # noqa: F811 (h: the fixture)
+    node = h.node(T4X2)
+    p = subprocess.run([GPUSLICE, "--sim", node.path, "--sim-state", node.state, "agent", "--cdi-hook",
+                        "bin/gpuslice-cdi-hook"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--cdi-hook: 'bin/gpuslice-cdi-hook' is not an absolute path" in p.stderr
