@@ -1,6 +1,7 @@
 /* ctl.c: the simulator's own controls (simctl.h): Xid injection, simulated processes, GPU reset
  * and loss, the fault schedule. Each runs under the state lock like an NVML call. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -161,3 +162,18 @@ EXPORT int gpusliceSimSetLost(unsigned gpu, int lost, char *err, size_t errlen) 
 }
 
 EXPORT int gpusliceSimSetFaults(const char *spec, char *err, size_t errlen) { return sim_set_faults(spec, err, errlen); }
+
+EXPORT int gpusliceSimRoot(char *buf, size_t len, char *err, size_t errlen) {
+    if (lock_state(false, NULL) != NVML_SUCCESS) {
+        snprintf(err, errlen, "simulated NVML is not initialised");
+        return -ENXIO;
+    }
+    char root[PATH_MAX];
+    sim_root_dir(root, sizeof(root));
+    unlock_state(NVML_SUCCESS, false);
+    if (gs_strlcpy(buf, root, len) < 0) {
+        snprintf(err, errlen, "the root's path %s is too long", root);
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}

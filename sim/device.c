@@ -154,17 +154,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) 
     struct dev_ref ref;
     nvmlReturn_t r = with_out(resolve_device(d, &ref), pci);
     if (r == NVML_SUCCESS) {
-        memset(pci, 0, sizeof(*pci));
-        /* Buses spaced as on an 8-GPU HGX board: 0x18, 0x2a, 0x3a, ... */
-        static const unsigned buses[8] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
-        pci->domain = ref.index / 8;
-        pci->bus = buses[ref.index % 8];
-        pci->device = 0;
-        pci->pciDeviceId = ref.gpu->model->pci_device_id;
-        pci->pciSubSystemId = (ref.gpu->model->pci_device_id & 0xffff0000u) | 0x10DE;
-        snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", pci->domain, pci->bus, pci->device);
-        snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0", pci->domain, pci->bus,
-                 pci->device);
+        unsigned domain, bus;
+        sim_pci_location(ref.index, &domain, &bus);
+        sim_fill_pci(domain, bus, ref.gpu->model->pci_device_id, pci);
     }
     READ_END(r);
 }

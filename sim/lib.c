@@ -8,7 +8,8 @@
  * GPUSLICE_SIM_STATE = state directory (default ${XDG_RUNTIME_DIR:-/tmp}/gpuslice-sim-<uid>),
  * GPUSLICE_SIM_MIG_DELAY_MS = how long each MIG reconfiguration call takes (default 0; a driver
  * takes a noticeable time to create or destroy an instance, and tests interrupt an apply there),
- * GPUSLICE_SIM_FAULTS = the fault schedule (faults.h).
+ * GPUSLICE_SIM_FAULTS = the fault schedule (faults.h). nvmlInit also creates the node's root,
+ * STATE_DIR/root (root.c).
  *
  * Fidelity: real profile IDs, placements, caps and NVML return codes (see docs/simulator.md).
  * Every call locks the shared state (flock on DIR/lock) so concurrent processes see one node. */
@@ -205,6 +206,8 @@ nvmlReturn_t lock_state(bool write, const char *fn) {
 nvmlReturn_t unlock_state(nvmlReturn_t ret, bool save) {
     if (save && ret == NVML_SUCCESS && save_state_locked() < 0)
         ret = NVML_ERROR_UNKNOWN;
+    else if (save && ret == NVML_SUCCESS)
+        (void)sim_root_sync(); /* instances, processes made or gone */
     flock(lock_fd, LOCK_UN);
     pthread_mutex_unlock(&lib_lock);
     return ret;
@@ -290,6 +293,12 @@ static nvmlReturn_t sim_init(void) {
         if (save_state_locked() < 0)
             ret = NVML_ERROR_NO_PERMISSION;
     }
+    /* The node's files (/proc, /dev, the driver root) beside its state: a failure only costs the
+     * tools that read them, so it is reported and NVML goes on. */
+    char root[PATH_MAX];
+    sim_root_dir(root, sizeof(root));
+    if (ret == NVML_SUCCESS && (r = sim_root_create()) < 0 && r != -EROFS)
+        sim_log("Failed to create the node's root %s: %s", root, strerror(-r));
     flock(lock_fd, LOCK_UN);
     if (ret != NVML_SUCCESS) {
         free(sim_st);

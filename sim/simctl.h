@@ -25,6 +25,10 @@ int gpusliceSimSetLost(unsigned gpu, int lost, char *err, size_t errlen);
 /* Replaces this process's fault schedule (GPUSLICE_SIM_FAULTS syntax, docs/simulator.md) and
  * restarts its call counts; "" clears it. A bad schedule leaves the current one in place. */
 int gpusliceSimSetFaults(const char *spec, char *err, size_t errlen);
+/* The simulated node's root (STATE_DIR/root: proc/, dev/, sys/, the stand-in driver root;
+ * docs/simulator.md#the-nodes-root), which `--sim` gives commands as their /proc, /dev, /sys and
+ * driver root. */
+int gpusliceSimRoot(char *buf, size_t len, char *err, size_t errlen);
 /* NVML calls that reached the library in this process (tests: proves calls go through it). */
 unsigned long long gpusliceSimCallCount(void);
 
@@ -35,5 +39,6 @@ typedef __typeof__(&gpusliceSimResetGpu) gs_sim_reset_gpu_fn;
 typedef __typeof__(&gpusliceSimSetLost) gs_sim_set_lost_fn;
 typedef __typeof__(&gpusliceSimSetFaults) gs_sim_set_faults_fn;
 typedef __typeof__(&gpusliceSimCallCount) gs_sim_call_count_fn;
+typedef __typeof__(&gpusliceSimRoot) gs_sim_root_fn;
 
 #endif

@@ -7,6 +7,9 @@
  * mig.c       MIG mode, GPU-instance profiles, placements, GPU instances
  * mig_ci.c    compute instances and MIG device handles
  * events.c    event sets and Xid delivery
+ * topology.c  PCI addresses, NUMA nodes, PCIe topology between GPUs, NVLink
+ * root.c      the node's root (proc, dev, sys, the stand-in driver root); ldcache_write.c its
+ *             linker cache
  * ctl.c       the gpusliceSim* controls (simctl.h)
  * sim_state.c the shared state file; faults.c the fault schedule's parser */
 #ifndef GS_SIM_SIMLIB_H
@@ -14,6 +17,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "gpu/nvml_types.h"
 #include "sim_state.h"
@@ -76,6 +80,22 @@ static inline nvmlReturn_t with_out(nvmlReturn_t r, const void *out) {
 
 /* device.c: bytes used by processes on GPU g, or on its GPU instance gi (and compute instance ci). */
 unsigned long long used_bytes(const struct sim_gpu *g, int gi, int ci);
+/* topology.c: GPU `index`'s PCI domain and bus, and NUMA node; a PCI info struct for a device
+ * at DOMAIN:BUS:00.0; the number of NVLinks of a model (0: a PCIe board). */
+void sim_pci_location(unsigned index, unsigned *domain, unsigned *bus);
+int sim_numa_node(unsigned index);
+void sim_fill_pci(unsigned domain, unsigned bus, unsigned device_id, nvmlPciInfo_t *pci);
+unsigned sim_nvlink_count(const struct gs_model *m);
+
+/* root.c, under the state lock: STATE_DIR/root; the capability minor of GI gi (ci < 0) or of its
+ * CI ci on the GPU with that minor; (re)creates the root when it is missing or was made for
+ * another node; brings dev/nvidia-caps in line with the
+ * instances and proc/PID with the processes. 0 or -errno. */
+void sim_root_dir(char *buf, size_t len);
+unsigned sim_cap_minor(unsigned gpu_minor, unsigned gi, int ci);
+int sim_root_create(void);
+int sim_root_sync(void);
+
 /* mig.c: whether processes run on GPU instance gi (and compute instance ci, -1: any) of g. */
 bool gi_has_processes(const struct sim_gpu *g, unsigned gi, int ci);
 

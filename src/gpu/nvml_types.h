@@ -89,6 +89,22 @@ typedef struct nvmlEventSet_st *nvmlEventSet_t;
 /* Event types */
 #define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
 
+/* Topology and NVLink (the simulated node answers them; gpuslice itself does not call them). */
+typedef int nvmlGpuTopologyLevel_t;
+#define NVML_TOPOLOGY_INTERNAL 0
+#define NVML_TOPOLOGY_SINGLE 10
+#define NVML_TOPOLOGY_MULTIPLE 20
+#define NVML_TOPOLOGY_HOSTBRIDGE 30
+#define NVML_TOPOLOGY_NODE 40
+#define NVML_TOPOLOGY_SYSTEM 50
+typedef int nvmlEnableState_t;
+#define NVML_FEATURE_DISABLED 0
+#define NVML_FEATURE_ENABLED 1
+typedef int nvmlIntNvLinkDeviceType_t;
+#define NVML_NVLINK_DEVICE_TYPE_GPU 0x00
+#define NVML_NVLINK_DEVICE_TYPE_IBMNPU 0x01
+#define NVML_NVLINK_DEVICE_TYPE_SWITCH 0x02
+
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 
 typedef struct nvmlMemory_st {
