@@ -29,6 +29,8 @@ struct agent_options {
                                         * policy's containerDriverRoot, else nvidiaDriverRoot) */
     const char *cdi_hook;         /* host path of gpuslice-cdi-hook named in the CDI spec ("": none; NULL:
                                    * $GPUSLICE_CDI_HOOK, else GS_CDI_HOOK_PATH) */
+    const char *default_driver_root;   /* the policy's nvidiaDriverRoot and nvidiaDevRoot where it leaves
+                                        * them "/" (--sim: the simulated node's root; NULL: "/") */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -25,6 +25,12 @@ static unsigned long long hash_text(const char *s, size_t n) {
 
 /* Puts p (heap) in force: the handlers see it from now on, and the one it replaces is freed. */
 static void set_policy(struct agent *a, struct gs_policy *p) {
+    /* On the simulated node, "/" (the default) is its root: the host's has no driver of it. */
+    const char *root = a->o->default_driver_root;
+    if (root && root[0] && !strcmp(p->driver_root, "/"))
+        gs_strlcpy(p->driver_root, root, sizeof(p->driver_root));
+    if (root && root[0] && !strcmp(p->dev_root, "/"))
+        gs_strlcpy(p->dev_root, root, sizeof(p->dev_root));
     const struct gs_policy *old = agent_shared_set_policy(&a->shared, p);
     a->policy = p;
     free((void *)old);

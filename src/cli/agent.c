@@ -51,7 +51,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { 0 },
     };
     char guard_lib[PATH_MAX];
-    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, "/proc", "/sys", 2000, "/run/gpuslice/mig-status.json",
+    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, NULL, NULL, 2000, "/run/gpuslice/mig-status.json",
                                "/var/lib/gpuslice/guard", cli_guard_lib_path(guard_lib), GS_PODRESOURCES_SOCKET, 60000,
                                120000, 30000, 10000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
     int c;
@@ -110,8 +110,10 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  -c, --config FILE         sharing policy (NVIDIA device-plugin config or gpuslice's;\n"
                    "                            docs/policy.md); default: every GPU whole\n"
                    "  --kubelet-dir DIR         device-plugin directory (default %s)\n"
-                   "  --proc-root DIR           where driver/nvidia-caps/mig-minors is (default /proc)\n"
-                   "  --sysfs-root DIR          where bus/pci/devices/*/numa_node is (default /sys)\n"
+                   "  --proc-root DIR           where driver/nvidia-caps/mig-minors is (default /proc;\n"
+                   "                            under --sim the simulated node's ROOT/proc)\n"
+                   "  --sysfs-root DIR          where bus/pci/devices/*/numa_node is (default /sys;\n"
+                   "                            under --sim ROOT/sys)\n"
                    "  --poll-interval-ms N      how often the GPUs are re-read for MIG and health changes\n"
                    "                            (default 2000)\n"
                    "  --mig-status-file FILE    where the MIG layout status (pending, applied, failed) is\n"
@@ -167,6 +169,14 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     int rc = cli_open_node(cli, &node);
     if (rc != GS_EXIT_OK)
         return rc;
+    /* Unless given, the node's own: under --sim the simulated node's root (also the policy's
+     * default nvidiaDriverRoot and nvidiaDevRoot there). */
+    char sim_proc[PATH_MAX], sim_sys[PATH_MAX], sim_root[PATH_MAX];
+    if (!o.proc_root)
+        o.proc_root = cli_node_path(node, "proc", "/proc", sim_proc);
+    if (!o.sysfs_root)
+        o.sysfs_root = cli_node_path(node, "sys", "/sys", sim_sys);
+    o.default_driver_root = cli_node_path(node, "", NULL, sim_root);
     rc = agent_run(node, &o);
     gpu_node_close(node);
     return rc;

@@ -27,7 +27,7 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *proc_root = "/proc", *kind = GS_CDI_KIND, *driver_root = "/";
+    const char *proc_root = NULL, *kind = GS_CDI_KIND, *driver_root = NULL; /* NULL: the node's (--sim: its root) */
     const char *scan[8] = { "/etc/cdi", "/var/run/cdi" };
     size_t n_scan = 2;
     bool scan_given = false;
@@ -56,7 +56,8 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
                    "                                             [--driver-root DIR]\n\n"
                    "Prints the Container Device Interface spec (JSON; cdiVersion: the lowest the content needs,\n"
                    "0.5.0 with the default kind) of the node's GPUs and MIG devices: device names GPU-UUID, index, MIG-UUID and GPU:GI:CI. Device numbers\n"
-                   "come from DIR/devices and DIR/driver/nvidia-caps/mig-minors (default DIR /proc); the\n"
+                   "come from DIR/devices and DIR/driver/nvidia-caps/mig-minors (--proc-root; default /proc,\n"
+                   "under --sim the simulated node's ROOT/proc, and its ROOT as the driver root); the\n"
                    "driver's libraries from the driver root's linker cache (etc/ld.so.cache), mounted under\n"
                    GS_CDI_LIB_DIR ", and its tools from its usr/bin, mounted under " GS_CDI_BIN_DIR ".\n"
                    "  --kind VENDOR/CLASS   the spec's kind (default " GS_CDI_KIND ")\n"
@@ -76,6 +77,11 @@ int cmd_cdi(const struct cli *cli, int argc, char **argv) {
     int rc = cli_read_node(cli, &node, &inv);
     if (rc != GS_EXIT_OK)
         return rc;
+    char sim_proc[PATH_MAX], sim_root[PATH_MAX];
+    if (!proc_root)
+        proc_root = cli_node_path(node, "proc", "/proc", sim_proc);
+    if (!driver_root)
+        driver_root = cli_node_path(node, "", "/", sim_root);
     gpu_node_close(node);
     char *text, err[512];
     int r = gs_cdi_node_spec(inv, proc_root, driver_root, driver_root, kind, NULL, &text, NULL, err, sizeof(err));

@@ -27,6 +27,11 @@ int cli_open_node(const struct cli *cli, struct gpu_node **out);
  * on success the caller closes *node and frees *inv. */
 int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inventory **inv);
 
+/* Where a command finds the node's files: on the simulated node (--sim) the path SUB ("proc",
+ * "sys", "" for the root itself) of its root (docs/simulator.md#the-nodes-root) in buf, else
+ * `fallback` ("/proc", ...). Explicit options are applied by the caller over this default. */
+const char *cli_node_path(const struct gpu_node *node, const char *sub, const char *fallback, char buf[PATH_MAX]);
+
 int cmd_inspect(const struct cli *cli, int argc, char **argv);
 int cmd_sim(const struct cli *cli, int argc, char **argv);
 int cmd_agent(const struct cli *cli, int argc, char **argv);

@@ -10,6 +10,7 @@
 
 #include "gpu/gpu.h"
 #include "cli/cli.h"
+#include "../sim/simctl.h"
 #include "config/nodedesc.h"
 #include "util/util.h"
 
@@ -97,7 +98,8 @@ int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inven
     if (rc != GS_EXIT_OK)
         return rc;
     *inv = calloc(1, sizeof(**inv));
-    if (!*inv || gpu_inventory_read_sysfs(*node, "/sys", *inv) < 0) {
+    char sys[PATH_MAX];
+    if (!*inv || gpu_inventory_read_sysfs(*node, cli_node_path(*node, "sys", "/sys", sys), *inv) < 0) {
         fprintf(stderr, "gpuslice: failed to read the node: %s\n", *inv ? gpu_node_error(*node) : "out of memory");
         gpu_node_close(*node);
         free(*inv);
@@ -109,4 +111,15 @@ int cli_read_node(const struct cli *cli, struct gpu_node **node, struct gs_inven
 
 const char *cli_guard_lib_path(char path[PATH_MAX]) {
     return find_lib("GPUSLICE_GUARD_LIB", GS_GUARD_LIB_NAME, "/guard/", NULL, NULL, path);
+}
+
+const char *cli_node_path(const struct gpu_node *node, const char *sub, const char *fallback, char buf[PATH_MAX]) {
+    gs_sim_root_fn root = (gs_sim_root_fn)gpu_node_symbol(node, "gpusliceSimRoot");
+    char err[256];
+    if (!root || root(buf, PATH_MAX, err, sizeof(err)) < 0)
+        return fallback;
+    size_t n = strlen(buf);
+    if (*sub && snprintf(buf + n, PATH_MAX - n, "/%s", sub) >= (int)(PATH_MAX - n))
+        return fallback;
+    return buf;
 }

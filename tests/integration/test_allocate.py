@@ -264,3 +264,61 @@ def test_allocate_time_sliced_mig_device(h):
     with open(mounts["/etc/gpuslice/guard.conf"].host_path) as f:
         limits = f.read().splitlines()
     assert f"device 0 {m1} {6 << 30} 0" in limits          # two replicas: twice the quota
+
+
+# ------------------------------------------------------------------------------- the simulated node's root
+
+def test_allocate_device_specs_on_the_simulated_root(h):
+    """passDeviceSpecs with no nvidiaDevRoot on a simulated node: the device nodes of its root
+    (docs/simulator.md#the-nodes-root), which exist; before the root, nvidia1 was refused."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, ts_policy(2, extra_flags="  plugin:\n    passDeviceSpecs: true\n"), resources=["nvidia.com/gpu"])
+    r = h.kubelet.allocate("nvidia.com/gpu", [f"{u[1]}::0"])
+    specs = _specs(r)
+    assert sorted(specs) == ["/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1",
+                             "/dev/nvidiactl"]
+    root = os.path.join(node.state, "root")
+    for path, d in specs.items():
+        assert d.host_path == root + path and os.path.isfile(d.host_path)
+
+
+def test_allocate_mig_device_specs_on_the_simulated_root(h):
+    """A MIG device's capability nodes from the simulated node's own mig-minors (no --proc-root)."""
+    node = h.node(H100_L4)
+    m = node.mig_create(1, "1g.10gb", 0)
+    dev = node.mig_device(m)
+    _, table = _mig_minors(ngpus=6)
+    gi_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/access"]
+    ci_cap = table[f"gpu{dev['minor']}/gi{dev['gi_id']}/ci{dev['ci_id']}/access"]
+    h.agent(node, MIXED + "  plugin:\n    passDeviceSpecs: true\n", resources=["nvidia.com/mig-1g.10gb"])
+    r = h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m])
+    specs = _specs(r)
+    caps = [f"/dev/nvidia-caps/nvidia-cap{gi_cap}", f"/dev/nvidia-caps/nvidia-cap{ci_cap}"]
+    assert sorted(specs) == sorted(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                                    f"/dev/nvidia{dev['minor']}", *caps])
+    root = os.path.join(node.state, "root")
+    for path, d in specs.items():
+        assert d.host_path == root + path and os.path.isfile(d.host_path), path
+
+
+def test_allocate_cdi_strategies_on_the_simulated_node(h):
+    """cdi-cri and cdi-annotations with no --proc-root: the agent writes the node's spec from the
+    simulated root and answers with its names (before: 'no nvidia-frontend character device')."""
+    import json
+    node = h.node(H100_L4)
+    m = node.mig_create(0, "3g.40gb", 4)
+    policy = ("version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n"
+              "    deviceListStrategy: [cdi-cri, cdi-annotations]\n")
+    a = h.agent(node, policy, resources=["nvidia.com/mig-3g.40gb", "nvidia.com/gpu"])
+    a.wait_log(r"CDI spec written to .*gpuslice.json")
+    with open(os.path.join(a.cdi_root, "gpuslice.json")) as f:
+        spec = json.load(f)
+    names = {d["name"] for d in spec["devices"]}
+    assert m in names
+    r = h.kubelet.allocate("nvidia.com/mig-3g.40gb", [m])
+    assert [d.name for d in r.cdi_devices] == [f"gpuslice.io/gpu={m}"]
+    mounts = {x["containerPath"]: x["hostPath"] for x in spec["containerEdits"]["mounts"]}
+    lib = mounts["/usr/local/nvidia/lib64/libnvidia-ml.so.1"]
+    assert lib.startswith(os.path.join(node.state, "root") + "/")
+    assert os.path.samefile(lib, os.environ["GPUSLICE_SIM_LIB"])   # the stand-in driver's NVML is the simulator

@@ -76,7 +76,9 @@ def test_schema_rejects_bad_documents():
 
 
 def test_whole_gpus(tmp):
-    p = run(tmp, "t4x2.yaml", "cdi", "generate")
+    nodriver = os.path.join(tmp, "nodriver")     # a driver root without libcuda (the simulated one has it)
+    os.makedirs(nodriver)
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", nodriver)
     assert p.returncode == 0, p.stderr
     spec = json.loads(p.stdout)
     validator().validate(spec)
@@ -250,3 +252,88 @@ def test_warning_when_another_spec_defines_our_devices(tmp):
     assert p.returncode == 0, p.stderr
     assert re.search(r"other.json: defines nvidia.com/gpu=GPU-\S+, nvidia.com/gpu=GPU-\S+ \(2 of our devices\)", p.stderr)
     assert "gpuslice.json" not in p.stderr and "link.yaml" not in p.stderr and "big.json" not in p.stderr
+
+
+# ------------------------------------------------------------------------------- the simulated node's root
+
+def sim_root(tmp):
+    return os.path.join(tmp, "state", "root")
+
+
+def generate(tmp, node, *args):
+    return subprocess.run([GPUSLICE, "--sim", os.path.join(ROOT, "examples", "nodes", node), "--sim-state",
+                           os.path.join(tmp, "state"), "cdi", "generate", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_generate_on_the_simulated_node(tmp):
+    """`gpuslice --sim examples/nodes/h100x4-l4x3.yaml cdi generate` with no --proc-root or
+    --driver-root: device numbers from the simulated node's proc/, capability minors from its
+    mig-minors, the stand-in driver's libraries from its linker cache (before: 'no nvidia-frontend
+    character device: is the NVIDIA driver loaded?')."""
+    node = "h100x4-l4x3.yaml"
+    sim(tmp, node, "mig-create", "--gpu", "2", "--profile", "1g.10gb", "--start", "6")
+    p = generate(tmp, node)
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)
+    validator().validate(spec)
+    inv = inspect(tmp, node)
+    devs = {d["name"]: d for d in spec["devices"]}
+    assert len(inv["gpus"]) == 7
+    m = inv["gpus"][2]["mig"]["devices"][0]
+    gi_cap = 3 + 2 * 135 + m["gi_id"] * 9         # the driver's numbering: 9 minors per GI, 135 per GPU
+    assert nodes(devs[m["uuid"]]) == [("/dev/nvidia2", 195, 2), (f"/dev/nvidia-caps/nvidia-cap{gi_cap}", 235, gi_cap),
+                                      (f"/dev/nvidia-caps/nvidia-cap{gi_cap + 1 + m['ci_id']}", 235,
+                                       gi_cap + 1 + m["ci_id"])]
+    root = sim_root(tmp)
+    for path, _, _ in nodes(devs[m["uuid"]]) + nodes(spec):
+        assert os.path.isfile(root + path), path        # the root holds every node the spec names
+    mounts = {x["containerPath"]: x["hostPath"] for x in spec["containerEdits"]["mounts"]}
+    assert os.path.samefile(mounts["/usr/local/nvidia/lib64/libnvidia-ml.so.1"], os.environ["GPUSLICE_SIM_LIB"])
+    assert mounts["/usr/local/nvidia/lib64/libcuda.so.1"].startswith(root + "/")
+    assert mounts["/usr/local/nvidia/bin/nvidia-smi"] == root + "/usr/bin/nvidia-smi"
+    assert spec["containerEdits"]["hooks"][0]["hookName"] == "createContainer"   # libcuda is mounted
+
+
+def test_simulated_linker_cache_read_by_ldconfig(tmp):
+    """The simulated driver root's etc/ld.so.cache, written by the simulator, is one glibc's own
+    ldconfig reads (and the project's parser, through cdi generate above)."""
+    assert generate(tmp, "t4x2.yaml").returncode == 0
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    p = subprocess.run([ldconfig, "-p", "-C", os.path.join(sim_root(tmp), "etc", "ld.so.cache")],
+                       capture_output=True, text=True, timeout=30, check=True)
+    libs = dict(re.findall(r"^\s+(\S+) \([^)]*\) => (\S+)$", p.stdout, re.M))
+    assert set(libs) == {"libnvidia-ml.so.1", "libcuda.so.1"}
+    assert all(v.startswith("/usr/lib/") and os.path.exists(sim_root(tmp) + v) for v in libs.values())
+    assert "2 libs found" in p.stdout
+
+
+def test_simulated_caps_follow_mig_instances(tmp):
+    """dev/nvidia-caps holds config, monitor and the capability files of the instances that exist:
+    made with the instance, removed with it; mig-minors lists every GI and CI of every GPU."""
+    node = "a100-mixed.yaml"
+    caps = os.path.join(sim_root(tmp), "dev", "nvidia-caps")
+    sim(tmp, node, "mig-create", "--gpu", "0", "--profile", "3g.20gb", "--start", "4")
+    g = inspect(tmp, node)["gpus"][0]
+    m = g["mig"]["devices"][0]
+    gi_cap = 3 + m["gi_id"] * 9
+    assert sorted(os.listdir(caps)) == sorted(["nvidia-cap1", "nvidia-cap2", f"nvidia-cap{gi_cap}",
+                                               f"nvidia-cap{gi_cap + 1 + m['ci_id']}"])
+    sim(tmp, node, "mig-destroy", "--gpu", "0", "--gi", str(m["gi_id"]))
+    assert sorted(os.listdir(caps)) == ["nvidia-cap1", "nvidia-cap2"]
+    with open(os.path.join(sim_root(tmp), "proc", "driver", "nvidia-caps", "mig-minors")) as f:
+        lines = f.read().splitlines()
+    n_gpus = len(inspect(tmp, node)["gpus"])
+    assert lines[:4] == ["config 1", "monitor 2", "gpu0/gi0/access 3", "gpu0/gi0/ci0/access 4"]
+    assert len(lines) == 2 + n_gpus * 15 * 9 and "gpu1/gi0/access 138" in lines
+
+
+def test_explicit_roots_override_the_simulated_ones(tmp):
+    """--proc-root and --driver-root still win under --sim."""
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(empty)
+    p = generate(tmp, "t4x2.yaml", "--proc-root", empty)
+    assert p.returncode == 1 and f"cannot read {empty}/devices" in p.stderr
+    p = run(tmp, "t4x2.yaml", "cdi", "generate", "--driver-root", empty)
+    assert p.returncode == 0, p.stderr
+    assert "mounts" not in json.loads(p.stdout)["containerEdits"]    # no linker cache there: no libraries

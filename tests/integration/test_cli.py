@@ -239,3 +239,24 @@ def test_replay_says_why_there_is_no_figure_at_100(tmp_path):
             check=0)
     assert "alloc_at_100=none " in p.stdout
     assert "the arrivals reached only 44 % of the cluster's GPU capacity (--inflation 0.50)" in p.stderr
+
+
+def test_sim_root_serves_every_command(sim, tmp_path):
+    """--sim points cdi generate and the agent's defaults at the simulated node's root
+    (STATE/root, docs/simulator.md#the-nodes-root): cdi generate works with no option (before:
+    '/proc/devices: no nvidia-frontend character device'), the root's nvidia-smi stand-in runs, its
+    NUMA nodes follow the board (0 for the first four GPUs, 1 for the next), and `agent --help`
+    names the defaults."""
+    p = sim("cdi", "generate", node=os.path.join(ROOT, "examples", "nodes", "h100x4-l4x3.yaml"))
+    spec = json.loads(p.stdout)
+    assert len([d for d in spec["devices"] if d["name"].startswith("GPU-")]) == 7
+    root = tmp_path / "state" / "root"
+    smi = subprocess.run([str(root / "usr" / "bin" / "nvidia-smi")], capture_output=True, text=True, timeout=10)
+    assert smi.returncode == 0 and "simulated node" in smi.stdout
+    inv = inspect(sim, node=os.path.join(ROOT, "examples", "nodes", "h100x4-l4x3.yaml"))
+    for g in inv["gpus"]:
+        bus = g["pci_bus_id"][4:].lower()
+        numa = (root / "sys" / "bus" / "pci" / "devices" / bus / "numa_node").read_text().strip()
+        assert numa == str(g["index"] % 8 // 4)
+    h = run("agent", "--help", check=0)
+    assert "under --sim the simulated node's ROOT/proc" in h.stdout
