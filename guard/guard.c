@@ -36,10 +36,17 @@
 
 #include "cuda_api.h"
 #include "guard_limits.h"
+#include "guard_proc.h"
 #include "guard_region.h"
 
 #define EXPORT __attribute__((visibility("default")))
-#define DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
+/* The limits file the agent mounts read-only into a container: when it exists, it is the only
+ * source of limits (GPUSLICE_GUARD_CONFIG cannot override it). A test build points it elsewhere. */
+#ifndef GS_GUARD_DEFAULT_CONFIG
+#define GS_GUARD_DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
+#endif
+#define DEFAULT_CONFIG GS_GUARD_DEFAULT_CONFIG
+#define FD_CONFIG_PREFIX "/proc/self/fd/" /* gpuslice exec: a sealed memfd, see read_limits_fd */
 #define UNLIMITED_DEVICE (-1)
 
 extern char **environ;
@@ -80,6 +87,9 @@ static int g_dev_index[GS_GUARD_MAX_DEVICES]; /* CUDA ordinal -> index into g_li
 static void *g_libcuda;
 static char g_self_path[512];
 static char g_config_path[512]; /* captured at load: a later clearenv() must not lose it */
+static char g_ignored_config[512]; /* a GPUSLICE_GUARD_CONFIG that the mounted file overrode */
+static int g_config_fd = -1;     /* a sealed limits memfd: the guard's own copy (close-on-exec) */
+static int g_config_fd_num = -1; /* ... and the descriptor number children get it at */
 
 static void glog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void glog(const char *fmt, ...) {
@@ -138,30 +148,7 @@ static void resolve_driver(void) {
 
 /* ---- region --------------------------------------------------------------------------------- */
 
-/* Start time (field 22 of /proc/PID/stat) and state (field 3); 0 when unreadable. */
-static uint64_t proc_stat(pid_t pid, char *state) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
-    if (!p)
-        return 0;
-    /* fields after ')': 3 state ... 22 starttime */
-    if (state)
-        *state = p[1] == ' ' ? p[2] : '?';
-    unsigned field = 2;
-    for (p++; *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return strtoull(p, NULL, 10);
-}
+#define proc_stat gs_proc_stat
 
 static uint64_t proc_start_time(pid_t pid) { return proc_stat(pid, NULL); }
 
@@ -176,31 +163,132 @@ static bool slot_dead(struct gs_guard_proc_slot *s, int32_t pid) {
     return now && st && now != st; /* the pid was reused */
 }
 
-/* Gives the bytes of processes that died back to the container. Returns the number reclaimed. */
+/* ---- fault points (test builds only) ------------------------------------------------------------ *
+ *
+ * Built with -DGS_GUARD_FAULT_POINTS (tests/guard: libgpuslice-guard-faults.so), the guard kills
+ * itself with SIGKILL at the named point, GPUSLICE_GUARD_FAULT=NAME[:N] (the Nth time it gets
+ * there, default the first), so that a test can prove the protocol survives a death in every
+ * window. The production library has none of this. */
+#ifdef GS_GUARD_FAULT_POINTS
+static char g_fault[64];
+static long g_fault_nth = 1;
+static _Atomic long g_fault_hits;
+static void fault_point(const char *name) {
+    if (g_fault[0] && !strcmp(name, g_fault) && atomic_fetch_add(&g_fault_hits, 1) + 1 == g_fault_nth)
+        raise(SIGKILL);
+}
+#define FAULT(name) fault_point(name)
+#else
+#define FAULT(name) ((void)0)
+#endif
+
+/* ---- the region's lock ---------------------------------------------------------------------------- */
+
+static uint32_t slot_count(void) {
+    uint32_t n = atomic_load_explicit(&g_region->n_slots, memory_order_relaxed);
+    return n > GS_GUARD_MAX_PROCS ? GS_GUARD_MAX_PROCS : n;
+}
+
+/* The device totals from the slots (the truth), under the lock: repairs a dead holder's half-done
+ * update. */
+static void recompute_totals(void) {
+    uint64_t sum[GS_GUARD_MAX_DEVICES] = { 0 };
+    for (uint32_t i = 0, n = slot_count(); i < n; i++)
+        for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+            sum[d] += atomic_load_explicit(&g_region->procs[i].used[d], memory_order_relaxed);
+    FAULT("recover.partial");
+    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+        atomic_store(&g_region->dev[d].used, sum[d]);
+}
+
+/* Takes the region's lock; false (logged once) if it is unusable. A holder that died makes the
+ * next one repair the totals: whatever instruction it died at, the slots say what is held. */
+static bool region_lock(void) {
+    int r = pthread_mutex_lock(&g_region->lock);
+    if (__builtin_expect(r == 0, 1))
+        return true;
+    if (r == EOWNERDEAD) {
+        FAULT("recover.locked");
+        recompute_totals();
+        atomic_fetch_add(&g_region->recoveries, 1);
+        pthread_mutex_consistent(&g_region->lock);
+        return true;
+    }
+    static _Atomic bool logged;
+    if (!atomic_exchange(&logged, true))
+        glog("the counters region's lock is unusable (%s): allocations are refused", strerror(r));
+    return false;
+}
+
+static void region_unlock(void) {
+    pthread_mutex_unlock(&g_region->lock);
+}
+
+/* Gives the bytes of processes that died back to the container. Returns the number reclaimed.
+ * Whether a process is dead is checked without the lock (it stays dead); the slot is taken back
+ * under it, if it still names the same process. */
 static unsigned reclaim_dead(void) {
+    int32_t me = (int32_t)getpid();
     unsigned n = 0;
-    for (unsigned i = 0; i < GS_GUARD_MAX_PROCS; i++) {
+    bool locked = false;
+    for (uint32_t i = 0, ns = slot_count(); i < ns; i++) {
         struct gs_guard_proc_slot *s = &g_region->procs[i];
         int32_t pid = atomic_load(&s->pid);
-        if (pid <= 0 || pid == getpid() || !slot_dead(s, pid))
+        if (pid <= 0 || pid == me || !slot_dead(s, pid))
             continue;
-        if (!atomic_compare_exchange_strong(&s->pid, &pid, -1))
-            continue; /* someone else is reclaiming it */
+        uint64_t start = atomic_load(&s->start_time);
+        if (!locked && !(locked = region_lock()))
+            return n;
+        FAULT("reclaim.locked");
+        if (atomic_load(&s->pid) != pid || atomic_load(&s->start_time) != start)
+            continue; /* reclaimed (and perhaps reused) meanwhile */
         for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
-            uint64_t b = atomic_exchange(&s->used[d], 0);
-            if (b)
-                atomic_fetch_sub(&g_region->dev[d].used, b);
+            uint64_t b = atomic_load(&s->used[d]);
+            if (!b)
+                continue;
+            uint64_t u = atomic_load(&g_region->dev[d].used);
+            atomic_store(&g_region->dev[d].used, u > b ? u - b : 0);
+            FAULT("reclaim.partial");
+            atomic_store(&s->used[d], 0);
         }
+        FAULT("reclaim.slot");
         atomic_store(&s->start_time, 0);
         atomic_store(&s->pid, 0);
+        atomic_fetch_add(&g_region->reclaimed, 1);
         n++;
     }
+    if (locked)
+        region_unlock();
     return n;
+}
+
+/* Initialises the region's robust process-shared lock (under the region's flock, before anyone
+ * uses it) and, for a region some other writer laid out, the slot count and totals. */
+static int init_lock(void) {
+    pthread_mutexattr_t a;
+    int r = pthread_mutexattr_init(&a);
+    if (!r)
+        r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!r)
+        r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!r)
+        r = pthread_mutex_init(&g_region->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    if (r)
+        return -r;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < GS_GUARD_MAX_PROCS; i++)
+        if (atomic_load(&g_region->procs[i].pid) != 0)
+            n = i + 1;
+    atomic_store(&g_region->n_slots, n);
+    recompute_totals();
+    atomic_store(&g_region->lock_ready, GS_GUARD_LOCK_READY);
+    return 0;
 }
 
 static int map_region(const char *path) {
     /* Every process of the container, whatever its user, must be able to account. */
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) {
         glog("cannot open the region %s: %s", path, strerror(errno));
         return -errno;
@@ -208,10 +296,10 @@ static int map_region(const char *path) {
     flock(fd, LOCK_EX);
     struct stat st;
     int r = 0;
-    if (fstat(fd, &st) < 0 || (st.st_size < (off_t)sizeof(struct gs_guard_region) &&
-                               ftruncate(fd, sizeof(struct gs_guard_region)) < 0)) {
-        r = -errno;
-        glog("cannot size the region %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        (st.st_size < (off_t)sizeof(struct gs_guard_region) && ftruncate(fd, sizeof(struct gs_guard_region)) < 0)) {
+        r = S_ISREG(st.st_mode) ? -errno : -EINVAL;
+        glog("cannot size the region %s: %s", path, strerror(-r));
         goto out;
     }
     void *p = mmap(NULL, sizeof(struct gs_guard_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -229,9 +317,13 @@ static int map_region(const char *path) {
         g_region->magic = GS_GUARD_REGION_MAGIC;
     } else if (g_region->magic != GS_GUARD_REGION_MAGIC || g_region->version != GS_GUARD_REGION_VERSION) {
         glog("region %s has an unknown format (magic %08x version %u)", path, g_region->magic, g_region->version);
+        r = -EPROTO;
+    }
+    if (!r && atomic_load(&g_region->lock_ready) != GS_GUARD_LOCK_READY && (r = init_lock()) < 0)
+        glog("cannot set up the region's lock %s: %s", path, strerror(-r));
+    if (r) {
         munmap(p, sizeof(struct gs_guard_region));
         g_region = NULL;
-        r = -EPROTO;
     }
 out:
     flock(fd, LOCK_UN);
@@ -243,17 +335,29 @@ static int claim_slot(void) {
     int32_t me = (int32_t)getpid();
     uint64_t start = proc_start_time(me);
     for (int attempt = 0; attempt < 2; attempt++) {
+        if (!region_lock())
+            return -ENOLCK;
+        FAULT("claim.locked");
         for (unsigned i = 0; i < GS_GUARD_MAX_PROCS; i++) {
             struct gs_guard_proc_slot *s = &g_region->procs[i];
-            int32_t expected = 0;
-            if (atomic_compare_exchange_strong(&s->pid, &expected, me)) {
-                atomic_store(&s->start_time, start);
-                for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
-                    atomic_store(&s->used[d], 0);
-                g_slot = s;
-                return 0;
+            if (atomic_load(&s->pid) != 0)
+                continue;
+            if (i >= slot_count())
+                atomic_store(&g_region->n_slots, i + 1);
+            /* A free slot holds nothing; one written by another tool might: keep the sum true. */
+            for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
+                uint64_t b = atomic_exchange(&s->used[d], 0), u = atomic_load(&g_region->dev[d].used);
+                if (b)
+                    atomic_store(&g_region->dev[d].used, u > b ? u - b : 0);
             }
+            atomic_store(&s->start_time, start); /* before the pid: a slot never names a pid without it */
+            atomic_store(&s->pid, me);
+            FAULT("claim.pid");
+            region_unlock();
+            g_slot = s;
+            return 0;
         }
+        region_unlock();
         reclaim_dead();
     }
     glog("no free process slot in the region (%d processes)", GS_GUARD_MAX_PROCS);
@@ -282,34 +386,72 @@ static bool says_fail_open(const char *text) {
 
 /* ---- initialisation ------------------------------------------------------------------------- */
 
+/* Reads up to GS_GUARD_LIMITS_MAX + 1 bytes at offset 0 of fd (one more than the parser takes, so
+ * that a larger file is refused, not cut). NULL with errno on failure. */
+static char *read_all(int fd, size_t *len) {
+    char *text = calloc(1, GS_GUARD_LIMITS_MAX + 2);
+    size_t n = 0;
+    while (text && n <= GS_GUARD_LIMITS_MAX) {
+        ssize_t r = pread(fd, text + n, GS_GUARD_LIMITS_MAX + 1 - n, (off_t)n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            free(text);
+            errno = e;
+            return NULL;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    *len = n;
+    return text;
+}
+
+/* The limits text: from the sealed memfd `gpuslice exec` passes (its content cannot change, so a
+ * child that swaps the descriptor gets the guard's copy back at exec), or from a regular file
+ * (never a FIFO, which would block the program's first CUDA call). NULL with the reason in why. */
+static char *read_limits(const char *path, size_t *len, char *why, size_t whylen) {
+    char *text = NULL;
+    if (g_config_fd >= 0) {
+        int seals = fcntl(g_config_fd, F_GET_SEALS);
+        int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+        if (seals < 0 || (seals & need) != need)
+            snprintf(why, whylen, "the descriptor is not a sealed memfd (its content could change)");
+        else if (!(text = read_all(g_config_fd, len)))
+            snprintf(why, whylen, "%s", strerror(errno));
+        return text;
+    }
+    if (!strncmp(path, FD_CONFIG_PREFIX, strlen(FD_CONFIG_PREFIX))) {
+        snprintf(why, whylen, "no such descriptor at load time");
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
+        snprintf(why, whylen, "%s", strerror(errno));
+    else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        snprintf(why, whylen, "not a regular file");
+    else if (!(text = read_all(fd, len)))
+        snprintf(why, whylen, "%s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return text;
+}
+
 static void init_once(void) {
     resolve_driver();
     for (unsigned i = 0; i < GS_GUARD_MAX_DEVICES; i++)
         g_dev_index[i] = UNLIMITED_DEVICE;
     const char *path = g_config_path[0] ? g_config_path : DEFAULT_CONFIG;
-    char *text = NULL;
+    if (g_ignored_config[0])
+        glog("GPUSLICE_GUARD_CONFIG=%s ignored: the limits come from %s", g_ignored_config, DEFAULT_CONFIG);
     size_t text_len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        /* One byte more than the parser takes, so that a larger file is refused, not cut. */
-        text = calloc(1, GS_GUARD_LIMITS_MAX + 2);
-        ssize_t n = 0;
-        while (text && text_len <= GS_GUARD_LIMITS_MAX) {
-            n = read(fd, text + text_len, GS_GUARD_LIMITS_MAX + 1 - text_len);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break;
-            text_len += (size_t)n;
-        }
-        close(fd);
-        if (!text || n < 0) {
-            free(text);
-            text = NULL;
-        }
-    }
+    char why[160] = "";
+    char *text = read_limits(path, &text_len, why, sizeof(why));
     if (!text) {
-        glog("no limits file %s (%s): failing closed, allocations are refused", path, strerror(errno));
+        glog("limits file %s: %s: failing closed, allocations are refused", path, why);
         atomic_store(&g_state, G_CLOSED);
         return;
     }
@@ -369,33 +511,54 @@ static uint64_t device_limit(int dev) {
 static bool reserve(int dev, uint64_t n) {
     if (n == 0)
         return true;
+    if (__builtin_expect(!g_slot, 0)) { /* a forked child's first reservation */
+        static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&claim_lock);
+        int r = g_slot ? 0 : claim_slot();
+        pthread_mutex_unlock(&claim_lock);
+        if (r < 0)
+            return false;
+    }
     uint64_t limit = device_limit(dev);
-    _Atomic uint64_t *used = &g_region->dev[dev].used;
+    struct gs_guard_dev_counters *c = &g_region->dev[dev];
     for (int attempt = 0; attempt < 2; attempt++) {
-        uint64_t old = atomic_load(used);
-        for (;;) {
-            if (limit && (old > limit || n > limit - old))
-                break;
-            if (atomic_compare_exchange_weak(used, &old, old + n)) {
-                atomic_fetch_add(&g_slot->used[dev], n);
-                uint64_t peak = atomic_load(&g_region->dev[dev].peak);
-                while (old + n > peak && !atomic_compare_exchange_weak(&g_region->dev[dev].peak, &peak, old + n))
-                    ;
-                return true;
-            }
+        if (!region_lock())
+            break;
+        FAULT("reserve.locked");
+        uint64_t old = atomic_load_explicit(&c->used, memory_order_relaxed);
+        if (limit ? old <= limit && n <= limit - old : n <= UINT64_MAX - old) {
+            atomic_store_explicit(&g_slot->used[dev], atomic_load_explicit(&g_slot->used[dev], memory_order_relaxed) + n,
+                                  memory_order_relaxed);
+            FAULT("reserve.slot");
+            atomic_store_explicit(&c->used, old + n, memory_order_relaxed);
+            if (old + n > atomic_load_explicit(&c->peak, memory_order_relaxed))
+                atomic_store_explicit(&c->peak, old + n, memory_order_relaxed);
+            FAULT("reserve.dev");
+            region_unlock();
+            return true;
         }
+        region_unlock();
         if (!reclaim_dead())
             break; /* nothing to give back: really over the quota */
     }
-    atomic_fetch_add(&g_region->dev[dev].oom_refusals, 1);
+    atomic_fetch_add(&c->oom_refusals, 1);
     return false;
 }
 
+/* Gives back bytes this process reserved (never more than its slot holds). */
 static void unreserve(int dev, uint64_t n) {
-    if (n == 0)
+    if (n == 0 || !g_slot || !region_lock())
         return;
-    atomic_fetch_sub(&g_region->dev[dev].used, n);
-    atomic_fetch_sub(&g_slot->used[dev], n);
+    FAULT("unreserve.locked");
+    uint64_t mine = atomic_load_explicit(&g_slot->used[dev], memory_order_relaxed);
+    if (n > mine)
+        n = mine;
+    atomic_store_explicit(&g_slot->used[dev], mine - n, memory_order_relaxed);
+    FAULT("unreserve.slot");
+    uint64_t u = atomic_load_explicit(&g_region->dev[dev].used, memory_order_relaxed);
+    atomic_store_explicit(&g_region->dev[dev].used, u > n ? u - n : 0, memory_order_relaxed);
+    FAULT("unreserve.dev");
+    region_unlock();
 }
 
 /* ---- what this process allocated: key -> (device, bytes) ------------------------------------ */
@@ -412,6 +575,10 @@ struct entry {
 static pthread_mutex_t g_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *g_table;
 static size_t g_cap, g_count, g_deleted; /* deleted entries stay as tombstones until a rebuild */
+/* Where entries go when the table cannot grow (see table_put). */
+#define OVERFLOW_ENTRIES 64
+static struct entry g_overflow[OVERFLOW_ENTRIES];
+static _Atomic unsigned g_overflow_lost; /* allocations counted until exit: their free could not be matched */
 
 static size_t slot_of(uint64_t key, uint32_t kind, size_t cap) {
     uint64_t h = (key ^ ((uint64_t)kind << 61)) * 0x9E3779B97F4A7C15ULL;
@@ -461,16 +628,34 @@ static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
             break;
         }
     }
+    for (unsigned i = 0; !found && i < OVERFLOW_ENTRIES; i++)
+        if (g_overflow[i].key == key && g_overflow[i].kind == kind) {
+            *dev = g_overflow[i].dev;
+            *bytes = g_overflow[i].bytes;
+            g_overflow[i].key = 0;
+            found = true;
+        }
     pthread_mutex_unlock(&g_table_lock);
     return found;
 }
 
+/* Remembers an allocation. When the table cannot grow (no memory), the entry goes into the
+ * overflow list, a fixed array; when that is full too, the bytes stay counted against the quota
+ * (the process holds them until it exits, and reclaim gives them back once it is dead): an
+ * allocation is never live and uncounted. */
+
 static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
     pthread_mutex_lock(&g_table_lock);
     bool ok = table_put_locked(key, kind, dev, bytes);
+    for (unsigned i = 0; !ok && i < OVERFLOW_ENTRIES; i++)
+        if (g_overflow[i].key <= 1) {
+            g_overflow[i] = (struct entry){ key, kind, dev, bytes };
+            ok = true;
+        }
     pthread_mutex_unlock(&g_table_lock);
-    if (!ok) /* cannot remember it: give the bytes back rather than leak the quota on free */
-        unreserve(dev, bytes);
+    if (!ok && !atomic_fetch_add(&g_overflow_lost, 1))
+        glog("out of memory: an allocation of %llu bytes stays counted until the process exits",
+             (unsigned long long)bytes);
 }
 
 /* ---- allocation wrappers -------------------------------------------------------------------- */
@@ -488,20 +673,24 @@ static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
     if (st_ == G_CLOSED)                                                                                      \
         return CUDA_ERROR_OUT_OF_MEMORY;
 
-/* Allocates `bytes` through `call` (an expression yielding CUresult) with a reservation first. */
-#define RESERVED_ALLOC(bytes, call, key_expr, kind)                                                           \
+/* Allocates `bytes` through `call` (an expression yielding CUresult) with a reservation first, on
+ * the current context's device (RESERVED_ALLOC) or on `dev_expr`. */
+#define RESERVED_ALLOC(bytes, call, key_expr, kind) RESERVED_ALLOC_ON(current_device(), bytes, call, key_expr, kind)
+#define RESERVED_ALLOC_ON(dev_expr, bytes, call, key_expr, kind)                                              \
     do {                                                                                                      \
         if (st_ != G_READY)                                                                                   \
             return (call);                                                                                    \
-        int dev_ = current_device();                                                                          \
+        int dev_ = (dev_expr);                                                                                \
         uint64_t n_ = (bytes);                                                                                \
         if (!reserve(dev_, n_))                                                                               \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                                  \
+        FAULT("alloc.reserved");                                                                              \
         CUresult r_ = (call);                                                                                 \
         if (r_ != CUDA_SUCCESS) {                                                                             \
             unreserve(dev_, n_);                                                                              \
             return r_;                                                                                        \
         }                                                                                                     \
+        FAULT("alloc.driver");                                                                                \
         table_put((uint64_t)(key_expr), kind, dev_, n_);                                                      \
         return CUDA_SUCCESS;                                                                                  \
     } while (0)
@@ -517,6 +706,7 @@ static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
         if (!table_take((uint64_t)(key), kind, &dev_, &n_))                                                   \
             return (call);                                                                                    \
         CUresult r_ = (call);                                                                                 \
+        FAULT("free.driver");                                                                                 \
         if (r_ == CUDA_SUCCESS)                                                                               \
             unreserve(dev_, n_);                                                                              \
         else                                                                                                  \
@@ -597,28 +787,87 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     TRACKED_FREE(handle, K_HANDLE, real_cuMemRelease(handle));
 }
 
+/* Memory pools and their devices: an allocation from a pool is charged to the pool's device, not
+ * to the current context's (a pool of device 0 used from device 1's context). Pools are learnt
+ * from cuDeviceGetDefaultMemPool and cuMemPoolCreate; an unknown pool (more than POOLS of them)
+ * is charged to the current device. */
+typedef struct { int allocType, handleTypes; CUmemLocation location; } guard_mem_pool_props; /* cuda.h's leading fields */
+typedef CUresult (*cuDeviceGetDefaultMemPool_fn)(CUmemoryPool *, CUdevice);
+typedef CUresult (*cuMemPoolCreate_fn)(CUmemoryPool *, const guard_mem_pool_props *);
+#define POOLS 64
+static struct { _Atomic(CUmemoryPool) pool; int dev; } g_pools[POOLS];
+
+static void remember_pool(CUmemoryPool pool, int dev) {
+    if (!pool || dev < 0 || dev >= GS_GUARD_MAX_DEVICES)
+        return;
+    for (unsigned i = 0; i < POOLS; i++) {
+        CUmemoryPool cur = atomic_load(&g_pools[i].pool);
+        if (cur == pool)
+            return;
+        if (!cur) {
+            g_pools[i].dev = dev;
+            CUmemoryPool none = NULL;
+            if (atomic_compare_exchange_strong(&g_pools[i].pool, &none, pool) || none == pool)
+                return;
+        }
+    }
+}
+
+static int pool_device(CUmemoryPool pool) {
+    for (unsigned i = 0; i < POOLS; i++) {
+        CUmemoryPool cur = atomic_load(&g_pools[i].pool);
+        if (!cur)
+            break;
+        if (cur == pool)
+            return g_pools[i].dev;
+    }
+    return current_device();
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    guard_state();
+    cuDeviceGetDefaultMemPool_fn real = (cuDeviceGetDefaultMemPool_fn)cuda_sym("cuDeviceGetDefaultMemPool");
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(pool, dev);
+    if (r == CUDA_SUCCESS && pool)
+        remember_pool(*pool, dev);
+    return r;
+}
+
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const guard_mem_pool_props *props) {
+    guard_state();
+    cuMemPoolCreate_fn real = (cuMemPoolCreate_fn)cuda_sym("cuMemPoolCreate");
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(pool, props);
+    if (r == CUDA_SUCCESS && pool && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        remember_pool(*pool, props->location.id);
+    return r;
+}
+
 /* Stream-ordered allocations are counted at their request size from the call until the free is
  * issued (the pool may keep the memory longer; the driver's own accounting is the reconcile). */
-#define ASYNC_ALLOC(real, ...)                                                                                \
+#define ASYNC_ALLOC(dev, real, ...)                                                                           \
     GUARDED_BEGIN(cuMemAllocAsync);                                                                           \
     if (!real)                                                                                                \
         return CUDA_ERROR_NOT_INITIALIZED;                                                                    \
     if (!dptr)                                                                                                \
         return real(__VA_ARGS__);                                                                             \
-    RESERVED_ALLOC(bytesize, real(__VA_ARGS__), *dptr, K_PTR)
+    RESERVED_ALLOC_ON(dev, bytesize, real(__VA_ARGS__), *dptr, K_PTR)
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ASYNC_ALLOC(real_cuMemAllocAsync, dptr, bytesize, hStream);
+    ASYNC_ALLOC(current_device(), real_cuMemAllocAsync, dptr, bytesize, hStream);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ASYNC_ALLOC(real_cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
+    ASYNC_ALLOC(current_device(), real_cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-    ASYNC_ALLOC(real_cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+    ASYNC_ALLOC(pool_device(pool), real_cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream) {
-    ASYNC_ALLOC(real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+    ASYNC_ALLOC(pool_device(pool), real_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     FREE_BEGIN(cuMemFreeAsync);
@@ -736,6 +985,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     uint64_t limit = device_limit(dev);
     if (!limit)
         return r;
+    reclaim_dead(); /* a holder killed a moment ago holds nothing: the driver freed its memory */
     uint64_t total = *total_bytes < limit ? *total_bytes : limit;
     uint64_t used = atomic_load(&g_region->dev[dev].used);
     uint64_t free_q = used < total ? total - used : 0; /* never negative, never wrapped */
@@ -789,16 +1039,23 @@ static int nvml_device_entry(nvmlDevice_t d) {
     return -1;
 }
 
+/* The same view as cuMemGetInfo: total the quota (or the GPU's memory, if smaller), free the
+ * quota's room or the GPU's physical free memory, whichever is smaller, used the rest. */
 static void quota_view(nvmlDevice_t d, unsigned long long *total, unsigned long long *free_b,
                        unsigned long long *used) {
     int e = nvml_device_entry(d);
     if (e < 0 || !g_limits.dev[e].vram)
         return;
+    reclaim_dead();
     uint64_t limit = g_limits.dev[e].vram, u = atomic_load(&g_region->dev[g_limits.dev[e].ordinal].used);
     if (limit < *total)
         *total = limit;
-    *used = u < *total ? u : *total;
-    *free_b = *total - *used; /* never wraps: used <= total */
+    uint64_t room = u < *total ? *total - u : 0; /* never wraps */
+    if (room < *free_b)
+        *free_b = room;
+    if (*free_b > *total)
+        *free_b = *total;
+    *used = *total - *free_b;
 }
 
 EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, guard_nvmlMemory_t *m) {
@@ -1072,6 +1329,8 @@ static const struct hook hooks[] = {
     { "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, FN(cuMemAllocFromPoolAsync),
       FN(cuMemAllocFromPoolAsync_ptsz), 11020 },
     { "cuMemFreeAsync", "cuMemFreeAsync", 0, FN(cuMemFreeAsync), FN(cuMemFreeAsync_ptsz), 11020 },
+    { "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020, FN(cuDeviceGetDefaultMemPool), NULL },
+    { "cuMemPoolCreate", "cuMemPoolCreate", 11020, FN(cuMemPoolCreate), NULL },
     { "cuArrayCreate", "cuArrayCreate_v2", 3020, FN(cuArrayCreate_v2), NULL },
     { "cuArray3DCreate", "cuArray3DCreate_v2", 3020, FN(cuArray3DCreate_v2), NULL },
     { "cuArrayDestroy", "cuArrayDestroy", 0, FN(cuArrayDestroy), NULL },
@@ -1197,26 +1456,37 @@ static void find_self(void) {
         snprintf(g_self_path, sizeof(g_self_path), "%s", info.dli_fname);
 }
 
-/* envp plus LD_PRELOAD (with the guard) and GPUSLICE_GUARD_CONFIG when missing. The result is
- * allocated once per exec (the process image is replaced on success). */
+/* envp plus LD_PRELOAD (with the guard) when missing, and GPUSLICE_GUARD_CONFIG set to the limits
+ * this process runs under, replacing whatever the caller put there: a program cannot start a
+ * child under other limits by naming another file. A sealed-memfd config is put back at its
+ * descriptor number first. The result is allocated once per exec (the image is replaced on
+ * success). */
 static char **guarded_env(char *const envp[]) {
     find_self();
+    if (g_config_fd >= 0 && g_config_fd_num >= 0)
+        dup2(g_config_fd, g_config_fd_num); /* without close-on-exec: the child reads it */
     const char *cfg = g_config_path[0] ? g_config_path : NULL;
-    size_t n = 0;
-    bool has_preload = false, has_cfg = false;
+    size_t n = 0, n_cfg = 0;
+    bool has_preload = false, cfg_ok = !cfg;
     for (; envp && envp[n]; n++) {
         if (!strncmp(envp[n], "LD_PRELOAD=", 11) && g_self_path[0] && strstr(envp[n], g_self_path))
             has_preload = true;
-        if (!strncmp(envp[n], "GPUSLICE_GUARD_CONFIG=", 22))
-            has_cfg = true;
+        if (!strncmp(envp[n], "GPUSLICE_GUARD_CONFIG=", 22)) {
+            n_cfg++;
+            cfg_ok = cfg && !strcmp(envp[n] + 22, cfg);
+        }
     }
-    if ((has_preload || !g_self_path[0]) && (has_cfg || !cfg))
+    if (n_cfg > 1)
+        cfg_ok = false;
+    if ((has_preload || !g_self_path[0]) && cfg_ok)
         return (char **)envp;
     char **out = calloc(n + 3, sizeof(char *));
     if (!out)
         return (char **)envp;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
+        if (cfg && !strncmp(envp[i], "GPUSLICE_GUARD_CONFIG=", 22))
+            continue; /* ours is added below */
         if (!has_preload && !strncmp(envp[i], "LD_PRELOAD=", 11)) {
             size_t len = strlen(envp[i]) + strlen(g_self_path) + 2;
             char *v = malloc(len);
@@ -1237,7 +1507,7 @@ static char **guarded_env(char *const envp[]) {
             out[k++] = v;
         }
     }
-    if (!has_cfg && cfg) {
+    if (cfg) {
         size_t len = strlen(cfg) + 23;
         char *v = malloc(len);
         if (v) {
@@ -1342,7 +1612,7 @@ EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
     return real ? real(pid, file, fa, attr, argv, guarded_env(envp)) : ENOSYS;
 }
 
-/* A forked child is a new process: it needs its own slot. */
+/* A forked child is a new process: it needs its own slot (claimed at its first reservation). */
 static void after_fork_child(void) {
     if (atomic_load(&g_state) == G_READY && g_region) {
         g_slot = NULL;
@@ -1354,27 +1624,69 @@ static void after_fork_child(void) {
         free(g_table); /* the parent's allocations are the parent's */
         g_table = NULL;
         g_cap = g_count = g_deleted = 0;
-        if (claim_slot() < 0)
-            atomic_store(&g_state, g_limits.fail_closed ? G_CLOSED : G_OPEN);
+        memset(g_overflow, 0, sizeof(g_overflow));
+        /* A slot when the child first allocates: most children exec at once, and a slot taken now
+         * would name the pid until the exec'd program dies. */
     }
 }
 
-/* On exit, the process's bytes go back at once (dead-process reclaim covers crashes). */
+/* On exit, the slot is freed if the process holds nothing. Bytes it still holds (allocations never
+ * freed, a primary context never released) are the driver's until the process is gone: the slot
+ * keeps them, and reclaim gives them back once the process is dead, never before. */
 static void release_slot(void) {
     if (atomic_load(&g_state) != G_READY || !g_slot)
         return;
-    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
-        uint64_t b = atomic_exchange(&g_slot->used[d], 0);
-        if (b)
-            atomic_fetch_sub(&g_region->dev[d].used, b);
+    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+        if (atomic_load(&g_slot->used[d]))
+            return;
+    if (!region_lock())
+        return;
+    FAULT("exit.locked");
+    bool empty = true;
+    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
+        empty &= atomic_load(&g_slot->used[d]) == 0;
+    if (empty) {
+        atomic_store(&g_slot->pid, 0);
+        atomic_store(&g_slot->start_time, 0);
     }
-    atomic_store(&g_slot->pid, 0);
+    region_unlock();
+    g_slot = NULL;
 }
 
 __attribute__((constructor)) static void guard_ctor(void) {
     const char *cfg = getenv("GPUSLICE_GUARD_CONFIG");
-    if (cfg && strlen(cfg) < sizeof(g_config_path))
+    struct stat st;
+    if (stat(DEFAULT_CONFIG, &st) == 0) {
+        /* In a container: the read-only file the agent mounted, whatever the environment says. */
+        snprintf(g_config_path, sizeof(g_config_path), "%s", DEFAULT_CONFIG);
+        if (cfg && strcmp(cfg, DEFAULT_CONFIG) != 0)
+            snprintf(g_ignored_config, sizeof(g_ignored_config), "%.500s", cfg);
+    } else if (cfg && strlen(cfg) < sizeof(g_config_path)) {
         strcpy(g_config_path, cfg);
+    } else {
+        snprintf(g_config_path, sizeof(g_config_path), "%s", DEFAULT_CONFIG);
+    }
+    /* gpuslice exec's sealed memfd: kept at a descriptor of the guard's own, so that the program
+     * closing or replacing it changes nothing for itself or for the programs it executes. */
+    if (!strncmp(g_config_path, FD_CONFIG_PREFIX, strlen(FD_CONFIG_PREFIX))) {
+        char *end;
+        long n = strtol(g_config_path + strlen(FD_CONFIG_PREFIX), &end, 10);
+        if (*end == '\0' && n >= 0 && n < 65536) {
+            g_config_fd = fcntl((int)n, F_DUPFD_CLOEXEC, 512);
+            g_config_fd_num = g_config_fd >= 0 ? (int)n : -1;
+        }
+    }
+#ifdef GS_GUARD_FAULT_POINTS
+    const char *fault = getenv("GPUSLICE_GUARD_FAULT");
+    if (fault && *fault) {
+        snprintf(g_fault, sizeof(g_fault), "%s", fault);
+        char *colon = strchr(g_fault, ':');
+        if (colon) {
+            *colon = '\0';
+            g_fault_nth = strtol(colon + 1, NULL, 10);
+        }
+    }
+#endif
     find_self();
     resolve_dlsym();
     pthread_atfork(NULL, NULL, after_fork_child);

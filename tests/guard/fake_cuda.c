@@ -10,7 +10,12 @@
  * distinct fake address or handle and its size is recorded; frees of unknown addresses or handles
  * fail (CUDA_ERROR_INVALID_VALUE / INVALID_HANDLE) and are counted. FAKE_CUDA_DEVICES sets the
  * device count (default 2); FAKE_CUDA_FAIL_ALLOC=1 makes every allocation fail with
- * CUDA_ERROR_OUT_OF_MEMORY.
+ * CUDA_ERROR_OUT_OF_MEMORY. FAKE_GPU_OTHERS_MIB is memory used on the physical GPU by processes
+ * outside the test (cuMemGetInfo's free is that much smaller). FAKE_CUDA_SHARED=FILE keeps the
+ * ground truth across processes (fake_shared.h): each process's live bytes until it frees them or
+ * dies, checked against a watch quota at every allocation, and cuMemGetInfo's free is what all of
+ * them leave. FAKE_CUDA_EXIT_DELAY_MS=N makes a process that exits take N ms after its atexit
+ * handlers before it is gone, holding its memory meanwhile (the real driver's teardown).
  *
  * Time model: each device of the process is a GPU that runs kernels one after another in real
  * (CLOCK_MONOTONIC) time: a launch takes gridX*gridY*gridZ microseconds of GPU time and starts
@@ -23,8 +28,15 @@
  * The library is linked with -Bsymbolic so that the addresses it hands out (cuGetProcAddress,
  * fakeCudaSymbol) are its own functions even while a preloaded guard exports the same names.
  * The fakeCuda* exports are ground truth for tests and do not depend on the guard. */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,6 +45,8 @@
 #include <time.h>
 
 #include "guard/cuda_api.h"
+#include "guard/guard_proc.h"
+#include "tests/guard/fake_shared.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define FK_MAX_DEVICES 16
@@ -196,6 +210,10 @@ static int n_devices = 2;
 static uint64_t capacity = 16384ULL << 20;
 static bool fail_alloc;
 static uint64_t slowdown = 1; /* FAKE_CUDA_SLOWDOWN=k: a time-slicing neighbour takes (k-1)/k of the GPU */
+static uint64_t others_bytes; /* FAKE_GPU_OTHERS_MIB */
+static struct fake_shared *shared; /* FAKE_CUDA_SHARED */
+static int shared_fd = -1;
+static unsigned exit_delay_ms;
 
 static _Atomic int initialized;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -233,6 +251,23 @@ static void read_config(void)
     }
     s = getenv("FAKE_CUDA_FAIL_ALLOC");
     fail_alloc = s && strcmp(s, "1") == 0;
+    s = getenv("FAKE_GPU_OTHERS_MIB");
+    if (s && *s)
+        others_bytes = strtoull(s, NULL, 10) << 20;
+    s = getenv("FAKE_CUDA_EXIT_DELAY_MS");
+    if (s && *s)
+        exit_delay_ms = (unsigned)strtoul(s, NULL, 10);
+    s = getenv("FAKE_CUDA_SHARED");
+    if (s && *s) {
+        shared_fd = open(s, O_RDWR | O_CLOEXEC);
+        void *p = shared_fd < 0 ? MAP_FAILED
+                                : mmap(NULL, sizeof(struct fake_shared), PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "fake_cuda: FAKE_CUDA_SHARED=%s: cannot map it\n", s);
+            abort();
+        }
+        shared = p;
+    }
     s = getenv("FAKE_CUDA_SLOWDOWN");
     if (s && *s) {
         unsigned long long v = strtoull(s, NULL, 10);
@@ -282,6 +317,92 @@ static uint64_t base_of(int kind)
     }
 }
 
+/* ---- the ground truth across processes (FAKE_CUDA_SHARED) -------------------------------------- */
+
+/* Whether the process still holds GPU memory: alive and not a zombie, and the same process. */
+static bool holds_memory(int32_t pid, uint64_t start)
+{
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return false;
+    char state = '?';
+    uint64_t st = gs_proc_stat(pid, &state);
+    return st && st == start && state != 'Z' && state != 'X';
+}
+
+/* Adds delta (signed) to this process's live bytes on dev and, for an allocation, checks what all
+ * live processes hold together there. */
+static void shared_account(int dev, int64_t delta)
+{
+    if (!shared || dev < 0 || dev >= FAKE_SHARED_DEVICES)
+        return;
+    int32_t me = (int32_t)getpid();
+    /* flock excludes other processes only (the lock is the open file's): threads take this too */
+    static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&shared_lock);
+    while (flock(shared_fd, LOCK_EX) < 0 && errno == EINTR)
+        ;
+    int mine = -1, free_slot = -1;
+    uint64_t live = 0;
+    for (int i = 0; i < FAKE_SHARED_PROCS; i++) {
+        int32_t pid = shared->procs[i].pid;
+        if (pid == me) {
+            mine = i;
+        } else if (pid && !holds_memory(pid, shared->procs[i].start_time)) {
+            memset(&shared->procs[i], 0, sizeof(shared->procs[i])); /* the kernel freed it */
+            pid = 0;
+        }
+        if (!pid && free_slot < 0)
+            free_slot = i;
+    }
+    if (mine < 0 && free_slot >= 0) {
+        char state;
+        mine = free_slot;
+        shared->procs[mine].pid = me;
+        shared->procs[mine].start_time = gs_proc_stat(me, &state);
+    }
+    if (mine >= 0)
+        shared->procs[mine].used[dev] += (uint64_t)delta;
+    for (int i = 0; i < FAKE_SHARED_PROCS; i++)
+        live += shared->procs[i].used[dev];
+    if (delta > 0) {
+        if (live > shared->max_live[dev])
+            shared->max_live[dev] = live;
+        if (shared->watch_quota && live > shared->watch_quota) {
+            shared->violations++;
+            if (live - shared->watch_quota > shared->max_over)
+                shared->max_over = live - shared->watch_quota;
+        }
+    }
+    flock(shared_fd, LOCK_UN);
+    pthread_mutex_unlock(&shared_lock);
+}
+
+/* What every live process holds on dev together (FAKE_CUDA_SHARED), or this process's use. */
+static uint64_t device_used(int dev)
+{
+    if (!shared)
+        return used[dev];
+    uint64_t live = 0;
+    while (flock(shared_fd, LOCK_EX) < 0 && errno == EINTR)
+        ;
+    for (int i = 0; i < FAKE_SHARED_PROCS; i++)
+        if (shared->procs[i].pid &&
+            (shared->procs[i].pid == getpid() || holds_memory(shared->procs[i].pid, shared->procs[i].start_time)))
+            live += shared->procs[i].used[dev];
+    flock(shared_fd, LOCK_UN);
+    return live;
+}
+
+/* A process's teardown after its atexit handlers (ELF destructors run after them): its memory is
+ * still held while it lasts. */
+__attribute__((destructor)) static void exit_delay(void)
+{
+    if (exit_delay_ms) {
+        struct timespec ts = { .tv_sec = exit_delay_ms / 1000, .tv_nsec = (long)(exit_delay_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Records an allocation of `size` bytes on `dev` (-1: not device memory); returns its key. */
 static CUresult record_alloc(int kind, int dev, uint64_t size, uint64_t *key)
 {
@@ -313,6 +434,8 @@ static CUresult record_alloc(int kind, int dev, uint64_t size, uint64_t *key)
     if (dev >= 0)
         used[dev] += size;
     pthread_mutex_unlock(&lock);
+    if (dev >= 0)
+        shared_account(dev, (int64_t)size);
     atomic_fetch_add(&n_alloc_ok, 1);
     *key = k;
     return CUDA_SUCCESS;
@@ -325,10 +448,14 @@ static CUresult release(int kind, uint64_t key, CUresult unknown)
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_allocs; i++) {
         if (allocs[i].key == key && allocs[i].kind == kind) {
-            if (allocs[i].dev >= 0)
-                used[allocs[i].dev] -= allocs[i].size;
+            int dev = allocs[i].dev;
+            uint64_t size = allocs[i].size;
+            if (dev >= 0)
+                used[dev] -= size;
             allocs[i] = allocs[--n_allocs];
             pthread_mutex_unlock(&lock);
+            if (dev >= 0)
+                shared_account(dev, -(int64_t)size);
             atomic_fetch_add(&frees, 1);
             return CUDA_SUCCESS;
         }
@@ -810,8 +937,12 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     if (!free || !total)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    *free = capacity - used[current_device];
+    uint64_t u = shared ? 0 : used[current_device];
     pthread_mutex_unlock(&lock);
+    if (shared)
+        u = device_used(current_device);
+    u += others_bytes;
+    *free = u < capacity ? capacity - u : 0;
     *total = capacity;
     return CUDA_SUCCESS;
 }

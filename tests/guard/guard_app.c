@@ -615,6 +615,180 @@ static int mode_hold(int argc, char **argv)
     return 0;
 }
 
+/* ---- churn SIZE COUNT MS: COUNT allocations, retried while over the quota for MS ms, then exit
+ * holding them (no free, the context kept): the driver frees them when the process is gone. */
+
+static int mode_churn(int argc, char **argv)
+{
+    if (argc < 3)
+        return 2;
+    size_t size = (size_t)parse_size(argv[0]);
+    long count = (long)parse_size(argv[1]);
+    long long ms = (long long)parse_size(argv[2]);
+    setup();
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long ok = 0;
+    for (;;) {
+        CUdeviceptr p;
+        CUresult r = cuMemAlloc_v2(&p, size);
+        if (r == CUDA_SUCCESS && ++ok == count)
+            break;
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+            break;
+        if (r != CUDA_SUCCESS) {
+            struct timespec ts = { 0, 200000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    kv("ok", ok);
+    return 0; /* exit() holding: atexit handlers run, then the process goes */
+}
+
+/* ---- repl: commands on stdin, one per line: "a SIZE" allocates, "f" frees the last, "i" reports
+ * cuMemGetInfo, "q" quits. Each prints N.res (N.free, N.total) then N.done=1, N counting from 1. */
+
+static int mode_repl(void)
+{
+    setup();
+    CUdeviceptr held[256];
+    int n_held = 0, seq = 0;
+    char line[128], k[32];
+    while (fgets(line, sizeof(line), stdin)) {
+        seq++;
+        snprintf(k, sizeof(k), "%d", seq);
+        if (line[0] == 'a' && n_held < 256) {
+            CUresult r = cuMemAlloc_v2(&held[n_held], (size_t)parse_size(line + 2));
+            n_held += r == CUDA_SUCCESS;
+            kv2(k, "res", r);
+        } else if (line[0] == 'f' && n_held > 0) {
+            kv2(k, "res", cuMemFree_v2(held[--n_held]));
+        } else if (line[0] == 'i') {
+            size_t fr = 0, tot = 0;
+            kv2(k, "res", cuMemGetInfo_v2(&fr, &tot));
+            kv2(k, "free", (long long)fr);
+            kv2(k, "total", (long long)tot);
+        } else if (line[0] == 'q') {
+            break;
+        }
+        kv2(k, "done", 1);
+        fflush(stdout);
+    }
+    while (n_held > 0)
+        cuMemFree_v2(held[--n_held]);
+    teardown();
+    return 0;
+}
+
+/* ---- cross-device SIZE: allocated with device 0's context current, freed with device 1's. */
+
+static long long region_used_on(int dev)
+{
+    return region ? (long long)atomic_load(&region->dev[dev].used) : -1;
+}
+
+static int mode_cross_device(int argc, char **argv)
+{
+    if (argc < 1)
+        return 2;
+    size_t size = (size_t)parse_size(argv[0]);
+    setup();
+    CUcontext ctx1 = NULL;
+    kv("retain1", cuDevicePrimaryCtxRetain(&ctx1, 1));
+    CUdeviceptr p = 0, a = 0;
+    cuCtxSetCurrent(ctx);
+    kv("alloc.res", cuMemAlloc_v2(&p, size));
+    kv("alloc_async.res", cuMemAllocAsync(&a, size, (CUstream)(uintptr_t)0x11));
+    kv("held.dev0", region_used_on(0));
+    kv("held.dev1", region_used_on(1));
+    kv("held.fake0", (long long)fakeCudaUsedBytes(0));
+    cuCtxSetCurrent(ctx1);
+    kv("free.res", cuMemFree_v2(p));
+    kv("free_async.res", cuMemFreeAsync(a, (CUstream)(uintptr_t)0x22)); /* another stream, another device */
+    kv("after.dev0", region_used_on(0));
+    kv("after.dev1", region_used_on(1));
+    kv("after.fake0", (long long)fakeCudaUsedBytes(0));
+    /* A pool allocation on device 0 made from device 1's context: device 0 is charged. */
+    CUmemoryPool pool0 = NULL;
+    cuDeviceGetDefaultMemPool(&pool0, 0);
+    kv("pool.res", cuMemAllocFromPoolAsync(&a, size, pool0, (CUstream)(uintptr_t)0x33));
+    kv("pool.dev0", region_used_on(0));
+    kv("pool.dev1", region_used_on(1));
+    kv("pool.fake0", (long long)fakeCudaUsedBytes(0));
+    cuCtxSetCurrent(ctx);
+    kv("pool_free.res", cuMemFreeAsync(a, (CUstream)(uintptr_t)0x44));
+    kv("pool_free.dev0", region_used_on(0));
+    kv("pool_free.dev1", region_used_on(1));
+    cuDevicePrimaryCtxRelease_v2(1);
+    teardown();
+    return 0;
+}
+
+/* ---- fork SIZE CHILD_SIZE: holds SIZE, forks; the child allocates CHILD_SIZE and exits normally. */
+
+static int mode_fork(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    size_t size = (size_t)parse_size(argv[0]), child_size = (size_t)parse_size(argv[1]);
+    setup();
+    CUdeviceptr p = 0;
+    kv("parent.res", cuMemAlloc_v2(&p, size));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        CUdeviceptr q = 0;
+        CUresult r = cuMemAlloc_v2(&q, child_size);
+        kv("child.res", r);
+        kv("child.region", region_used());
+        if (r == CUDA_SUCCESS)
+            cuMemFree_v2(q);
+        fflush(stdout);
+        exit(0);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    kv("child.exit", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    kv("parent.after_child_region", region_used());
+    if (p)
+        kv("parent.free", cuMemFree_v2(p));
+    kv("parent.after_free_region", region_used());
+    teardown();
+    return 0;
+}
+
+/* ---- exec-swap SIZE PATH [fd]: re-executes itself as `alloc SIZE` with GPUSLICE_GUARD_CONFIG=PATH
+ * (or, with fd, PATH opened at the descriptor the current GPUSLICE_GUARD_CONFIG=/proc/self/fd/N
+ * names): a child that tries to run under other limits. */
+
+static int mode_exec_swap(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 3;
+    self[n] = '\0';
+    if (argc > 2 && !strcmp(argv[2], "fd")) {
+        const char *cfg = getenv("GPUSLICE_GUARD_CONFIG");
+        int fd = open(argv[1], O_RDONLY);
+        if (!cfg || strncmp(cfg, "/proc/self/fd/", 14) || fd < 0)
+            return 3;
+        dup2(fd, atoi(cfg + 14));
+    } else {
+        setenv("GPUSLICE_GUARD_CONFIG", argv[1], 1);
+    }
+    char *child_argv[] = { self, (char *)"alloc", argv[0], NULL };
+    fflush(stdout);
+    execv(self, child_argv);
+    return 3;
+}
+
 /* ---- exec-env-i SIZE [HOW] ---------------------------------------------------------------------------- */
 
 extern char **environ;
@@ -904,7 +1078,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
-                        "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace)\n");
+                        "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace, churn, repl, "
+                        "cross-device, fork, exec-swap)\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -935,6 +1110,16 @@ int main(int argc, char **argv)
         rc = mode_launch(rest, args);
     else if (strcmp(mode, "pace") == 0)
         rc = mode_pace(rest, args);
+    else if (strcmp(mode, "churn") == 0)
+        rc = mode_churn(rest, args);
+    else if (strcmp(mode, "repl") == 0)
+        rc = mode_repl();
+    else if (strcmp(mode, "cross-device") == 0)
+        rc = mode_cross_device(rest, args);
+    else if (strcmp(mode, "fork") == 0)
+        rc = mode_fork(rest, args);
+    else if (strcmp(mode, "exec-swap") == 0)
+        rc = mode_exec_swap(rest, args);
     else
         rc = 2;
     if (rc == 2)

@@ -32,13 +32,15 @@
 #include <cmocka.h>
 
 #include "guard/guard_region.h"
+#include "tests/guard/fake_shared.h"
 
 #define MIB (1ULL << 20)
 #define FAKE_TOTAL (16384ULL * MIB) /* the fake driver's default capacity */
 #define OOM 2
 #define TIMEOUT_MS 20000
 
-static const char *guard_lib, *guard_app, *fake_dir;
+static const char *guard_lib, *guard_app, *fake_dir, *faults_lib, *dlopen_app, *mounted_conf;
+static const char *preload_lib; /* what make_env preloads: guard_lib unless a test says otherwise */
 
 /* ---- fixture: a temporary directory with the limits file and the region ---------------------- */
 
@@ -67,6 +69,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
+    preload_lib = NULL;
+    unlink(mounted_conf);
+    char shared[160];
+    snprintf(shared, sizeof(shared), "%s/shared", f->dir);
+    unlink(shared);
     unlink(f->limits);
     unlink(f->region);
     rmdir(f->dir);
@@ -118,7 +125,7 @@ static char **make_env(const struct fx *f, const char *const *extra)
     static char *env[24];
     int n = 0;
     snprintf(buf[n], sizeof(buf[n]), "PATH=/usr/bin:/bin");
-    snprintf(buf[++n], sizeof(buf[n]), "LD_PRELOAD=%s", guard_lib);
+    snprintf(buf[++n], sizeof(buf[n]), "LD_PRELOAD=%s", preload_lib ? preload_lib : guard_lib);
     snprintf(buf[++n], sizeof(buf[n]), "LD_LIBRARY_PATH=%s", fake_dir);
     snprintf(buf[++n], sizeof(buf[n]), "GPUSLICE_GUARD_CONFIG=%s", f->limits);
     snprintf(buf[++n], sizeof(buf[n]), "GUARD_APP_REGION=%s", f->region);
@@ -156,7 +163,8 @@ static void spawn(struct child *c, const struct fx *f, const char *const *extra,
     assert_int_equal(pipe2(err, O_CLOEXEC), 0);
     char *argv[16];
     int n = 0;
-    argv[n++] = (char *)guard_app;
+    const char *prog = args[0] && args[0][0] == '/' ? *args++ : guard_app; /* another program */
+    argv[n++] = (char *)prog;
     for (int i = 0; args[i] && n < 15; i++)
         argv[n++] = (char *)args[i];
     argv[n] = NULL;
@@ -168,7 +176,7 @@ static void spawn(struct child *c, const struct fx *f, const char *const *extra,
         dup2(in[0], 0);
         dup2(out[1], 1);
         dup2(err[1], 2);
-        execve(guard_app, argv, env);
+        execve(prog, argv, env);
         _exit(127);
     }
     close(in[0]);
@@ -1127,11 +1135,436 @@ static void test_pacer_off_without_limit(void **state)
     expect_eq(c, "events_created", 0);
 }
 
+/* ---- SIGKILL at every window of the reservation protocol (issue 17) ---------------------------- */
+
+/* Waits for a child that must die of SIGKILL (a fault point of the test build): proof that it got
+ * to the point. */
+static void finish_killed(struct child *c, const char *point)
+{
+    if (c->in_fd >= 0) {
+        close(c->in_fd);
+        c->in_fd = -1;
+    }
+    long long end = now_ms() + TIMEOUT_MS;
+    while (pump(c, 100) && now_ms() < end)
+        ;
+    if (waitpid(c->pid, &c->status, 0) != c->pid)
+        fail_msg("waitpid: %s", strerror(errno));
+    if (c->out_fd >= 0)
+        close(c->out_fd);
+    if (c->err_fd >= 0)
+        close(c->err_fd);
+    c->out_fd = c->err_fd = -1;
+    if (!WIFSIGNALED(c->status) || WTERMSIG(c->status) != SIGKILL) {
+        dump(c);
+        fail_msg("fault point %s: guard_app was not killed there (status 0x%x)", point, c->status);
+    }
+}
+
+static struct fake_shared *map_shared(const char *path, bool create)
+{
+    int fd = open(path, O_RDWR | (create ? O_CREAT | O_TRUNC : 0) | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    if (create)
+        assert_int_equal(ftruncate(fd, sizeof(struct fake_shared)), 0);
+    void *p = mmap(NULL, sizeof(struct fake_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+/* The region's invariant with the lock free: each device total is the sum of the slots, within
+ * the quota. */
+static void check_region_sums(const struct fx *f, unsigned long long quota, const char *when)
+{
+    struct gs_guard_region *r = map_region(f, false);
+    assert_non_null(r);
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < GS_GUARD_MAX_PROCS; i++)
+        sum += atomic_load(&r->procs[i].used[0]);
+    uint64_t used = atomic_load(&r->dev[0].used);
+    munmap(r, sizeof(*r));
+    if (used != sum || used > quota)
+        fail_msg("%s: the region counts %llu bytes, its slots %llu (quota %llu)", when, (unsigned long long)used,
+                 (unsigned long long)sum, quota);
+}
+
+struct fault_case {
+    const char *point;
+    const char *before; /* NULL, "dead-holder" (a killed process's slot to reclaim) or "owner-dead"
+                           (the lock left by a holder killed inside it) */
+};
+
+static const struct fault_case fault_cases[] = {
+    { "claim.locked", NULL },        { "claim.pid", NULL },          { "reserve.locked", NULL },
+    { "reserve.slot", NULL },        { "reserve.dev", NULL },        { "alloc.reserved", NULL },
+    { "alloc.driver", NULL },        { "unreserve.locked", NULL },   { "unreserve.slot", NULL },
+    { "unreserve.dev", NULL },       { "free.driver", NULL },        { "exit.locked", NULL },
+    { "reclaim.locked", "dead-holder" }, { "reclaim.partial", "dead-holder" }, { "reclaim.slot", "dead-holder" },
+    { "recover.locked", "owner-dead" },  { "recover.partial", "owner-dead" },
+    { "reserve.slot:2", NULL },      { "unreserve.slot:2", NULL },
+};
+
+static void run_killed(struct fx *f, const char *point, const char *const *args)
+{
+    char fault[96], shared_env[200];
+    snprintf(fault, sizeof(fault), "GPUSLICE_GUARD_FAULT=%s", point);
+    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s/shared", f->dir);
+    const char *const env[] = { fault, shared_env, NULL };
+    struct child v;
+    preload_lib = faults_lib;
+    spawn(&v, f, env, args);
+    preload_lib = NULL;
+    finish_killed(&v, point);
+}
+
+/* A process killed at each window (fault points compiled into a test build of the guard), beside
+ * a survivor holding 16 MiB of a 64 MiB quota: afterwards a new process gets exactly the other
+ * 48 MiB (no leak, no escape), the region's totals are the sum of its slots (no double count, no
+ * wrap), the survivor's cuMemGetInfo is exact, and the simulated driver's ground truth across
+ * processes never saw the quota passed. */
+static void test_sigkill_every_window(void **state)
+{
+    struct fx *f = *state;
+    const unsigned long long quota = 64 * MIB;
+    limits(f, quota);
+    char shared_path[160], shared_env[200];
+    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
+    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
+    struct fake_shared *gt = map_shared(shared_path, true);
+    gt->watch_quota = quota;
+    const char *const env[] = { shared_env, NULL };
+    static struct child survivor;
+    static const char *const repl[] = { "repl", NULL };
+    spawn(&survivor, f, env, repl);
+    assert_int_equal(write(survivor.in_fd, "a 16M\n", 6), 6);
+    wait_key(&survivor, "1.done");
+    expect_eq(&survivor, "1.res", 0);
+    int seq = 1;
+    static const char *const victim[] = { "alloc", "4M", "2", NULL };
+    for (size_t i = 0; i < sizeof(fault_cases) / sizeof(fault_cases[0]); i++) {
+        const struct fault_case *fc = &fault_cases[i];
+        if (fc->before && !strcmp(fc->before, "dead-holder")) {
+            struct child h;
+            static const char *const hold[] = { "hold", "8M", "60", NULL };
+            spawn(&h, f, env, hold);
+            wait_key(&h, "holding");
+            kill(h.pid, SIGKILL);
+            finish_killed(&h, "(holder)");
+        } else if (fc->before && !strcmp(fc->before, "owner-dead")) {
+            run_killed(f, "reserve.slot", victim);
+        }
+        run_killed(f, fc->point, victim);
+        /* The survivor's view first: the dead hold nothing. */
+        char cmd[8];
+        seq++;
+        assert_int_equal(write(survivor.in_fd, "i\n", 2), 2);
+        snprintf(cmd, sizeof(cmd), "%d.done", seq);
+        wait_key(&survivor, cmd);
+        long long fr = value_of(&survivor, keyf("%d.free", seq));
+        if (fr != (long long)(quota - 16 * MIB)) {
+            dump(&survivor);
+            fail_msg("after a kill at %s the survivor's cuMemGetInfo says %lld free, expected %llu", fc->point, fr,
+                     quota - 16 * MIB);
+        }
+        struct child *c = run_env(f, env, "alloc", "1M", "64", (const char *)NULL);
+        if (value_of(c, "ok") != 48 || value_of(c, "held_region_used") != (long long)quota ||
+            value_of(c, "held_fake_used") != (long long)(48 * MIB) || value_of(c, "after_region_used") != (long long)(16 * MIB)) {
+            dump(c);
+            fail_msg("after a kill at %s: %lld MiB allocated of the 48 free (region %lld, driver %lld)", fc->point,
+                     value_of(c, "ok"), value_of(c, "held_region_used"), value_of(c, "held_fake_used"));
+        }
+        check_region_sums(f, quota, fc->point);
+        if (gt->violations) {
+            fail_msg("after a kill at %s: the driver saw %llu allocations past the quota (by up to %llu bytes)",
+                     fc->point, (unsigned long long)gt->violations, (unsigned long long)gt->max_over);
+        }
+    }
+    struct gs_guard_region *r = map_region(f, false);
+    assert_non_null(r);
+    fprintf(stderr, "sigkill windows: %zu points, %u lock recoveries, %llu dead slots reclaimed, driver peak %llu MiB\n",
+            sizeof(fault_cases) / sizeof(fault_cases[0]), atomic_load(&r->recoveries),
+            (unsigned long long)atomic_load(&r->reclaimed), (unsigned long long)(gt->max_live[0] / MIB));
+    assert_true(atomic_load(&r->recoveries) >= 4); /* the kills inside the lock were repaired */
+    munmap(r, sizeof(*r));
+    assert_true(gt->max_live[0] <= quota);
+    assert_int_equal(write(survivor.in_fd, "q\n", 2), 2);
+    finish(&survivor);
+    assert_int_equal(region_used(f, 0), 0);
+    check_region_sums(f, quota, "the end");
+    munmap(gt, sizeof(*gt));
+}
+
+/* Random kills of racing allocators, at whatever instruction they are: the same checks. */
+static void test_sigkill_random(void **state)
+{
+    struct fx *f = *state;
+    const unsigned long long quota = 32 * MIB;
+    limits(f, quota);
+    char shared_path[160], shared_env[200];
+    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
+    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
+    struct fake_shared *gt = map_shared(shared_path, true);
+    gt->watch_quota = quota;
+    const char *const env[] = { shared_env, NULL };
+    static const char *const args[] = { "race", "4", "64", "256K", NULL };
+    srand(17);
+    unsigned kills = 0;
+    for (int round = 0; round < 30; round++) {
+        static struct child kids[4];
+        for (int i = 0; i < 4; i++)
+            spawn(&kids[i], f, env, args);
+        struct timespec ts = { 0, (long)(rand() % 8000) * 1000L };
+        nanosleep(&ts, NULL);
+        int victim = rand() % 4;
+        kill(kids[victim].pid, SIGKILL);
+        for (int i = 0; i < 4; i++) {
+            if (i == victim) {
+                close(kids[i].in_fd);
+                kids[i].in_fd = -1;
+                while (pump(&kids[i], 100))
+                    ;
+                waitpid(kids[i].pid, &kids[i].status, 0);
+                kills += WIFSIGNALED(kids[i].status);
+            } else {
+                finish(&kids[i]);
+                expect_eq(&kids[i], "other_err", 0);
+            }
+        }
+        check_region_sums(f, quota, "a random kill");
+        assert_int_equal(gt->violations, 0);
+    }
+    struct child *c = run_env(f, env, "alloc", "1M", "40", (const char *)NULL);
+    expect_eq(c, "ok", 32); /* nothing leaked */
+    expect_eq(c, "after_region_used", 0);
+    fprintf(stderr, "random kills: %u of 30 processes killed mid-run, driver peak %llu MiB of %llu\n", kills,
+            (unsigned long long)(gt->max_live[0] / MIB), quota / MIB);
+    assert_true(gt->max_live[0] <= quota);
+    munmap(gt, sizeof(*gt));
+}
+
+/* ---- the quota comes back only when the memory does (issue 17, item 9) -------------------------- */
+
+/* 16 processes at a time exit while holding their allocations, each taking 30 ms after its atexit
+ * handlers before it is gone (the driver's teardown), while others wait for room: the live bytes
+ * of all processes together (the driver's ground truth) never pass the quota. */
+static void test_exit_while_holding_never_exceeds(void **state)
+{
+    struct fx *f = *state;
+    const unsigned long long quota = 64 * MIB;
+    limits(f, quota);
+    char shared_path[160], shared_env[200];
+    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
+    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
+    struct fake_shared *gt = map_shared(shared_path, true);
+    gt->watch_quota = quota;
+    const char *const env[] = { shared_env, "FAKE_CUDA_EXIT_DELAY_MS=30", NULL };
+    static const char *const args[] = { "churn", "2M", "4", "3000", NULL };
+    static struct child kids[16];
+    long long ok = 0;
+    for (int wave = 0; wave < 3; wave++) {
+        for (int i = 0; i < 16; i++)
+            spawn(&kids[i], f, env, args);
+        for (int i = 0; i < 16; i++) {
+            finish(&kids[i]);
+            ok += value_of(&kids[i], "ok");
+        }
+    }
+    fprintf(stderr, "exit while holding: %lld allocations of 2 MiB by 48 processes, driver peak %llu MiB of %llu, "
+            "%llu allocations past the quota\n", ok, (unsigned long long)(gt->max_live[0] / MIB), quota / MIB,
+            (unsigned long long)gt->violations);
+    assert_int_equal(gt->violations, 0);
+    assert_true(gt->max_live[0] <= quota);
+    assert_true(ok >= 48 * 2); /* the waiting processes did get the room back */
+    struct child *c = run_env(f, env, "alloc", "1M", "64", (const char *)NULL);
+    expect_eq(c, "ok", 64); /* every dead holder's bytes came back */
+    munmap(gt, sizeof(*gt));
+}
+
+/* A holder killed: the survivors' cuMemGetInfo says so at once, without an allocation first. */
+static void test_meminfo_right_after_kill(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child holder, survivor;
+    static const char *const hold[] = { "hold", "48M", "60", NULL };
+    static const char *const repl[] = { "repl", NULL };
+    spawn(&holder, f, NULL, hold);
+    wait_key(&holder, "holding");
+    spawn(&survivor, f, NULL, repl);
+    assert_int_equal(write(survivor.in_fd, "i\n", 2), 2);
+    wait_key(&survivor, "1.done");
+    expect_eq(&survivor, "1.free", 16 * MIB);
+    kill(holder.pid, SIGKILL);
+    finish_killed(&holder, "(holder)");
+    assert_int_equal(write(survivor.in_fd, "i\n", 2), 2);
+    wait_key(&survivor, "2.done");
+    expect_eq(&survivor, "2.free", 64 * MIB);
+    expect_eq(&survivor, "2.total", 64 * MIB);
+    assert_int_equal(write(survivor.in_fd, "q\n", 2), 2);
+    finish(&survivor);
+}
+
+/* ---- limits a child cannot swap (issue 17, item 2) ------------------------------------------------ */
+
+/* In a container the mounted file is the only source: GPUSLICE_GUARD_CONFIG naming another file
+ * (a bigger quota) changes nothing. The test build reads the "mounted" file at GUARD_MOUNTED_CONF. */
+static void test_mounted_limits_win(void **state)
+{
+    struct fx *f = *state;
+    write_file(mounted_conf, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\n", f->region, 64 * MIB);
+    char mine[160];
+    snprintf(mine, sizeof(mine), "%s/mine.conf", f->dir);
+    write_file(mine, "gpuslice-guard 1\non-error open\nregion %s/other\ndevice 0 - %llu 0\n", f->dir, 1024 * MIB);
+    char var[200];
+    snprintf(var, sizeof(var), "GPUSLICE_GUARD_CONFIG=%s", mine);
+    const char *const env[] = { var, NULL };
+    preload_lib = faults_lib;
+    struct child *c = run_env(f, env, "alloc", "100M", "1", (const char *)NULL);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_total", 64 * MIB);
+    assert_non_null(strstr(c->err, "ignored"));
+    /* Without the mounted file the variable is what counts (gpuslice exec, tests). */
+    unlink(mounted_conf);
+    c = run_env(f, env, "alloc", "100M", "1", (const char *)NULL);
+    expect_eq(c, "ok", 1);
+    unlink(mine);
+    char other[160];
+    snprintf(other, sizeof(other), "%s/other", f->dir);
+    unlink(other);
+}
+
+/* A guarded program that runs a child with GPUSLICE_GUARD_CONFIG naming its own file: the guard
+ * puts its own limits back in what it executes. */
+static void test_child_cannot_swap_config(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    char mine[160];
+    snprintf(mine, sizeof(mine), "%s/mine.conf", f->dir);
+    write_file(mine, "gpuslice-guard 1\non-error open\nregion %s\ndevice 0 - %llu 0\n", f->region, 1024 * MIB);
+    struct child *c = run(f, "exec-swap", "100M", mine);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "first_err", OOM);
+    expect_eq(c, "held_total", 64 * MIB);
+    c = run(f, "exec-swap", "32M", mine); /* positive control: the child runs and allocates */
+    expect_eq(c, "ok", 1);
+    unlink(mine);
+}
+
+/* gpuslice exec's way: the limits in a sealed memfd (GPUSLICE_GUARD_CONFIG=/proc/self/fd/N). A
+ * child that puts another file at that descriptor gets the guard's copy back; an unsealed one is
+ * refused (fail closed). */
+static int sealed_limits_fd(const char *text, bool seal)
+{
+    int fd = memfd_create("gpuslice-limits", seal ? MFD_ALLOW_SEALING : 0);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    if (seal)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL), 0);
+    int n = fcntl(fd, F_DUPFD, 40); /* inherited (no close-on-exec) */
+    close(fd);
+    return n;
+}
+
+static void test_sealed_fd_config(void **state)
+{
+    struct fx *f = *state;
+    char text[512], var[64], mine[160];
+    snprintf(text, sizeof(text), "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\n", f->region, 64 * MIB);
+    int fd = sealed_limits_fd(text, true);
+    snprintf(var, sizeof(var), "GPUSLICE_GUARD_CONFIG=/proc/self/fd/%d", fd);
+    const char *const env[] = { var, NULL };
+    struct child *c = run_env(f, env, "alloc", "16M", "5", (const char *)NULL);
+    expect_eq(c, "ok", 4);
+    expect_eq(c, "held_total", 64 * MIB);
+    snprintf(mine, sizeof(mine), "%s/mine.conf", f->dir);
+    write_file(mine, "gpuslice-guard 1\non-error open\nregion %s\ndevice 0 - %llu 0\n", f->region, 1024 * MIB);
+    c = run_env(f, env, "exec-swap", "100M", mine, "fd", (const char *)NULL);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "held_total", 64 * MIB);
+    close(fd);
+    fd = sealed_limits_fd(text, false);
+    snprintf(var, sizeof(var), "GPUSLICE_GUARD_CONFIG=/proc/self/fd/%d", fd);
+    c = run_env(f, env, "alloc", "1M", "1", (const char *)NULL);
+    expect_eq(c, "ok", 0);
+    assert_non_null(strstr(c->err, "not a sealed memfd"));
+    close(fd);
+    unlink(mine);
+}
+
+/* ---- the correctness suite (issue 17) ------------------------------------------------------------ */
+
+/* Frees issued with another device's context current, on another stream, and a pool allocation
+ * on device 0 made from device 1's context: each device's count follows the memory. */
+static void test_cross_device_and_streams(void **state)
+{
+    struct fx *f = *state;
+    write_file(f->limits, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - %llu 0\ndevice 1 - %llu 0\n",
+               f->region, 64 * MIB, 64 * MIB);
+    struct child *c = run(f, "cross-device", "8M");
+    expect_eq(c, "alloc.res", 0);
+    expect_eq(c, "alloc_async.res", 0);
+    expect_eq(c, "held.dev0", 16 * MIB);
+    expect_eq(c, "held.dev1", 0);
+    expect_eq(c, "held.fake0", 16 * MIB);
+    expect_eq(c, "free.res", 0);
+    expect_eq(c, "free_async.res", 0);
+    expect_eq(c, "after.dev0", 0);
+    expect_eq(c, "after.dev1", 0);
+    expect_eq(c, "after.fake0", 0);
+    expect_eq(c, "pool.res", 0);
+    expect_eq(c, "pool.fake0", 8 * MIB);
+    expect_eq(c, "pool.dev0", 8 * MIB);
+    expect_eq(c, "pool.dev1", 0);
+    expect_eq(c, "pool_free.dev0", 0);
+    assert_int_equal(region_used(f, 0), 0);
+    assert_int_equal(region_used(f, 1), 0);
+}
+
+/* fork after init: the child shares the container's quota (the parent's bytes count), gets a slot
+ * of its own, and its exit gives back nothing of the parent's. */
+static void test_fork_after_init(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, "fork", "40M", "32M");
+    expect_eq(c, "parent.res", 0);
+    expect_eq(c, "child.res", OOM); /* 40 + 32 > 64 */
+    expect_eq(c, "child.exit", 0);
+    expect_eq(c, "parent.after_child_region", 40 * MIB);
+    expect_eq(c, "parent.free", 0);
+    expect_eq(c, "parent.after_free_region", 0);
+    c = run(f, "fork", "16M", "32M");
+    expect_eq(c, "child.res", 0);
+    expect_eq(c, "child.region", 48 * MIB);
+    expect_eq(c, "parent.after_child_region", 16 * MIB);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* A program not linked against libcuda that dlopens it late. */
+static void test_dlopen_late(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 64 * MIB);
+    struct child *c = run(f, dlopen_app, "41943040"); /* 40 MiB, twice */
+    expect_eq(c, "first.res", 0);
+    expect_eq(c, "second.res", OOM);
+    expect_eq(c, "fake_used", 40 * MIB);
+    expect_eq(c, "guard_used", 40 * MIB);
+    expect_eq(c, "total", 64 * MIB);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
 int main(void)
 {
     guard_lib = getenv("GUARD_LIB") ? getenv("GUARD_LIB") : GUARD_LIB_PATH;
     guard_app = getenv("GUARD_APP") ? getenv("GUARD_APP") : GUARD_APP_PATH;
     fake_dir = getenv("FAKE_CUDA_DIR") ? getenv("FAKE_CUDA_DIR") : FAKE_CUDA_DIR;
+    faults_lib = getenv("GUARD_FAULTS_LIB") ? getenv("GUARD_FAULTS_LIB") : GUARD_FAULTS_LIB_PATH;
+    dlopen_app = GUARD_DLOPEN_PATH;
+    mounted_conf = GUARD_MOUNTED_CONF;
     if (access(guard_lib, R_OK) != 0) {
         fprintf(stderr, "test_guard: %s: %s (the build makes it: a broken build)\n", guard_lib, strerror(errno));
         return 1;
@@ -1180,6 +1613,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pacer_full_table_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_container_wide, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_off_without_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_every_window, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_random, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exit_while_holding_never_exceeds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_meminfo_right_after_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mounted_limits_win, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_child_cannot_swap_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sealed_fd_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_device_and_streams, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_after_init, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dlopen_late, setup, teardown),
     };
     return cmocka_run_group_tests_name("guard", tests, NULL, NULL);
 }
