@@ -1,6 +1,6 @@
-/* engine.h: what the placement engine (place.c) lends the policy files beside it (policy_pack.c):
- * the simulator's conventions for a pod's requests and the node state a pod leaves. Internal to
- * src/place; the engine's interface is place.h. */
+/* engine.h: what the placement engine (place.c) and the policy files beside it (policy_pack.c)
+ * share: the simulator's conventions for a pod's requests and the node state a pod leaves
+ * (engine.c). Internal to src/place; the engine's interface is place.h. */
 #ifndef GS_PLACE_ENGINE_H
 #define GS_PLACE_ENGINE_H
 
