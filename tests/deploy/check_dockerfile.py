@@ -314,6 +314,19 @@ def test_image_layout_finds_its_libraries():
     assert examples == ["examples/nodes/ /usr/share/gpuslice/examples/nodes/"]
 
 
+def test_chart_installs_the_image_cdi_hook():
+    """The chart's install-cdi-hook init container copies the image's gpuslice-cdi-hook, a file the
+    image has, and the agent names the installed copy."""
+    layout = image_layout()
+    ds = next(d for _, _, d in helmlite.render() if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    init = next(c for c in spec["initContainers"] if c["name"] == "install-cdi-hook")
+    words = shlex.split(init["command"][2])
+    assert words[0] == "cp" and words[1] in layout and os.path.basename(words[1]) == "gpuslice-cdi-hook"
+    agent = next(c for c in spec["containers"] if c["name"] == "agent")
+    assert agent["args"][agent["args"].index("--cdi-hook") + 1] == words[-1]
+
+
 def _dockerignore_excludes(rel, patterns):
     """Docker's rule: the last pattern that matches the path or one of its parents decides."""
     parts = rel.split("/")

@@ -34,6 +34,8 @@ DEPLOY_MD = os.path.join(ROOT, "docs", "deploy.md")
 T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
 TS_POLICY = os.path.join(ROOT, "examples", "workloads", "time-slicing", "policy.yaml")
 IMAGE_LIB_DIR = "/usr/lib/gpuslice"  # where the Dockerfile puts the guard (check_dockerfile.py checks it)
+IMAGE_HOOK = "/usr/bin/gpuslice-cdi-hook"  # and the CDI hook
+CDIHOOK = os.environ.get("GS_CDIHOOK") or os.path.join(os.path.dirname(GPUSLICE), "src", "cdihook", "gpuslice-cdi-hook")
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from kubelet_emulator import KubeletEmulator  # noqa: E402
@@ -387,6 +389,8 @@ class RenderedPod:
         self.image = os.path.join(self.base, "image")
         os.makedirs(self.image + IMAGE_LIB_DIR)
         shutil.copy(GUARD_LIB, self.image + IMAGE_LIB_DIR)
+        os.makedirs(os.path.dirname(self.image + IMAGE_HOOK))
+        shutil.copy(CDIHOOK, self.image + IMAGE_HOOK)
         self.mounts = {}  # mountPath -> volume
         vols = {v["name"]: v for v in self.spec["volumes"]}
         for ctr in self.spec["containers"] + self.spec["initContainers"]:
@@ -411,7 +415,7 @@ class RenderedPod:
         best = max((m for m in self.mounts if _under(path, m)), key=len, default=None)
         if best is not None:
             return self.base + path
-        if _under(path, IMAGE_LIB_DIR):
+        if _under(path, IMAGE_LIB_DIR) or path == IMAGE_HOOK:
             return self.image + path
         return path
 
@@ -542,3 +546,98 @@ def test_default_policy_is_accepted():
     out = yaml.safe_load(p.stdout)
     assert [r["name"] for r in out["resources"]] == ["nvidia.com/gpu"] and out["warnings"] == []
     assert {g["mode"] for g in out["gpus"]} == {"whole"}
+
+
+# ------------------------------------------------------------------------------------------ the CDI hook
+
+def _arg(container, flag):
+    args = container["args"]
+    assert args.count(flag) == 1, f"{flag} given {args.count(flag)} times"
+    return args[args.index(flag) + 1]
+
+
+def _hook_installs(spec):
+    """{host directory: installed path} of the init containers that install gpuslice-cdi-hook,
+    from their shell line (cp to a temporary name, mv into place) and hostPath volumes."""
+    vols = {v["name"]: v for v in spec["volumes"]}
+    out = {}
+    for ctr in spec["initContainers"]:
+        words = shlex.split(ctr["command"][2])
+        if IMAGE_HOOK not in words:
+            continue
+        mv = words.index("mv")
+        src, dst = words[mv + 2], words[mv + 3]  # mv -f TMP DST
+        assert words[1:3] == [IMAGE_HOOK, src] and words[mv + 1] == "-f", words
+        assert os.path.dirname(src) == os.path.dirname(dst), "renamed within one directory: atomic"
+        mount = next(m for m in ctr["volumeMounts"] if _under(dst, m["mountPath"]))
+        host = vols[mount["name"]]["hostPath"]["path"]
+        assert mount["mountPath"] == host, "mounted at its host path: the installed path is the host's"
+        out[host] = dst
+    return out
+
+
+@pytest.mark.parametrize("over,hook_dir", [(None, "/var/lib/gpuslice/bin"),
+                                           ({"hostPaths": {"cdiHook": "/opt/bin"}}, "/opt/bin"),
+                                           ({"runtimeClassName": "nvidia", "securityContext": {"privileged": False}},
+                                            "/var/lib/gpuslice/bin")])
+def test_cdi_hook_installed_where_the_agent_points(over, hook_dir):
+    """The container runtime runs the spec's hook on the host: an init container installs it in a
+    host directory, and the agent's --cdi-hook names the installed file there."""
+    objs = objects(helmlite.render(over))
+    spec, c = pod_spec(objs), agent_container(objs)
+    hook = _arg(c, "--cdi-hook")
+    assert hook == hook_dir + "/gpuslice-cdi-hook"
+    assert _hook_installs(spec) == {hook_dir: hook}
+    assert _arg(c, "--cdi-root") == helmlite.load_chart()[1]["hostPaths"]["cdi"]
+    assert all(k8s_schema.validate(o) == [] for o in objs if o["kind"] != "ServiceMonitor")
+
+
+def test_cdi_hook_off():
+    objs = objects(helmlite.render({"hostPaths": {"cdiHook": ""}}))
+    spec, c = pod_spec(objs), agent_container(objs)
+    assert _arg(c, "--cdi-hook") == ""
+    assert _hook_installs(spec) == {}
+    assert "cdi-hook" not in {v["name"] for v in spec["volumes"]}
+    assert [i["name"] for i in spec["initContainers"]] == ["install-guard"]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
+def test_rendered_pod_installs_the_hook_the_spec_names(pods):
+    """The rendered pod for real: its init containers install the built hook on the (temporary)
+    host, atomically and again on a restart, and the CDI spec the agent then writes names that
+    host file as its createContainer hook."""
+    from test_cdi import PROC_DEVICES, fake_driver_root
+    work = tempfile.mkdtemp(prefix="gs-dh-", dir="/tmp")
+    try:
+        proc = os.path.join(work, "proc")
+        os.makedirs(proc)
+        with open(os.path.join(proc, "devices"), "w") as f:
+            f.write(PROC_DEVICES)
+        pod = pods({"agent": {"extraArgs": ["--proc-root", proc]}})
+        pod.run_init_containers()
+        hook = _arg(agent_container(pod.objs), "--cdi-hook")
+        installed = pod.host(hook)
+        assert installed.startswith(pod.base + "/") and os.access(installed, os.X_OK)
+        assert read_bytes(installed) == read_bytes(CDIHOOK), "the image's hook, whole"
+        assert os.listdir(os.path.dirname(installed)) == ["gpuslice-cdi-hook"], "no temporary file left"
+        before = os.stat(installed).st_ino
+        pod.run_init_containers()  # a restarted pod replaces it: a new file renamed into place
+        assert os.stat(installed).st_ino != before and read_bytes(installed) == read_bytes(CDIHOOK)
+        # the host's driver root, with libcuda: the spec then names the hook
+        shutil.copytree(fake_driver_root(work), pod.host("/driver-root"), symlinks=True, dirs_exist_ok=True)
+        os.unlink(pod.host("/driver-root" + helmlite.load_chart()[1]["driver"]["nvmlLibrary"]))  # start_agent's
+        pod.start_agent()
+        pod.wait_log(r"CDI spec written to ")
+        with open(pod.host("/var/run/cdi/gpuslice.json")) as f:
+            cdi = yaml.safe_load(f)
+        hooks = cdi["containerEdits"]["hooks"]
+        assert [pod.unhost(x["path"]) for x in hooks] == [hook] and hooks[0]["hookName"] == "createContainer"
+        pod.proc.send_signal(signal.SIGTERM)
+        assert pod.proc.wait(10) == 0, pod.log()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
