@@ -110,7 +110,8 @@ void agent_shared_set_pods(struct agent_shared *s, bool known, const struct gs_p
     pthread_mutex_lock(&s->lock);
     s->counters.pods_known = known;
     s->counters.n_pod_devices = n < GS_METRICS_MAX_POD_DEVICES ? n : GS_METRICS_MAX_POD_DEVICES;
-    memcpy(s->counters.pod_devices, pd, s->counters.n_pod_devices * sizeof(*pd));
+    if (s->counters.n_pod_devices) /* pd may be NULL when there are none */
+        memcpy(s->counters.pod_devices, pd, s->counters.n_pod_devices * sizeof(*pd));
     pthread_mutex_unlock(&s->lock);
 }
 
