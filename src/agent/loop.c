@@ -59,7 +59,7 @@ int loop_add_job(struct loop *l, const struct loop_job *job, void *ctx) {
     l->jobs[id].job = *job;
     l->jobs[id].ctx = ctx;
     l->jobs[id].last_ns = job->when == LOOP_TIMER ? gs_now_ns() : 0;
-    l->jobs[id].kicked = false;
+    l->jobs[id].ran = l->jobs[id].kicked = false;
     return (int)id;
 }
 
@@ -100,6 +100,8 @@ static uint64_t job_deadline(const struct loop *l, unsigned i) {
 }
 
 int loop_timeout_ms(const struct loop *l, uint64_t now_ns) {
+    if (l->ticked)
+        return 0;
     uint64_t due = UINT64_MAX;
     for (unsigned i = 0; i < l->n_jobs; i++) {
         uint64_t d = job_deadline(l, i);
@@ -124,7 +126,8 @@ static bool job_due(const struct loop *l, unsigned i, uint64_t now_ns) {
             return true;
         break;
     case LOOP_TICK_INTERVAL:
-        if (l->ticked && interval_passed(l->jobs[i].last_ns, j->interval_ms, now_ns))
+        if (l->ticked && j->interval_ms &&
+            (!l->jobs[i].ran || interval_passed(l->jobs[i].last_ns, j->interval_ms, now_ns)))
             return true;
         break;
     case LOOP_TIMER:
@@ -154,6 +157,7 @@ int loop_once(struct loop *l) {
         if (!job_due(l, i, now))
             continue;
         l->jobs[i].kicked = false;
+        l->jobs[i].ran = true;
         l->jobs[i].last_ns = now;
         l->jobs[i].job.run(l->jobs[i].ctx, now);
     }

@@ -59,7 +59,7 @@ struct loop {
         struct loop_job job;
         void *ctx;
         uint64_t last_ns; /* when it last ran; LOOP_TIMER: when it was added, at first */
-        bool kicked;
+        bool ran, kicked;
     } jobs[LOOP_MAX_JOBS];
 };
 
@@ -87,7 +87,8 @@ int loop_once(struct loop *l);
 void loop_stop(struct loop *l);
 bool loop_running(const struct loop *l);
 
-/* Milliseconds until the nearest deadline (0: one is due; -1: none), for tests and the wait. */
+/* Milliseconds until the nearest deadline (0: one is due, or a kick or tick is pending; -1: none),
+ * for tests and the wait. */
 int loop_timeout_ms(const struct loop *l, uint64_t now_ns);
 
 #endif
