@@ -7,11 +7,13 @@
  * this way): a lookup of a hooked function returns the wrapper with the ABI the caller asked for;
  * older ABIs and unknown symbols pass through untouched.
  *
- * Accounting: reserve before allocating, with a compare-and-swap on the container's counter in a
- * shared region (guard_region.h), rolled back if the real allocation fails; frees of pointers the guard
- * did not see go to the driver untouched; the bytes of dead processes are reclaimed. The limits
- * come from a read-only file (guard_limits.h) and survive `env -i`: exec'd programs get LD_PRELOAD and
- * GPUSLICE_GUARD_CONFIG back. This is cooperative isolation (docs/guard.md): a static binary or a
+ * Accounting: reserve before allocating, under the robust process-shared lock of the container's
+ * shared region (guard_region.h: a SIGKILL at any instruction is repaired by the next locker), rolled
+ * back if the real allocation fails; frees of pointers the guard did not see go to the driver
+ * untouched; the bytes of a process come back when it is dead, not at its exit. The limits come from
+ * a read-only file (guard_limits.h: in a container the mounted one, whatever the environment says, or
+ * gpuslice exec's sealed memfd) and survive `env -i`: exec'd programs get LD_PRELOAD and the guard's
+ * own GPUSLICE_GUARD_CONFIG. This is cooperative isolation (docs/guard.md): a static binary or a
  * process that unmaps the guard escapes it; MIG is the hard boundary.
  *
  * The kernel-launch path does one relaxed atomic load when no compute limit applies. */

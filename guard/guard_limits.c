@@ -203,3 +203,21 @@ int gs_guard_limits_format(const struct gs_guard_limits *l, char *buf, size_t le
         return -EINVAL;
     return (int)n;
 }
+
+/* Estimates, not measurements: the order of magnitude reported for a CUDA 12 context with its
+ * kernels loaded (300-500 MiB per context per GPU, issue 17), larger on the newer architectures
+ * whose contexts reserve more. tests/gpu/measure_context.sh measures the real figure on a GPU
+ * (NVML's used memory before and after cuDevicePrimaryCtxRetain); docs/guard.md keeps the table
+ * and what has been measured. */
+uint64_t gs_guard_context_overhead_default(const char *arch) {
+    static const struct {
+        const char *arch;
+        uint64_t mib;
+    } table[] = {
+        { "volta", 300 }, { "turing", 300 }, { "ampere", 400 }, { "ada", 400 }, { "hopper", 500 }, { "blackwell", 500 },
+    };
+    for (size_t i = 0; arch && i < sizeof(table) / sizeof(table[0]); i++)
+        if (!strcmp(table[i].arch, arch))
+            return table[i].mib << 20;
+    return GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN;
+}

@@ -1,12 +1,13 @@
 /* guard_limits.h: the guard's limits file, read-only in the container (mounted by the agent, or written
- * by `gpuslice exec`). A child cannot lose its limits by clearing its environment: the guard
- * reads this file, and re-adds LD_PRELOAD and GPUSLICE_GUARD_CONFIG to the environment of every
- * program it executes. Format (one setting per line, '#' comments):
+ * by `gpuslice exec` into a sealed memfd). A child cannot lose or swap its limits through its
+ * environment: in a container the mounted file wins over GPUSLICE_GUARD_CONFIG, and the guard puts
+ * LD_PRELOAD and its own GPUSLICE_GUARD_CONFIG into the environment of every program it executes.
+ * Format (one setting per line, '#' comments):
  *
  *   gpuslice-guard 1                       # magic and format version: first line
  *   on-error closed                        # closed: refuse CUDA if the guard cannot work; open: run unguarded
  *   region /run/gpuslice/guard/POD/region  # the counters file (created if missing)
- *   context-overhead 314572800             # bytes counted per CUDA context (optional, default 0)
+ *   context-overhead 524288000             # bytes counted per CUDA context (optional, default 0)
  *   device 0 GPU-8f6c... 8589934592 30     # CUDA ordinal, UUID (or -), VRAM bytes (0 = no limit), compute % (0 = none)
  *
  * Strict, so that a damaged or truncated file is noticed rather than half-read: every line must
@@ -50,5 +51,11 @@ int gs_guard_limits_parse(const char *name, const char *text, size_t len, struct
  * too small, or -EINVAL if the text would not parse back to `l` (a region or UUID with blanks, '#'
  * or control characters, a relative region, an out-of-range value, an ordinal listed twice). */
 int gs_guard_limits_format(const struct gs_guard_limits *l, char *buf, size_t len);
+
+/* The bytes to count per CUDA context (the limits file's context-overhead) on a GPU of the NVML
+ * architecture `arch` ("volta", "turing", "ampere", "ada", "hopper", "blackwell", as gs_arch_name
+ * names them); GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN for another or NULL. Estimates (see docs/guard.md). */
+#define GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN (500ULL << 20)
+uint64_t gs_guard_context_overhead_default(const char *arch);
 
 #endif

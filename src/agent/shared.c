@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../guard/guard_limits.h"
-#include "agent/cleanup.h"
+#include "agent/devrecord.h"
 #include "cdi/cdi.h"
 #include "cdi/nodespec.h"
 #include "core/alloc.h"
@@ -180,7 +180,9 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
         return r;
     }
     close(fd);
-    struct gs_guard_limits l = { .fail_closed = true };
+    /* Each CUDA context's memory counts: the default for an unknown architecture until the
+     * allocation passes the GPU's (gs_guard_context_overhead_default(gs_arch_name(arch))). */
+    struct gs_guard_limits l = { .fail_closed = true, .context_overhead = gs_guard_context_overhead_default(NULL) };
     snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
     for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
         l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes, 0 };

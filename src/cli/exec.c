@@ -1,7 +1,7 @@
 /* exec.c: `gpuslice exec --vram 8GiB [--compute 30%] [--device N] -- CMD...`: runs any command
- * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Writes a
- * limits file and a counters region in a private directory, preloads the guard, and removes the
- * directory when the command ends. */
+ * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Passes the
+ * limits in a sealed memfd (GPUSLICE_GUARD_CONFIG=/proc/self/fd/N), keeps the counters region in a
+ * private directory, preloads the guard, and removes the directory when the command ends. */
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,7 +47,7 @@ static void forward_signal(int sig) {
 
 /* The UUID of GPU `index`, so that NVML lookups inside (nvidia-smi) find the quota on the right GPU
  * although CUDA numbers it 0. Returns an exit code; prints the error. */
-static int device_uuid(const struct cli *cli, unsigned index, char *uuid, size_t len) {
+static int device_uuid(const struct cli *cli, unsigned index, char *uuid, size_t len, const char **arch) {
     struct gpu_node *node;
     struct gs_inventory *inv;
     int rc = cli_read_node(cli, &node, &inv);
@@ -60,6 +62,7 @@ static int device_uuid(const struct cli *cli, unsigned index, char *uuid, size_t
         rc = GS_EXIT_USAGE;
     } else {
         gs_strlcpy(uuid, inv->gpus[index].uuid, len);
+        *arch = gs_arch_name(inv->gpus[index].arch);
     }
     free(inv);
     gpu_node_close(node);
@@ -111,8 +114,9 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
                    "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N; its UUID is read from\n"
                    "                   NVML so that nvidia-smi inside shows the quota on that GPU)\n\n"
                    "SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are passed on to COMMAND; the exit status is\n"
-                   "COMMAND's (128+N when a signal N ended it). The limits and counters live in a private\n"
-                   "directory under $XDG_RUNTIME_DIR (or /tmp), removed when COMMAND ends.\n");
+                   "COMMAND's (128+N when a signal N ended it). The limits are in a sealed memfd the command\n"
+                   "inherits; the counters live in a private directory under $XDG_RUNTIME_DIR (or /tmp),\n"
+                   "removed when COMMAND ends. Each CUDA context counts its estimated overhead per GPU.\n");
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }
@@ -130,8 +134,9 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         return GS_EXIT_FAILURE;
     }
     char uuid[96] = "";
+    const char *arch = NULL; /* without --device: the GPUs are not read, the largest default counts */
     if (device != ~0ULL) {
-        int urc = device_uuid(cli, (unsigned)device, uuid, sizeof(uuid));
+        int urc = device_uuid(cli, (unsigned)device, uuid, sizeof(uuid), &arch);
         if (urc != GS_EXIT_OK)
             return urc;
     }
@@ -143,7 +148,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: cannot create %s: %s\n", dir, strerror(errno));
         return GS_EXIT_FAILURE;
     }
-    struct gs_guard_limits l = { .fail_closed = true };
+    struct gs_guard_limits l = { .fail_closed = true, .context_overhead = gs_guard_context_overhead_default(arch) };
     snprintf(l.region, sizeof(l.region), "%s/region", dir);
     /* The quota applies to every device the command sees (with --device, just the one). */
     unsigned n = device == ~0ULL ? GS_GUARD_MAX_DEVICES : 1;
@@ -155,10 +160,18 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     int len = gs_guard_limits_format(&l, text, sizeof(text));
     snprintf(conf, sizeof(conf), "%s/limits", dir);
     int rc = GS_EXIT_FAILURE;
-    if (len < 0 || gs_write_file_atomic(conf, text, (size_t)len, false) < 0) {
-        fprintf(stderr, "gpuslice exec: cannot write %s\n", conf);
+    /* The limits in a sealed memfd, at a descriptor the command inherits: its content cannot be
+     * changed by anyone, and the guard hands its own copy on to every program it executes
+     * (docs/guard.md, "Limits a child cannot swap"). */
+    int cfd = len < 0 ? -1 : memfd_create("gpuslice-limits", MFD_ALLOW_SEALING);
+    if (cfd < 0 || write(cfd, text, (size_t)len) != len ||
+        fcntl(cfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
+        fprintf(stderr, "gpuslice exec: cannot write the limits: %s\n", len < 0 ? strerror(-len) : strerror(errno));
+        if (cfd >= 0)
+            close(cfd);
         goto out;
     }
+    snprintf(conf, sizeof(conf), "/proc/self/fd/%d", cfd);
     /* Forwarding is set up before the fork, with the signals blocked until the pid is known. */
     sigset_t fwd, saved;
     sigemptyset(&fwd);
@@ -170,6 +183,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     if (pid < 0) {
         fprintf(stderr, "gpuslice exec: fork: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &saved, NULL);
+        close(cfd);
         goto out;
     }
     if (pid == 0) {
@@ -188,6 +202,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
     }
+    close(cfd);
     /* The command owns the terminal's signals (the terminal sends them to the whole group). */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
@@ -202,7 +217,6 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         ;
     rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 out:
-    unlink(conf);
     unlink(l.region);
     rmdir(dir);
     return rc;

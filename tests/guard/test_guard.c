@@ -1173,6 +1173,18 @@ static struct fake_shared *map_shared(const char *path, bool create)
     return p;
 }
 
+/* The simulated driver's ground truth across processes, watching `quota`; env gets the variable
+ * that gives it to guard_app. */
+static struct fake_shared *ground_truth(const struct fx *f, unsigned long long quota, char *env, size_t len)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/shared", f->dir);
+    snprintf(env, len, "FAKE_CUDA_SHARED=%s", path);
+    struct fake_shared *gt = map_shared(path, true);
+    gt->watch_quota = quota;
+    return gt;
+}
+
 /* The region's invariant with the lock free: each device total is the sum of the slots, within
  * the quota. */
 static void check_region_sums(const struct fx *f, unsigned long long quota, const char *when)
@@ -1228,11 +1240,8 @@ static void test_sigkill_every_window(void **state)
     struct fx *f = *state;
     const unsigned long long quota = 64 * MIB;
     limits(f, quota);
-    char shared_path[160], shared_env[200];
-    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
-    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
-    struct fake_shared *gt = map_shared(shared_path, true);
-    gt->watch_quota = quota;
+    char shared_env[200];
+    struct fake_shared *gt = ground_truth(f, quota, shared_env, sizeof(shared_env));
     const char *const env[] = { shared_env, NULL };
     static struct child survivor;
     static const char *const repl[] = { "repl", NULL };
@@ -1301,11 +1310,8 @@ static void test_sigkill_random(void **state)
     struct fx *f = *state;
     const unsigned long long quota = 32 * MIB;
     limits(f, quota);
-    char shared_path[160], shared_env[200];
-    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
-    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
-    struct fake_shared *gt = map_shared(shared_path, true);
-    gt->watch_quota = quota;
+    char shared_env[200];
+    struct fake_shared *gt = ground_truth(f, quota, shared_env, sizeof(shared_env));
     const char *const env[] = { shared_env, NULL };
     static const char *const args[] = { "race", "4", "64", "256K", NULL };
     srand(17);
@@ -1353,11 +1359,8 @@ static void test_exit_while_holding_never_exceeds(void **state)
     struct fx *f = *state;
     const unsigned long long quota = 64 * MIB;
     limits(f, quota);
-    char shared_path[160], shared_env[200];
-    snprintf(shared_path, sizeof(shared_path), "%s/shared", f->dir);
-    snprintf(shared_env, sizeof(shared_env), "FAKE_CUDA_SHARED=%s", shared_path);
-    struct fake_shared *gt = map_shared(shared_path, true);
-    gt->watch_quota = quota;
+    char shared_env[200];
+    struct fake_shared *gt = ground_truth(f, quota, shared_env, sizeof(shared_env));
     const char *const env[] = { shared_env, "FAKE_CUDA_EXIT_DELAY_MS=30", NULL };
     static const char *const args[] = { "churn", "2M", "4", "3000", NULL };
     static struct child kids[16];

@@ -345,6 +345,26 @@ static const struct bad_case bad_cases[] = {
     { "device_twice", MAGIC "region /r\ndevice 1 - 1 0\ndevice 01 - 2 0\n", "t:4: device: ordinal listed twice", { NULL } },
 };
 
+/* The default context overhead: per architecture, the largest for unknown ones, and a value the
+ * limits file accepts. */
+static void test_context_overhead_default(void **state) {
+    (void)state;
+    assert_int_equal(gs_guard_context_overhead_default("hopper"), 500ULL << 20);
+    assert_int_equal(gs_guard_context_overhead_default("ampere"), 400ULL << 20);
+    assert_int_equal(gs_guard_context_overhead_default("turing"), 300ULL << 20);
+    assert_int_equal(gs_guard_context_overhead_default("no-such-arch"), GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN);
+    assert_int_equal(gs_guard_context_overhead_default(NULL), GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN);
+    static const char *const archs[] = { "volta", "turing", "ampere", "ada", "hopper", "blackwell" };
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+        assert_true(gs_guard_context_overhead_default(archs[i]) <= GS_GUARD_CONTEXT_OVERHEAD_UNKNOWN);
+    struct gs_guard_limits l = { .fail_closed = true, .region = "/r", .n_devices = 1 };
+    l.context_overhead = gs_guard_context_overhead_default("hopper");
+    l.dev[0] = (struct gs_guard_device_limit){ 0, "", 8ULL << 30, 0 };
+    char buf[512];
+    assert_true(gs_guard_limits_format(&l, buf, sizeof(buf)) > 0);
+    assert_non_null(strstr(buf, "context-overhead 524288000\n"));
+}
+
 /* The case's text (bad_case.yaml) fails with exactly its message (bad_case.prefix). */
 static void test_bad(void **state) {
     const struct bad_case *c = *state;
@@ -362,6 +382,7 @@ int main(void) {
         cmocka_unit_test(test_error_buffer),
         cmocka_unit_test(test_format_round_trip),
         cmocka_unit_test(test_format_refuses_unreadable),
+        cmocka_unit_test(test_context_overhead_default),
     };
     return run_with_bad_cases("guard_limits", tests, sizeof(tests) / sizeof(tests[0]), bad_cases,
                               sizeof(bad_cases) / sizeof(bad_cases[0]), test_bad);
