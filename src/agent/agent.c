@@ -198,6 +198,7 @@ static int setup_jobs(struct agent *a) {
     bool pod_resources = o->pod_resources && o->pod_resources[0];
     const struct loop_job jobs[] = {
         { "MPS supervisor", LOOP_KICKED, 0, agent_mps_job, agent_mps_due },
+        { "replan", LOOP_KICKED, 0, agent_replan_job, NULL }, /* kicked by the MPS supervisor's job */
         { "policy reload", LOOP_KICKED, 0, agent_policy_job, NULL },
         { "guard GC", LOOP_TICK_INTERVAL, o->guard_gc_ms, agent_guard_gc_job, NULL },
         { "inventory refresh", LOOP_TICK, 0, agent_inventory_job, NULL },
@@ -213,7 +214,8 @@ static int setup_jobs(struct agent *a) {
         if ((ids[i] = loop_add_job(&a->loop, &jobs[i], a)) < 0)
             return ids[i];
     a->mps.job = ids[0];
-    a->policy_job = ids[1];
+    a->replan_job = ids[1];
+    a->policy_job = ids[2];
     return 0;
 }
 

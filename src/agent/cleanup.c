@@ -38,16 +38,6 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-int agent_write_devices_record(const char *path, const char *resource, const char *const *ids, size_t n) {
-    char devices[8192];
-    size_t dl = 0;
-    for (size_t i = 0; i < n && dl < sizeof(devices); i++)
-        dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s\t%s\n", resource, ids[i]);
-    if (dl >= sizeof(devices))
-        return -ENOBUFS;
-    return gs_write_file_atomic(path, devices, dl, false);
-}
-
 /* True if the kubelet still assigns one of the devices listed in the file ("RESOURCE\tID" lines). */
 static bool still_assigned(const char *path, const struct pr_list *l) {
     _cleanup_free_ char *text = NULL;

@@ -6,12 +6,7 @@
 #ifndef GS_AGENT_CLEANUP_H
 #define GS_AGENT_CLEANUP_H
 
-#include <stddef.h>
-
 #include "agent/loop.h"
-
-/* Writes the devices record of an allocation (Allocate, on the gRPC thread). 0 or -errno. */
-int agent_write_devices_record(const char *path, const char *resource, const char *const *ids, size_t n);
 
 /* The loop's jobs (loop.h; ctx: the agent). */
 loop_job_fn agent_guard_gc_job;        /* guard files, then transient CDI specs, of gone pods */

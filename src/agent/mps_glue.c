@@ -167,7 +167,7 @@ void agent_mps_job(void *ctx, uint64_t now_ns) {
         log_info("MPS daemon of %s is %s: its devices are %s", ch[i].uuid, gs_mps_state_name(ch[i].state),
                  ch[i].healthy ? "Healthy" : "Unhealthy");
     if (n || a->mps.n_published)
-        agent_replan(a, false);
+        loop_kick(&a->loop, a->replan_job); /* state.c replans later in this round */
 }
 
 uint64_t agent_mps_due(void *ctx) {

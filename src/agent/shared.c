@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../guard/guard_limits.h"
-#include "agent/cleanup.h"
+#include "agent/devrecord.h"
 #include "cdi/cdi.h"
 #include "cdi/nodespec.h"
 #include "core/alloc.h"

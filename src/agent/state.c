@@ -331,6 +331,11 @@ void agent_inventory_job(void *ctx, uint64_t now_ns) {
         agent_publish_cdi_spec(a); /* it failed: the cause (a missing mig-minors line, ...) may be gone */
 }
 
+void agent_replan_job(void *ctx, uint64_t now_ns) {
+    (void)now_ns;
+    agent_replan(ctx, false);
+}
+
 void agent_plan_job(void *ctx, uint64_t now_ns) {
     struct agent *a = ctx;
     (void)now_ns;

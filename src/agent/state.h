@@ -38,6 +38,7 @@ struct agent {
     int kubelet_wd, config_wd;
     char config_dir[PATH_MAX], config_base[NAME_MAX + 1];
     int policy_job;                /* the loop's job id of the policy reload, kicked by SIGHUP and inotify */
+    int replan_job;                /* the loop's job id of a replan, kicked by the MPS supervisor's job */
     struct gpu_events *events;     /* Xid events, waited for by the event thread */
     pthread_t event_thread;
     atomic_bool stop;
@@ -72,5 +73,6 @@ loop_job_fn agent_policy_job;    /* kicked: reload the policy, apply its MIG lay
 loop_job_fn agent_inventory_job; /* tick: re-read the GPUs; retry a CDI spec that failed */
 loop_job_fn agent_recovery_job;  /* tick: GPUs quiet for the policy's recovery period are Healthy */
 loop_job_fn agent_plan_job;      /* tick, last: replan; the poll's reconcile_seconds */
+loop_job_fn agent_replan_job;    /* kicked: replan (an MPS daemon changed state) */
 
 #endif
