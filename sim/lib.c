@@ -375,6 +375,12 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
 
 EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 
+/* NVML_INIT_FLAG_NO_GPUS (1) and NVML_INIT_FLAG_NO_ATTACH (2) change nothing here: the simulated
+ * node always has its GPUs and attaches to none. nvidia-ml-py's nvmlInit calls this. */
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    return flags & ~3u ? NVML_ERROR_INVALID_ARGUMENT : nvmlInit_v2();
+}
+
 EXPORT nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&lib_lock);
     nvmlReturn_t ret = NVML_SUCCESS;

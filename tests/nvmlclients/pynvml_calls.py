@@ -1,0 +1,175 @@
+"""Calls every NVML function the simulated library exports through nvidia-ml-py (NVIDIA's own
+binding, imported as pynvml), on a node with MIG GPUs (H100 SXM, GPU 0 and 1) and PCIe GPUs
+(GPU 4 and on), and prints what they returned as JSON, with the names of the C functions that
+were called (recorded where pynvml resolves them). Run by test_pynvml.py in a child process,
+with PYTHONPATH at nvidia-ml-py and LD_LIBRARY_PATH at the simulated driver root's lib directory.
+A few exported names pynvml never calls (older aliases, nvmlInit_v2) are called through ctypes on
+the library pynvml loaded, with pynvml's own structures."""
+import ctypes
+import json
+import sys
+
+import pynvml as N
+
+called = set()
+_resolve = N._nvmlGetFunctionPointer
+
+
+def _record(name):
+    called.add(name)
+    return _resolve(name)
+
+
+N._nvmlGetFunctionPointer = _record
+
+
+def raw(name, *args):
+    """A C function of the loaded library, by name, outside pynvml's wrappers."""
+    called.add(name)
+    return getattr(N.nvmlLib, name)(*args)
+
+
+def err(f, *args):
+    """The NVML error a call raises (None when it succeeds)."""
+    try:
+        f(*args)
+        return None
+    except N.NVMLError as e:
+        return e.value
+
+
+def addr(handle):
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+def s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+out = {"gpus": []}
+N.nvmlInit()                                          # nvmlInitWithFlags(0)
+assert raw("nvmlInit_v2") == 0 and raw("nvmlInit") == 0
+out["driver_version"] = s(N.nvmlSystemGetDriverVersion())
+out["nvml_version"] = s(N.nvmlSystemGetNVMLVersion())
+out["cuda_v1"] = N.nvmlSystemGetCudaDriverVersion()
+out["cuda_v2"] = N.nvmlSystemGetCudaDriverVersion_v2()
+n = N.nvmlDeviceGetCount()
+c = ctypes.c_uint()
+assert raw("nvmlDeviceGetCount", ctypes.byref(c)) == 0 and c.value == n
+out["error_string"] = s(N.nvmlErrorString(N.NVML_ERROR_IN_USE))
+handles = []
+for i in range(n):
+    h = N.nvmlDeviceGetHandleByIndex(i)
+    h1 = N.c_nvmlDevice_t()
+    assert raw("nvmlDeviceGetHandleByIndex", ctypes.c_uint(i), ctypes.byref(h1)) == 0 and addr(h1) == addr(h)
+    handles.append(h)
+    g = {"index": N.nvmlDeviceGetIndex(h), "uuid": s(N.nvmlDeviceGetUUID(h)), "name": s(N.nvmlDeviceGetName(h)),
+         "minor": N.nvmlDeviceGetMinorNumber(h), "arch": N.nvmlDeviceGetArchitecture(h),
+         "cc": "%d.%d" % N.nvmlDeviceGetCudaComputeCapability(h)}
+    assert addr(N.nvmlDeviceGetHandleByUUID(g["uuid"])) == addr(h)
+    pci = N.nvmlDeviceGetPciInfo_v3(h)
+    g["pci_bus_id"], g["pci_device_id"] = s(pci.busId), "0x%08X" % pci.pciDeviceId
+    m1, m2 = N.nvmlDeviceGetMemoryInfo(h), N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2)
+    g["memory_total"], g["memory_used"], g["memory_v2_total"] = m1.total, m1.used, m2.total
+    g["compute_mode"] = N.nvmlDeviceGetComputeMode(h)
+    g["temperature"] = N.nvmlDeviceGetTemperature(h, N.NVML_TEMPERATURE_GPU)
+    g["power_mw"] = N.nvmlDeviceGetPowerUsage(h)
+    g["utilization_error"] = err(N.nvmlDeviceGetUtilizationRates, h)
+    if g["utilization_error"] is None:
+        g["utilization_gpu"] = N.nvmlDeviceGetUtilizationRates(h).gpu
+    g["procs"] = sorted([p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses(h))
+    g["procs_v2"] = sorted([p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses_v2(h))
+    cnt = ctypes.c_uint(0)      # the v1 name: a count query with no buffer
+    r = raw("nvmlDeviceGetComputeRunningProcesses", h, ctypes.byref(cnt), None)
+    g["procs_v1_count"] = cnt.value if r in (0, N.NVML_ERROR_INSUFFICIENT_SIZE) else -r
+    g["supported_events"] = N.nvmlDeviceGetSupportedEventTypes(h)
+    g["is_mig_handle"] = N.nvmlDeviceIsMigDeviceHandle(h)
+    g["mig_mode_error"] = err(N.nvmlDeviceGetMigMode, h)
+    g["max_mig"] = N.nvmlDeviceGetMaxMigDeviceCount(h)
+    # NVLink: the state of every link up to what the board has, its version, the far end
+    links = []
+    for link in range(36):                            # NVML 13's NVML_NVLINK_MAX_LINKS
+        e = err(N.nvmlDeviceGetNvLinkState, h, link)
+        if e is not None:
+            g["nvlink_error"] = e
+            break
+        remote = N.nvmlDeviceGetNvLinkRemotePciInfo(h, link)   # the _v2 function
+        p1 = N.nvmlPciInfo_t()
+        assert raw("nvmlDeviceGetNvLinkRemotePciInfo", h, ctypes.c_uint(link), ctypes.byref(p1)) == 0
+        assert p1.busId == remote.busId
+        links.append({"state": N.nvmlDeviceGetNvLinkState(h, link), "version": N.nvmlDeviceGetNvLinkVersion(h, link),
+                      "type": N.nvmlDeviceGetNvLinkRemoteDeviceType(h, link), "remote": s(remote.busId)})
+    g["nvlinks"] = links
+    g["nvlink_version_error"] = err(N.nvmlDeviceGetNvLinkVersion, h, len(links))
+    g["nvlink_type_error"] = err(N.nvmlDeviceGetNvLinkRemoteDeviceType, h, len(links))
+    out["gpus"].append(g)
+out["topology"] = [[N.nvmlDeviceGetTopologyCommonAncestor(a, b) for b in handles] for a in handles]
+
+# compute mode round trip on a PCIe GPU
+h4 = handles[4]
+N.nvmlDeviceSetComputeMode(h4, N.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+out["compute_mode_set"] = N.nvmlDeviceGetComputeMode(h4)
+N.nvmlDeviceSetComputeMode(h4, N.NVML_COMPUTEMODE_DEFAULT)
+
+# MIG on GPU 1 (an H100 in MIG mode, no instances yet): profiles, placements, create, read, destroy
+h = handles[1]
+out["mig_mode"] = list(N.nvmlDeviceGetMigMode(h))
+out["set_mig_mode"] = N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE)    # no change: success
+prof = N.nvmlDeviceGetGpuInstanceProfileInfo(h, N.NVML_GPU_INSTANCE_PROFILE_1_SLICE, version=1)
+prof_v = N.nvmlDeviceGetGpuInstanceProfileInfoV(h, N.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+prof_id = N.nvmlDeviceGetGpuInstanceProfileInfoById(h, prof.id)
+out["profile_1slice"] = {"id": prof.id, "memory_mb": prof.memorySizeMB, "v_name": s(prof_v.name),
+                         "by_id_name": s(prof_id.name), "instances": prof.instanceCount}
+count = ctypes.c_uint(0)
+N.nvmlDeviceGetGpuInstancePossiblePlacements(h, prof.id, None, ctypes.byref(count))
+placements = (N.c_nvmlGpuInstancePlacement_t * count.value)()
+N.nvmlDeviceGetGpuInstancePossiblePlacements(h, prof.id, placements, ctypes.byref(count))
+out["placements"] = [(p.start, p.size) for p in placements[:count.value]]
+out["capacity_before"] = N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, prof.id)
+gi = N.nvmlDeviceCreateGpuInstanceWithPlacement(h, prof.id, ctypes.byref(N.c_nvmlGpuInstancePlacement_t(0, 1)))
+gi2 = N.nvmlDeviceCreateGpuInstance(h, prof.id)
+out["capacity_after"] = N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, prof.id)
+info = N.nvmlGpuInstanceGetInfo(gi)
+out["gi"] = {"id": info.id, "profile": info.profileId, "start": info.placement.start}
+gis = (N.c_nvmlGpuInstance_t * 7)()
+count = ctypes.c_uint(7)
+N.nvmlDeviceGetGpuInstances(h, prof.id, gis, ctypes.byref(count))
+out["gis"] = sorted(N.nvmlGpuInstanceGetInfo(x).id for x in gis[:count.value])
+assert N.nvmlGpuInstanceGetInfo(N.nvmlDeviceGetGpuInstanceById(h, info.id)).id == info.id
+cprof = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                       N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, version=1)
+ci = N.nvmlGpuInstanceCreateComputeInstance(gi, cprof.id)
+ci2 = N.nvmlGpuInstanceCreateComputeInstance(gi2, cprof.id)
+cinfo = N.nvmlComputeInstanceGetInfo_v2(ci)
+c1 = N.c_nvmlComputeInstanceInfo_t()
+assert raw("nvmlComputeInstanceGetInfo", ci, ctypes.byref(c1)) == 0 and c1.id == cinfo.id
+cis = (N.c_nvmlComputeInstance_t * 8)()
+count = ctypes.c_uint(8)
+N.nvmlGpuInstanceGetComputeInstances(gi, cprof.id, cis, ctypes.byref(count))
+assert count.value == 1
+assert N.nvmlComputeInstanceGetInfo_v2(N.nvmlGpuInstanceGetComputeInstanceById(gi, cinfo.id)).id == cinfo.id
+mig = cinfo.device
+out["mig_device"] = {"uuid": s(N.nvmlDeviceGetUUID(mig)), "name": s(N.nvmlDeviceGetName(mig)),
+                     "is_mig": N.nvmlDeviceIsMigDeviceHandle(mig), "gi": N.nvmlDeviceGetGpuInstanceId(mig),
+                     "ci": N.nvmlDeviceGetComputeInstanceId(mig), "memory": N.nvmlDeviceGetMemoryInfo(mig).total,
+                     "sm": N.nvmlDeviceGetAttributes_v2(mig).multiprocessorCount,
+                     "parent": s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig))),
+                     "by_index": sorted(s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, k)))
+                                        for k in range(2))}
+# an Xid through an event set, injected by the test before this ran is not seen (sets see later
+# events): wait for the timeout, then register and read the one the test's controls cannot time.
+es = N.nvmlEventSetCreate()
+N.nvmlDeviceRegisterEvents(h4, N.nvmlEventTypeXidCriticalError, es)
+out["wait_timeout"] = err(N.nvmlEventSetWait_v2, es, 10)
+d = N.c_nvmlEventData_t()
+out["wait_v1"] = raw("nvmlEventSetWait", es, ctypes.byref(d), ctypes.c_uint(10))
+N.nvmlEventSetFree(es)
+N.nvmlComputeInstanceDestroy(ci)
+N.nvmlComputeInstanceDestroy(ci2)
+N.nvmlGpuInstanceDestroy(gi)
+N.nvmlGpuInstanceDestroy(gi2)
+out["capacity_end"] = N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, prof.id)
+N.nvmlShutdown()
+called.add("nvmlShutdown")
+out["called"] = sorted(called)
+json.dump(out, sys.stdout, indent=1, default=lambda v: v.value)   # pynvml returns some as c_uint
