@@ -13,8 +13,6 @@
 #include "simlib.h"
 #include "util/util.h"
 
-#define NVLINK_MAX_LINKS 18 /* NVML_NVLINK_MAX_LINKS */
-
 void sim_pci_location(unsigned index, unsigned *domain, unsigned *bus) {
     static const unsigned buses[8] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
     *domain = index / 8;
@@ -81,18 +79,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t d1, nvmlDev
     READ_END(r);
 }
 
-/* A link of a GPU: NOT_SUPPORTED on a board without NVLink and for links past the board's count,
- * INVALID_ARGUMENT past NVML_NVLINK_MAX_LINKS, then the output pointer. */
+/* A link of a GPU: NOT_SUPPORTED on a board without NVLink, INVALID_ARGUMENT for a link the board
+ * does not have (NVML's "link is invalid"; NVML 13 counts up to NVML_NVLINK_MAX_LINKS, 36), then the
+ * output pointer. */
 static nvmlReturn_t resolve_link(nvmlDevice_t d, unsigned link, const void *out, struct dev_ref *ref,
                                  const struct nvlink_board **board) {
     nvmlReturn_t r = resolve_gpu(d, ref);
     if (r != NVML_SUCCESS)
         return r;
-    if (link >= NVLINK_MAX_LINKS)
-        return NVML_ERROR_INVALID_ARGUMENT;
     *board = board_of(ref->gpu->model);
-    if (!*board || link >= (*board)->links)
+    if (!*board)
         return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (*board)->links)
+        return NVML_ERROR_INVALID_ARGUMENT;
     return with_out(NVML_SUCCESS, out);
 }
 
