@@ -10,7 +10,8 @@ On a simulated node of 8 x H100-SXM5-80GB with 64 time-sliced replicas each (512
   - kubelet restart -> re-registered: from the restart (sockets removed, kubelet.sock re-created)
     to the Register call of the last resource;
   - the agent's resident memory (VmRSS, VmHWM, and smaps_rollup's shared/private split) at the end.
-The agent runs as deployed: metrics served (on a free port), labels written (to the temp dir).
+The agent runs as deployed: metrics served (on a free port), labels written (to the temp dir), its
+default log level (info; --log-level to change it).
 Prints a markdown table. Bounded: every wait has a timeout, the agent is stopped at the end."""
 import argparse
 import ctypes
@@ -60,6 +61,8 @@ def main():
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--xid-trials", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=10)
+    ap.add_argument("--log-level", default="info",
+                    help="the agent's --log-level (default info, the agent's own default, as deployed)")
     ap.add_argument("--smaps", help="write the agent's resident memory per mapping (from /proc/PID/smaps) here")
     args = ap.parse_args()
 
@@ -76,7 +79,7 @@ def main():
     kdir = os.path.join(base, "k")
     kubelet = KubeletEmulator(kdir).start()
     env = dict(os.environ, GPUSLICE_SIM_LIB=args.sim_lib)
-    agent = subprocess.Popen([args.gpuslice, "--sim", node, "--sim-state", state, "--log-level", "warn", "agent",
+    agent = subprocess.Popen([args.gpuslice, "--sim", node, "--sim-state", state, "--log-level", args.log_level, "agent",
                               "--config", policy, "--kubelet-dir", kdir,
                               "--features-file", os.path.join(base, "features"),
                               "--metrics-address", "127.0.0.1:0"], env=env,

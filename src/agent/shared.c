@@ -219,7 +219,7 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
         snprintf(err, errlen, "the guard's mounts do not fit in the Allocate answer (paths too long?)");
         return -ENOSPC;
     }
-    log_info("Guard for %s: limits in %s", out->visible_devices, dir);
+    log_debug("Guard for %s: limits in %s", out->visible_devices, dir);
     return 0;
 }
 
@@ -267,7 +267,7 @@ static int cdi_transient(const struct agent_shared *s, const struct gs_resource 
     gs_strlcpy(out->cdi[out->n_cdi++], name, sizeof(out->cdi[0]));
     out->n_extra_mounts = 0;
     out->n_envs = 0;
-    log_info("Allocate %s: per-container edits in the CDI spec %s", r->name, path);
+    log_debug("Allocate %s: per-container edits in the CDI spec %s", r->name, path);
     return 0;
 }
 
