@@ -213,6 +213,8 @@ static void print_apply_table(const struct gs_inventory *inv, const struct gs_pl
             printf("  %-58s GPU %u %s", d->id, d->gpu, kind_name(d->kind));
             if (d->kind == GS_DEV_MPS)
                 printf(" %u%% pinned %llu MiB", d->mps_percent, d->mps_pinned >> 20);
+            if (d->quota)
+                printf(" VRAM quota %llu MiB", d->quota >> 20);
             printf("\n");
         }
     }
@@ -220,7 +222,7 @@ static void print_apply_table(const struct gs_inventory *inv, const struct gs_pl
         printf("warning: %s\n", plan->warnings[i]);
 }
 
-static void print_apply_json(const struct gs_plan *plan) {
+static void print_apply_json(const struct gs_plan *plan, const char *mig_config, unsigned mig_steps) {
     json_t *resources = json_array();
     for (unsigned i = 0; i < plan->n_resources; i++) {
         const struct gs_resource *r = &plan->resources[i];
@@ -234,6 +236,8 @@ static void print_apply_json(const struct gs_plan *plan) {
                 json_object_set_new(dj, "active_thread_percentage", json_integer(d->mps_percent));
                 json_object_set_new(dj, "pinned_memory_bytes", json_integer((json_int_t)d->mps_pinned));
             }
+            if (d->quota)
+                json_object_set_new(dj, "vram_quota_bytes", json_integer((json_int_t)d->quota));
             json_array_append_new(devs, dj);
         }
         json_array_append_new(resources, json_pack("{s:s,s:b,s:o}", "name", r->name, "replicated", r->replicated,
@@ -250,6 +254,8 @@ static void print_apply_json(const struct gs_plan *plan) {
         json_array_append_new(warnings, json_string(plan->warnings[i]));
     json_t *root = json_pack("{s:s,s:o,s:o,s:o}", "schema", "gpuslice.apply/v1", "gpus", gpus, "resources", resources,
                              "warnings", warnings);
+    if (mig_config && mig_config[0])
+        json_object_set_new(root, "mig_layout", json_pack("{s:s,s:i}", "config", mig_config, "steps", (int)mig_steps));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     printf("%s\n", s);
     free(s);
@@ -275,7 +281,9 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         case 'h':
             printf("Usage: gpuslice [GLOBAL OPTIONS] apply [--config POLICY.yaml] [--json | --labels]\n\n"
                    "Reconciles once and prints every resource and device the node will advertise under the\n"
-                   "policy, without serving the kubelet. --json prints schema gpuslice.apply/v1 (docs/cli.md);\n"
+                   "policy, without serving the kubelet: with the VRAM quota of each guarded replica, and\n"
+                   "first what the policy's MIG layout (gpuslice.mig.config) would change, as `mig plan`\n"
+                   "does. --json prints schema gpuslice.apply/v1 (docs/cli.md);\n"
                    "--labels prints the node labels the agent writes to its features file.\n");
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
@@ -315,6 +323,20 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         gpu_node_close(node);
         return GS_EXIT_FAILURE;
     }
+    /* The policy's MIG layout: what the agent would change before serving. The resources below
+     * are the node's as it is now; after the layout they follow the new instances. */
+    unsigned mig_steps = 0;
+    if (policy.mig_config[0] && !as_labels &&
+        (rc = cli_mig_preview(inv, policy.mig_layout_file, policy.mig_config, !as_json, &mig_steps)) != GS_EXIT_OK) {
+        gs_plan_free(&plan);
+        gpu_node_close(node);
+        return rc;
+    }
+    if (mig_steps && !as_json)
+        printf("(the resources below are the node's now; the agent advertises the new instances once the "
+               "layout is applied)\n\n");
+    else if (policy.mig_config[0] && !as_json)
+        printf("\n");
     if (as_labels) {
         char *text = malloc(1 << 16);
         int n = text ? gs_labels_format(inv, &policy, &plan, NULL, text, 1 << 16) : -ENOMEM;
@@ -325,7 +347,7 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         free(text);
         rc = n >= 0 ? GS_EXIT_OK : GS_EXIT_FAILURE;
     } else if (as_json) {
-        print_apply_json(&plan);
+        print_apply_json(&plan, policy.mig_config, mig_steps);
     } else {
         print_apply_table(inv, &plan);
     }

@@ -3,6 +3,7 @@
 #define GS_CLI_H
 
 #include <limits.h>
+#include <stdbool.h>
 
 #include "gpu/gpu.h"
 
@@ -40,6 +41,12 @@ int cmd_mig(const struct cli *cli, int argc, char **argv);
 int cmd_replay(const struct cli *cli, int argc, char **argv);
 int cmd_exec(const struct cli *cli, int argc, char **argv);
 int cmd_cdi(const struct cli *cli, int argc, char **argv);
+
+/* The MIG layout CONFIG (from the layout file FILE; NULL or "": the built-ins) planned against the
+ * node: what the agent would do before serving. With `print`, mig plan's listing on stdout.
+ * *steps: the steps in total. Returns an exit code (the error printed). */
+int cli_mig_preview(const struct gs_inventory *inv, const char *file, const char *config, bool print,
+                    unsigned *steps);
 
 /* Option helpers (opts.c). cli_usage_error prints "gpuslice CMD: MESSAGE" on stderr and returns
  * GS_EXIT_USAGE; cli_no_more_args does so when argv[first..argc) is not empty, else returns

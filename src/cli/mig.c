@@ -190,6 +190,37 @@ static void print_plan(const struct gs_inventory *inv, const struct gs_mig_plan 
     printf("%u step(s) in total\n", total);
 }
 
+static int load_layouts(const char *file, struct gs_layout_file **out);
+
+int cli_mig_preview(const struct gs_inventory *inv, const char *file, const char *config, bool print,
+                    unsigned *steps) {
+    *steps = 0;
+    struct gs_layout_file *layouts = NULL;
+    int rc = load_layouts(file && file[0] ? file : NULL, &layouts);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    char err[2048];
+    struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    bool selected[GS_MAX_GPUS];
+    int r = plans ? gs_mig_plan_node(inv, layouts, config, plans, selected, err, sizeof(err)) : -ENOMEM;
+    if (r < 0) {
+        fprintf(stderr, "gpuslice: MIG layout %s: %s\n", config, plans ? err : "out of memory");
+        rc = GS_EXIT_FAILURE;
+    } else {
+        for (unsigned i = 0; i < inv->n_gpus; i++)
+            *steps += selected[i] ? plans[i].n_steps : 0;
+        if (print) {
+            static const struct gs_mig_holds no_holds;
+            printf("MIG layout %s%s%s (gpuslice.mig.config), applied by the agent before it serves:\n", config,
+                   layouts ? " from " : "", layouts ? file : "");
+            print_plan(inv, plans, selected, &no_holds);
+        }
+    }
+    free(plans);
+    free(layouts);
+    return rc;
+}
+
 static int load_layouts(const char *file, struct gs_layout_file **out) {
     *out = NULL;
     if (!file)

@@ -260,3 +260,35 @@ def test_sim_root_serves_every_command(sim, tmp_path):
         assert numa == str(g["index"] % 8 // 4)
     h = run("agent", "--help", check=0)
     assert "under --sim the simulated node's ROOT/proc" in h.stdout
+
+
+def test_apply_previews_the_policys_mig_layout_and_shows_quotas(sim, tmp_path):
+    """apply shows what the policy's MIG layout (gpuslice.mig.config) would change before the agent
+    serves, and the VRAM quota of each guarded replica (it ignored both)."""
+    node7 = os.path.join(ROOT, "examples", "nodes", "h100x4-l4x3.yaml")
+    policy = tmp_path / "p.yaml"
+    policy.write_text("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: all-1g.10gb\n")
+    p = sim("apply", "--config", str(policy), node=node7)
+    assert p.stdout.startswith("MIG layout all-1g.10gb (gpuslice.mig.config), applied by the agent before it serves:")
+    assert "GPU 0 (NVIDIA H100 80GB HBM3): 14 step(s), 0 instance(s) kept" in p.stdout
+    assert "56 step(s) in total" in p.stdout and "the agent advertises the new instances" in p.stdout
+    j = json.loads(sim("apply", "--config", str(policy), "--json", node=node7).stdout)
+    assert j["mig_layout"] == {"config": "all-1g.10gb", "steps": 56}
+    # After the layout is applied, nothing is left to change.
+    sim("mig", "apply", "-c", "all-1g.10gb", node=node7)
+    p = sim("apply", "--config", str(policy), node=node7)
+    assert "0 step(s) in total" in p.stdout and "the agent advertises the new instances" not in p.stdout
+    assert "nvidia.com/mig-1g.10gb" in p.stdout
+    # An unknown config is an error, as for the agent.
+    policy.write_text("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: all-balancd\n")
+    p = sim("apply", "--config", str(policy), node=node7, check=1)
+    assert "no MIG config 'all-balancd'" in p.stderr
+    # Quotas: memoryPerReplica on each replica.
+    policy.write_text("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                      "      replicas: 2\n      memoryPerReplica: 4GiB\n")
+    p = sim("apply", "--config", str(policy), node=os.path.join(ROOT, "examples", "nodes", "t4x2.yaml"))
+    replicas = [l for l in p.stdout.splitlines() if " replica" in l]
+    assert len(replicas) == 4 and all(l.endswith("replica VRAM quota 4096 MiB") for l in replicas), p.stdout
+    j = json.loads(sim("apply", "--config", str(policy), "--json",
+                       node=os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")).stdout)
+    assert {d["vram_quota_bytes"] for r in j["resources"] for d in r["devices"]} == {4 << 30}
