@@ -789,6 +789,40 @@ static int mode_exec_swap(int argc, char **argv)
     return 3;
 }
 
+/* ---- nvml [SIZE]: NVML's memory view (nvidia-smi's) beside cuMemGetInfo's, SIZE allocated ---------- */
+
+typedef struct { unsigned long long total, free, used; } app_nvml_memory;
+
+static int mode_nvml(int argc, char **argv)
+{
+    setup();
+    CUdeviceptr p = 0;
+    if (argc > 0)
+        kv("pre_alloc", cuMemAlloc_v2(&p, (size_t)parse_size(argv[0])));
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+    int (*get)(unsigned, void **) = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    int (*info)(void *, app_nvml_memory *) = h ? (int (*)(void *, app_nvml_memory *))dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+    if (!init || !get || !info)
+        return 3;
+    void *d = NULL;
+    app_nvml_memory m = { 0 };
+    init();
+    get((unsigned)device, &d);
+    kv("nvml.res", info(d, &m));
+    kv("nvml.total", (long long)m.total);
+    kv("nvml.free", (long long)m.free);
+    kv("nvml.used", (long long)m.used);
+    size_t fr = 0, tot = 0;
+    kv("cuda.res", cuMemGetInfo_v2(&fr, &tot));
+    kv("cuda.total", (long long)tot);
+    kv("cuda.free", (long long)fr);
+    if (p)
+        cuMemFree_v2(p);
+    teardown();
+    return 0;
+}
+
 /* ---- exec-env-i SIZE [HOW] ---------------------------------------------------------------------------- */
 
 extern char **environ;
@@ -1079,7 +1113,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
                         "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace, churn, repl, "
-                        "cross-device, fork, exec-swap)\n");
+                        "cross-device, fork, exec-swap, nvml)\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1120,6 +1154,8 @@ int main(int argc, char **argv)
         rc = mode_fork(rest, args);
     else if (strcmp(mode, "exec-swap") == 0)
         rc = mode_exec_swap(rest, args);
+    else if (strcmp(mode, "nvml") == 0)
+        rc = mode_nvml(rest, args);
     else
         rc = 2;
     if (rc == 2)

@@ -1546,6 +1546,28 @@ static void test_fork_after_init(void **state)
     assert_int_equal(region_used(f, 0), 0);
 }
 
+/* nvidia-smi's view (nvmlDeviceGetMemoryInfo) is cuMemGetInfo's: with an 8 GiB quota on a GPU
+ * whose other tenants leave 4 GiB, both say 4 GiB free (NVML said 6144 MiB where CUDA said 4096
+ * before), and with room on the GPU both say the quota's room. */
+static void test_nvml_view_matches_cuda(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 8192 * MIB);
+    static const char *const busy[] = { "FAKE_GPU_OTHERS_MIB=12288", NULL };
+    struct child *c = run_env(f, busy, "nvml", "2G", (const char *)NULL);
+    expect_eq(c, "pre_alloc", 0);
+    expect_eq(c, "nvml.res", 0);
+    expect_eq(c, "cuda.total", 8192 * MIB);
+    expect_eq(c, "nvml.total", 8192 * MIB);
+    expect_eq(c, "cuda.free", 2048 * MIB); /* 16 GiB - 12 GiB others - 2 GiB ours */
+    expect_eq(c, "nvml.free", value_of(c, "cuda.free"));
+    expect_eq(c, "nvml.used", 8192 * MIB - value_of(c, "nvml.free"));
+    c = run(f, "nvml", "2G");
+    expect_eq(c, "cuda.free", 6144 * MIB);
+    expect_eq(c, "nvml.free", 6144 * MIB);
+    expect_eq(c, "nvml.used", 2048 * MIB);
+}
+
 /* A program not linked against libcuda that dlopens it late. */
 static void test_dlopen_late(void **state)
 {
@@ -1626,6 +1648,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cross_device_and_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_after_init, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlopen_late, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nvml_view_matches_cuda, setup, teardown),
     };
     return cmocka_run_group_tests_name("guard", tests, NULL, NULL);
 }
