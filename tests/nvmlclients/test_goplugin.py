@@ -50,8 +50,11 @@ class Node:
         return json.loads(self.gs("inspect", "--json"))
 
     def env(self):
-        return dict(os.environ, GPUSLICE_SIM_NODE=self.path, GPUSLICE_SIM_STATE=self.state,
-                    LD_LIBRARY_PATH=os.path.join(self.root, LIB_DIR))
+        env = dict(os.environ, GPUSLICE_SIM_NODE=self.path, GPUSLICE_SIM_STATE=self.state,
+                   LD_LIBRARY_PATH=os.path.join(self.root, LIB_DIR))
+        if os.environ.get("GS_SANITIZER_PRELOAD"):   # a sanitized simulator: its runtimes first
+            env.update(LD_PRELOAD=os.environ["GS_SANITIZER_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
+        return env
 
     def run(self, goplugin, *args):
         self.gs("inspect")       # the root is made when the node is first opened
