@@ -2,6 +2,7 @@
 #include "agent/state.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,12 @@ int agent_load_policy(struct agent *a, bool initial) {
     }
     _cleanup_free_ char *text = NULL;
     size_t len = 0;
-    int r = gs_read_file(a->o->config_path, 1 << 20, &text, &len);
+    char why[PATH_MAX + 128];
+    /* Follows symbolic links: a ConfigMap's file is one, through ..data. A FIFO, socket or device
+     * there is refused without blocking the loop. */
+    int r = gs_read_file_ex(a->o->config_path, 1 << 20, 0, &text, &len, why, sizeof(why));
     if (r < 0) {
-        log_error("Cannot read policy %s: %s%s", a->o->config_path, strerror(-r),
-                  initial ? "" : "; keeping the running policy");
+        log_error("Cannot read policy %s%s", why, initial ? "" : "; keeping the running policy");
         return r;
     }
     unsigned long long h = hash_text(text, len);

@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -65,40 +66,83 @@ int gs_parse_size(const char *s, unsigned long long *bytes) {
     return -EINVAL;
 }
 
-int gs_read_file(const char *path, size_t max, char **out, size_t *len) {
-    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+/* What a file that is not a regular one is, for the error message. */
+static const char *file_kind(mode_t mode) {
+    switch (mode & S_IFMT) {
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link (not followed)";
+    default: return "of an unknown type";
+    }
+}
+
+/* 0 for a regular file of at most max bytes, else the error (and its text in err). */
+static int check_regular(const char *path, const struct stat *st, size_t max, char *err, size_t errlen) {
+    int r = 0;
+    if (!S_ISREG(st->st_mode))
+        r = S_ISDIR(st->st_mode) ? -EISDIR : S_ISLNK(st->st_mode) ? -ELOOP : -EINVAL;
+    else if (st->st_size > 0 && (unsigned long long)st->st_size > max)
+        r = -EFBIG;
+    if (r == -EFBIG && err)
+        snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
+    else if (r < 0 && err)
+        snprintf(err, errlen, "%s: %s, not a regular file", path, file_kind(st->st_mode));
+    return r;
+}
+
+static int io_error(const char *path, int r, size_t max, char *err, size_t errlen) {
+    if (err && r == -EFBIG)
+        snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
+    else if (err)
+        snprintf(err, errlen, "%s: %s", path, strerror(-r));
+    return r;
+}
+
+int gs_read_file_ex(const char *path, size_t max, unsigned flags, char **out, size_t *len, char *err, size_t errlen) {
+    bool nofollow = flags & GS_READ_NOFOLLOW;
+    /* Looked at before it is opened: opening a device can have effects of its own. */
     struct stat st;
+    if ((nofollow ? lstat(path, &st) : stat(path, &st)) < 0)
+        return io_error(path, -errno, max, err, errlen);
+    int r = check_regular(path, &st, max, err, errlen);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0)
+        return io_error(path, -errno, max, err, errlen);
+    /* And again on what was opened: the name may have been replaced in between. */
     if (fstat(fd, &st) < 0)
-        return -errno;
-    if (S_ISDIR(st.st_mode))
-        return -EISDIR;
+        return io_error(path, -errno, max, err, errlen);
+    if ((r = check_regular(path, &st, max, err, errlen)) < 0)
+        return r;
     size_t cap = 4096, n = 0;
     _cleanup_free_ char *buf = malloc(cap + 1);
     if (!buf)
-        return -ENOMEM;
+        return io_error(path, -ENOMEM, max, err, errlen);
     for (;;) {
         if (n == cap) {
             if (cap > max)
-                return -EFBIG;
+                return io_error(path, -EFBIG, max, err, errlen);
             cap *= 2;
             char *nb = realloc(buf, cap + 1);
             if (!nb)
-                return -ENOMEM;
+                return io_error(path, -ENOMEM, max, err, errlen);
             buf = nb;
         }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0) {
+        ssize_t rd = read(fd, buf + n, cap - n);
+        if (rd < 0) {
             if (errno == EINTR)
                 continue;
-            return -errno;
+            return io_error(path, -errno, max, err, errlen);
         }
-        if (r == 0)
+        if (rd == 0)
             break;
-        n += (size_t)r;
+        n += (size_t)rd;
         if (n > max)
-            return -EFBIG;
+            return io_error(path, -EFBIG, max, err, errlen);
     }
     buf[n] = '\0';
     *out = buf;
@@ -106,6 +150,10 @@ int gs_read_file(const char *path, size_t max, char **out, size_t *len) {
     if (len)
         *len = n;
     return 0;
+}
+
+int gs_read_file(const char *path, size_t max, char **out, size_t *len) {
+    return gs_read_file_ex(path, max, 0, out, len, NULL, 0);
 }
 
 int gs_write_file_atomic(const char *path, const void *data, size_t len, bool sync) {
@@ -170,6 +218,80 @@ int gs_mkdir_p(const char *dir, unsigned mode) {
     if (!S_ISDIR(st.st_mode))
         return -ENOTDIR;
     return 0;
+}
+
+/* How deep remove_contents goes: a deeper tree (a container can make one in its state
+ * directory) is left, with the directories above it, rather than run out of descriptors. */
+#define REMOVE_MAX_DEPTH 32
+
+/* Empties the directory open at dfd (taken over and closed). Every step is relative to a
+ * directory descriptor: an entry is unlinked as what it is, and descended into only through
+ * openat(O_DIRECTORY | O_NOFOLLOW), so a symbolic link swapped in for a directory while this runs
+ * is removed as a link, never followed out of the tree. Passes repeat while they remove
+ * something (entries that changed under a pass). 0 when empty, else -errno. */
+static int remove_contents(int dfd, unsigned depth) {
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int r = -errno;
+        close(dfd);
+        return r;
+    }
+    int r = 0;
+    for (unsigned pass = 0; pass < 4; pass++) {
+        bool removed = false;
+        r = 0;
+        rewinddir(d);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            if (unlinkat(dirfd(d), e->d_name, 0) == 0) { /* anything but a directory */
+                removed = true;
+                continue;
+            }
+            if (errno == EISDIR) {
+                int sub = depth < REMOVE_MAX_DEPTH ? openat(dirfd(d), e->d_name,
+                                                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                                                   : (errno = ELOOP, -1);
+                if (sub >= 0 && remove_contents(sub, depth + 1) == 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0) {
+                    removed = true;
+                    continue;
+                }
+            }
+            if (errno != ENOENT)
+                r = -errno; /* a link swapped in (ELOOP, ENOTDIR), not emptied: the next pass */
+        }
+        if (r == 0 || !removed)
+            break;
+    }
+    closedir(d);
+    return r;
+}
+
+int gs_remove_tree_at(int parent, const char *name) {
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int r = remove_contents(fd, 0);
+    if (r < 0)
+        return r;
+    return unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int gs_remove_tree(const char *dir) {
+    char parent[PATH_MAX];
+    if (gs_strlcpy(parent, dir, sizeof(parent)) < 0)
+        return -ENAMETOOLONG;
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        return gs_remove_tree_at(AT_FDCWD, dir);
+    if (!slash[1])
+        return -EINVAL; /* "dir/": name it without the slash */
+    *slash = '\0';
+    _cleanup_close_ int pfd = open(slash == parent ? "/" : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
+        return -errno;
+    return gs_remove_tree_at(pfd, slash + 1);
 }
 
 uint64_t gs_now_ns(void) {

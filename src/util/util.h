@@ -31,15 +31,34 @@ int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max,
 /* Parses a size such as "8GiB", "512MiB", "1024" (bytes), "10G" (taken as GiB). Returns 0 or -EINVAL/-ERANGE. */
 int gs_parse_size(const char *s, unsigned long long *bytes);
 
-/* Reads a whole file (at most max bytes) into a NUL-terminated buffer. Returns 0 or -errno
- * (-EFBIG when larger than max). */
+/* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. Returns 0 or
+ * -errno: -EFBIG when larger than max, -EISDIR for a directory, -EINVAL for anything else that is
+ * not a regular file (a FIFO, a socket, a device), which is refused without blocking: the file is
+ * checked before it is opened, opened O_NONBLOCK (a FIFO's open would wait for a writer for
+ * ever) and checked again on the open descriptor. A symbolic link is followed (a ConfigMap's
+ * files are links through `..data`): use GS_READ_NOFOLLOW for files someone else can replace. */
 int gs_read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* gs_read_file_ex flags. */
+#define GS_READ_NOFOLLOW 1u /* the last component must not be a symbolic link (-ELOOP) */
+
+/* gs_read_file with flags, and on error "PATH: why" in err (e.g. "PATH: a FIFO, not a regular
+ * file"; err may be NULL). */
+int gs_read_file_ex(const char *path, size_t max, unsigned flags, char **out, size_t *len, char *err, size_t errlen);
 
 /* Writes data to path atomically: temp file in the same directory, fsync optional, rename. */
 int gs_write_file_atomic(const char *path, const void *data, size_t len, bool sync);
 
 /* Creates dir and its parents (mode 0755 for parents, mode for the last). */
 int gs_mkdir_p(const char *dir, unsigned mode);
+
+/* Removes the directory NAME in the directory open at PARENT (AT_FDCWD: the working directory)
+ * and everything in it, without following a symbolic link anywhere below PARENT: for trees
+ * someone else can write while they are removed (a container's guard state). A link is removed
+ * as a link; a tree deeper than 32 levels is left. 0 (also when it does not exist) or -errno. */
+int gs_remove_tree_at(int parent, const char *name);
+/* The same by path: the last component is opened O_NOFOLLOW from its parent directory. */
+int gs_remove_tree(const char *dir);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t gs_now_ns(void);

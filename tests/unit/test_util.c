@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "util/util.h"
@@ -77,12 +81,74 @@ static void test_files(void **state) {
     assert_int_equal(gs_read_file(path, 100, &text, &len), -ENOENT);
 }
 
+/* A FIFO, a socket or a device where a file is expected is refused at once (a FIFO's open used to
+ * wait for a writer for ever: alarm() turns that hang into a failure), with the kind named; a
+ * symbolic link is followed unless GS_READ_NOFOLLOW. */
+static void test_read_file_refuses_special_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/gs-util-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char fifo[64], sock[64], file[64], link[64], err[256];
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(sock, sizeof(sock), "%s/sock", dir);
+    snprintf(file, sizeof(file), "%s/file", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    gs_strlcpy(sa.sun_path, sock, sizeof(sa.sun_path));
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(gs_write_file_atomic(file, "data", 4, false), 0);
+    assert_int_equal(symlink("file", link), 0);
+    char *text = NULL;
+    size_t len = 0;
+    alarm(10);
+    assert_int_equal(gs_read_file_ex(fifo, 100, 0, &text, &len, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, fifo));
+    assert_non_null(strstr(err, "a FIFO, not a regular file"));
+    assert_int_equal(gs_read_file(fifo, 100, &text, &len), -EINVAL);
+    assert_int_equal(gs_read_file_ex(sock, 100, 0, &text, &len, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "a socket, not a regular file"));
+    assert_int_equal(gs_read_file_ex("/dev/null", 100, 0, &text, &len, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "/dev/null: a character device, not a regular file");
+    assert_int_equal(gs_read_file_ex(dir, 100, 0, &text, &len, err, sizeof(err)), -EISDIR);
+    assert_non_null(strstr(err, "a directory, not a regular file"));
+    alarm(0);
+    /* followed by default (a ConfigMap's ..data links), refused with GS_READ_NOFOLLOW */
+    assert_int_equal(gs_read_file(link, 100, &text, &len), 0);
+    assert_string_equal(text, "data");
+    free(text);
+    text = NULL;
+    assert_int_equal(gs_read_file_ex(link, 100, GS_READ_NOFOLLOW, &text, &len, err, sizeof(err)), -ELOOP);
+    assert_non_null(strstr(err, "a symbolic link (not followed)"));
+    assert_null(text);
+    assert_int_equal(gs_read_file_ex(file, 100, GS_READ_NOFOLLOW, &text, &len, NULL, 0), 0);
+    free(text);
+    /* bounded by the size fstat gives, and by what is read (files of /proc say 0) */
+    assert_int_equal(gs_read_file_ex(file, 3, 0, &text, &len, err, sizeof(err)), -EFBIG);
+    assert_non_null(strstr(err, "larger than 3 bytes"));
+    assert_int_equal(gs_read_file_ex("/proc/self/status", 8, 0, &text, &len, err, sizeof(err)), -EFBIG);
+    assert_int_equal(gs_read_file("/proc/self/status", 1 << 16, &text, &len), 0);
+    assert_true(len > 0 && strstr(text, "Name:"));
+    free(text);
+    char missing[80];
+    snprintf(missing, sizeof(missing), "%s/missing", dir);
+    assert_int_equal(gs_read_file_ex(missing, 100, 0, &text, &len, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "No such file or directory"));
+    close(s);
+    char cmd[100];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_strlcpy),
         cmocka_unit_test(test_files),
+        cmocka_unit_test(test_read_file_refuses_special_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
