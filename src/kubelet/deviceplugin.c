@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -266,6 +267,129 @@ static void stream_unlink(struct dp_call *c) {
 
 /* ---- request handlers ----------------------------------------------------------------------- */
 
+/* The status of a handler's -errno (see dp_handlers). */
+static grpc_status_code status_of(int rc) {
+    switch (rc) {
+    case -ENOSPC:
+    case -EDQUOT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case -ENOMEM:
+    case -EIO: return GRPC_STATUS_INTERNAL;
+    case -EAGAIN: return GRPC_STATUS_UNAVAILABLE;
+    default: return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+}
+
+/* An ID as text for an error message: at most 100 bytes, a NUL as \0, other control bytes as \xNN. */
+static void quote_id(const uint8_t *v, size_t len, char *buf, size_t buflen) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && i < 100 && o + 5 < buflen; i++) {
+        if (v[i] == 0)
+            o += (size_t)snprintf(buf + o, buflen - o, "\\0");
+        else if (v[i] < 0x20 || v[i] == 0x7f || v[i] == '"' || v[i] == '\\')
+            o += (size_t)snprintf(buf + o, buflen - o, "\\x%02x", v[i]);
+        else
+            buf[o++] = (char)v[i];
+    }
+    buf[o] = '\0';
+}
+
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    uint64_t r = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (*p == end)
+            return false;
+        uint8_t b = *(*p)++;
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* protobuf-c hands a string field over as a C string, so "GPU-a\0x" would arrive as "GPU-a": the
+ * wire is scanned first for string fields (of msg and the messages in it) with a NUL byte.
+ * Returns -EINVAL with "FIELD[INDEX]...: ..." in err for one; 0 otherwise, malformed input too
+ * (protobuf-c refuses that itself). */
+static int find_nul_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p, const uint8_t *end,
+                            unsigned depth, const char *prefix, char *err, size_t errlen) {
+    unsigned seen[16] = { 0 };
+    while (p < end) {
+        uint64_t key, len;
+        if (!read_varint(&p, end, &key))
+            return 0;
+        const ProtobufCFieldDescriptor *f =
+            key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3)) : NULL;
+        size_t fi = f ? (size_t)(f - desc->fields) : 0;
+        unsigned index = f && fi < GS_ARRAY_SIZE(seen) ? seen[fi]++ : 0;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(&p, end, &len))
+                return 0;
+            continue;
+        case 1:
+            if (end - p < 8)
+                return 0;
+            p += 8;
+            continue;
+        case 5:
+            if (end - p < 4)
+                return 0;
+            p += 4;
+            continue;
+        case 2:
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p))
+                return 0;
+            break;
+        default:
+            return 0;
+        }
+        const uint8_t *v = p;
+        p += len;
+        if (!f)
+            continue;
+        char here[160];
+        if (strlen(prefix) > 100)
+            prefix = "...";
+        if (f->label == PROTOBUF_C_LABEL_REPEATED)
+            snprintf(here, sizeof(here), "%s%s%s[%u]", prefix, prefix[0] ? "." : "", f->name, index);
+        else
+            snprintf(here, sizeof(here), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
+        if (f->type == PROTOBUF_C_TYPE_STRING && memchr(v, 0, (size_t)len)) {
+            char q[420];
+            quote_id(v, (size_t)len, q, sizeof(q));
+            snprintf(err, errlen, "%.160s: \"%.420s\" contains a NUL byte", here, q);
+            return -EINVAL;
+        }
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
+            int r = find_nul_strings(f->descriptor, v, v + len, depth + 1, here, err, errlen);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+/* Unpacks a request, refusing strings with a NUL byte (err: why, for INVALID_ARGUMENT). */
+static ProtobufCMessage *unpack_request(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, char *err,
+                                        size_t errlen) {
+    snprintf(err, errlen, "malformed %s", desc->short_name);
+    grpc_byte_buffer_reader r;
+    if (!bb || !grpc_byte_buffer_reader_init(&r, bb))
+        return NULL;
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    const uint8_t *data = GRPC_SLICE_START_PTR(s);
+    size_t len = GRPC_SLICE_LENGTH(s);
+    ProtobufCMessage *msg = NULL;
+    if (find_nul_strings(desc, data, data + len, 0, "", err, errlen) == 0)
+        msg = protobuf_c_message_unpack(desc, NULL, len, data);
+    grpc_slice_unref(s);
+    return msg;
+}
+
+
 static void handle_options(struct dp_call *c) {
     V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     o.get_preferred_allocation_available = 1;
@@ -348,10 +472,12 @@ static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, cons
 
 static void handle_allocate(struct dp_call *c) {
     struct dp_plugin *p = c->p;
+    char why[640];
     V1beta1__AllocateRequest *req =
-        (V1beta1__AllocateRequest *)gs_pb_unpack(&v1beta1__allocate_request__descriptor, c->recv);
+        (V1beta1__AllocateRequest *)unpack_request(&v1beta1__allocate_request__descriptor, c->recv, why, sizeof(why));
     if (!req) {
-        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed AllocateRequest");
+        log_warn("Allocate %s refused: %s", p->resource, why);
+        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
         return;
     }
     size_t n = req->n_container_requests;
@@ -400,7 +526,7 @@ static void handle_allocate(struct dp_call *c) {
         send_unary(c, &resp.base, GRPC_STATUS_OK, NULL);
     } else {
         log_warn("Allocate %s refused: %s", p->resource, err);
-        send_unary(c, NULL, rc == -ENOMEM ? GRPC_STATUS_INTERNAL : GRPC_STATUS_INVALID_ARGUMENT, err);
+        send_unary(c, NULL, status_of(rc), err);
     }
     for (size_t i = 0; i < done; i++)
         gs_alloc_response_free(&alloc[i]);
@@ -417,25 +543,92 @@ static void handle_allocate(struct dp_call *c) {
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static bool listed_before(char *const *ids, size_t n, const char *id) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(ids[k], id))
+            return true;
+    return false;
+}
+
+/* One container's GetPreferredAllocation request, as the kubelet makes it: a size of 1 up to the
+ * available IDs, each ID a device of the resource and given once, and the must-include IDs (the
+ * devices of init containers to reuse) among the available ones, no more of them than the size.
+ * -EINVAL with the field and ID in err for anything else. */
+static int check_preferred(const struct gs_resource *res, const V1beta1__ContainerPreferredAllocationRequest *r,
+                           size_t i, char *err, size_t errlen) {
+    if (r->allocation_size <= 0) {
+        snprintf(err, errlen, "container_requests[%zu].allocation_size: %d is not a positive number of devices", i,
+                 r->allocation_size);
+        return -EINVAL;
+    }
+    if ((size_t)r->allocation_size > r->n_available_deviceids) {
+        snprintf(err, errlen, "container_requests[%zu].allocation_size: %d is more than the %zu available_deviceIDs", i,
+                 r->allocation_size, r->n_available_deviceids);
+        return -EINVAL;
+    }
+    if (r->n_must_include_deviceids > (size_t)r->allocation_size) {
+        snprintf(err, errlen, "container_requests[%zu].must_include_deviceIDs: %zu IDs, more than allocation_size %d",
+                 i, r->n_must_include_deviceids, r->allocation_size);
+        return -EINVAL;
+    }
+    for (size_t k = 0; k < r->n_available_deviceids; k++) {
+        const char *id = r->available_deviceids[k];
+        if (!gs_resource_device(res, id)) {
+            snprintf(err, errlen, "container_requests[%zu].available_deviceIDs[%zu]: unknown device ID '%.100s' for %s",
+                     i, k, id, res->name);
+            return -EINVAL;
+        }
+        if (listed_before(r->available_deviceids, k, id)) {
+            snprintf(err, errlen, "container_requests[%zu].available_deviceIDs[%zu]: device ID '%.100s' listed twice",
+                     i, k, id);
+            return -EINVAL;
+        }
+    }
+    for (size_t k = 0; k < r->n_must_include_deviceids; k++) {
+        const char *id = r->must_include_deviceids[k];
+        if (listed_before(r->must_include_deviceids, k, id)) {
+            snprintf(err, errlen, "container_requests[%zu].must_include_deviceIDs[%zu]: device ID '%.100s' listed twice",
+                     i, k, id);
+            return -EINVAL;
+        }
+        if (!listed_before(r->available_deviceids, r->n_available_deviceids, id)) {
+            snprintf(err, errlen,
+                     "container_requests[%zu].must_include_deviceIDs[%zu]: device ID '%.100s' is not in "
+                     "available_deviceIDs",
+                     i, k, id);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 static void handle_preferred(struct dp_call *c) {
     struct dp_plugin *p = c->p;
-    V1beta1__PreferredAllocationRequest *req = (V1beta1__PreferredAllocationRequest *)gs_pb_unpack(
-        &v1beta1__preferred_allocation_request__descriptor, c->recv);
+    char why[640];
+    V1beta1__PreferredAllocationRequest *req = (V1beta1__PreferredAllocationRequest *)unpack_request(
+        &v1beta1__preferred_allocation_request__descriptor, c->recv, why, sizeof(why));
     if (!req) {
-        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed PreferredAllocationRequest");
+        log_warn("GetPreferredAllocation %s refused: %s", p->resource, why);
+        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
         return;
     }
     size_t n = req->n_container_requests;
+    for (size_t i = 0; i < n; i++) {
+        if (check_preferred(&p->devices, req->container_requests[i], i, why, sizeof(why)) < 0) {
+            log_warn("GetPreferredAllocation %s refused: %s", p->resource, why);
+            send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
+            protobuf_c_message_free_unpacked(&req->base, NULL);
+            return;
+        }
+    }
     V1beta1__ContainerPreferredAllocationResponse *crs = calloc(n ? n : 1, sizeof(*crs));
     V1beta1__ContainerPreferredAllocationResponse **crp = calloc(n ? n : 1, sizeof(*crp));
     const char ***chosen = calloc(n ? n : 1, sizeof(*chosen));
     bool ok = crs && crp && chosen;
     for (size_t i = 0; ok && i < n; i++) {
         const V1beta1__ContainerPreferredAllocationRequest *r = req->container_requests[i];
-        size_t size = r->allocation_size > 0 ? (size_t)r->allocation_size : 0;
-        if (size > r->n_available_deviceids + r->n_must_include_deviceids)
-            size = r->n_available_deviceids + r->n_must_include_deviceids;
-        chosen[i] = calloc(size ? size : 1, sizeof(char *));
+        size_t size = (size_t)r->allocation_size; /* checked: 1 .. n_available_deviceids */
+        chosen[i] = calloc(size, sizeof(char *));
         if (!chosen[i]) {
             ok = false;
             break;

@@ -20,10 +20,15 @@ struct dp_manager;
 
 struct dp_handlers {
     void *ctx;
-    /* One container's Allocate: 0, or -errno with a message for the kubelet in err. */
+    /* One container's Allocate: 0, or -errno with a message for the kubelet in err. The status
+     * answered: -ENOSPC and -EDQUOT RESOURCE_EXHAUSTED (the node's disk is full), -ENOMEM and
+     * -EIO INTERNAL (a failure of the node's own, its errno text in err), -EAGAIN UNAVAILABLE
+     * (not ready yet, e.g. the CDI spec), anything else INVALID_ARGUMENT (the request). */
     int (*allocate)(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
                     struct gs_alloc_response *out, char *err, size_t errlen);
-    /* GetPreferredAllocation: see gs_preferred(). */
+    /* GetPreferredAllocation: see gs_preferred(). Called only with a request already checked:
+     * 1 <= size <= n_avail, every ID a device of r, none twice, must-include ones among the
+     * available and no more of them than size. */
     size_t (*preferred)(void *ctx, const struct gs_resource *r, const char *const *avail, size_t n_avail,
                         const char *const *must, size_t n_must, size_t size, const char **out);
 };

@@ -322,3 +322,49 @@ def test_allocate_cdi_strategies_on_the_simulated_node(h):
     lib = mounts["/usr/local/nvidia/lib64/libnvidia-ml.so.1"]
     assert lib.startswith(os.path.join(node.state, "root") + "/")
     assert os.path.samefile(lib, os.environ["GPUSLICE_SIM_LIB"])   # the stand-in driver's NVML is the simulator
+
+
+# ------------------------------------------------------------------------------- hostile requests (issue 17)
+
+def test_allocate_rejects_ids_with_a_nul_byte(h):
+    """protobuf-c hands string fields over as C strings: "ID\\0junk" used to be taken as "ID"."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    for ids, where in [([f"{u[0]}::0\x00junk"], "container_requests[0].devices_ids[0]"),
+                       ([f"{u[1]}::0", f"{u[0]}::1\x00"], "container_requests[0].devices_ids[1]")]:
+        with pytest.raises(grpc.RpcError) as err:
+            h.kubelet.allocate("nvidia.com/gpu", ids)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+        assert where in err.value.details() and "contains a NUL byte" in err.value.details(), err.value.details()
+        assert "\\0" in err.value.details(), err.value.details()
+    assert h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"]).envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_preferred_allocation_validated(h):
+    """Every field of GetPreferredAllocation is checked, with the field and ID named: a size of
+    at least 1 and at most the available IDs, must-include IDs among the available ones and no
+    more of them than the size, known IDs, none twice, no NUL byte."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    h.agent(node, TS4, resources=["nvidia.com/gpu"])
+    every = [f"{g}::{n}" for g in u for n in range(4)]
+    bad = [
+        (every, [], 0, "allocation_size: 0 is not a positive number of devices"),
+        (every, [], -3, "allocation_size: -3 is not a positive number of devices"),
+        (every[:2], [], 3, "allocation_size: 3 is more than the 2 available_deviceIDs"),
+        (every, every[:3], 2, "must_include_deviceIDs: 3 IDs, more than allocation_size 2"),
+        (every[:4], [every[5]], 2, f"must_include_deviceIDs[0]: device ID '{every[5]}' is not in available_deviceIDs"),
+        (every[:4] + [every[1]], [], 2, f"available_deviceIDs[4]: device ID '{every[1]}' listed twice"),
+        (every, [every[2], every[2]], 2, f"must_include_deviceIDs[1]: device ID '{every[2]}' listed twice"),
+        (every + ["GPU-nothing::0"], [], 2, "available_deviceIDs[8]: unknown device ID 'GPU-nothing::0'"),
+        (every[:3] + [every[3] + "\x00x"], [], 2, "available_deviceIDs[3]: "),
+        (every, [every[0] + "\x00"], 1, "must_include_deviceIDs[0]: "),
+    ]
+    for avail, must, size, message in bad:
+        with pytest.raises(grpc.RpcError) as err:
+            h.kubelet.preferred("nvidia.com/gpu", avail, must, size)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (message, err.value)
+        assert "container_requests[0]." + message in err.value.details(), (message, err.value.details())
+    got = h.kubelet.preferred("nvidia.com/gpu", every, [every[5]], 2)
+    assert len(got) == 2 and every[5] in got and len(set(got)) == 2
