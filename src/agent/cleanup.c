@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,32 +18,8 @@
 #include "util/log.h"
 #include "util/util.h"
 
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[PATH_MAX];
-        if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p))
-            continue;
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-/* True if the kubelet still assigns one of the devices listed in the file ("RESOURCE\tID" lines). */
-static bool still_assigned(const char *path, const struct pr_list *l) {
-    _cleanup_free_ char *text = NULL;
-    if (gs_read_file(path, 1 << 20, &text, NULL) < 0)
-        return true; /* cannot tell: keep */
+/* Whether the kubelet still assigns one of the devices in a devices record ("RESOURCE\tID" lines). */
+static bool record_assigned(char *text, const struct pr_list *l) {
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char *tab = strchr(line, '\t');
         if (!tab)
@@ -53,6 +30,14 @@ static bool still_assigned(const char *path, const struct pr_list *l) {
                 return true;
     }
     return false;
+}
+
+/* True if the kubelet still assigns one of the devices listed in the file. */
+static bool still_assigned(const char *path, const struct pr_list *l) {
+    _cleanup_free_ char *text = NULL;
+    if (gs_read_file_ex(path, 1 << 20, GS_READ_NOFOLLOW, &text, NULL, NULL, 0) < 0)
+        return true; /* cannot tell: keep */
+    return record_assigned(text, l);
 }
 
 /* The transient CDI specs of allocations (CDI_ROOT/<vendor>-<class>_alloc-<id>.json, each with its
@@ -97,9 +82,16 @@ static void gc_cdi_transient(struct agent *a, const struct pr_list *l) {
         pr_list_free(&own);
 }
 
+/* An allocation directory without its devices record is what an Allocate that failed half-way
+ * left (the record is written last before the answer, so no container was given it): it goes
+ * once older than the grace period, and than this, whatever PodResources says. */
+#define INCOMPLETE_MIN_AGE_MS 10000ULL
+
 /* The kubelet never calls Allocate again for a restarted container, so a container's guard files
  * live as long as its pod; they are removed once PodResources no longer assigns their devices.
- * When PodResources cannot be asked, nothing is removed. */
+ * When PodResources cannot be asked, nothing is removed but incomplete directories. The guard
+ * root is root's, but each allocation's state directory is the container's to write: the
+ * removal never follows a link in it (gs_remove_tree_at). */
 void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
     struct agent *a = ctx;
     (void)now_ns;
@@ -109,7 +101,7 @@ void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
         return;
     }
     struct pr_list l;
-    bool listed = false;
+    bool listed = false, unlisted = false;
     char err[512];
     struct dirent *e;
     time_t now = time(NULL);
@@ -120,22 +112,39 @@ void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
         if (snprintf(dir, sizeof(dir), "%s/%s", a->o->guard_root, e->d_name) >= (int)sizeof(dir))
             continue;
         struct stat st;
-        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
-            (unsigned long long)(now - st.st_mtime) * 1000ULL < a->o->guard_grace_ms)
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) || now < st.st_mtime)
             continue;
-        if (!listed) {
-            if (pr_list(a->o->pod_resources, 5000, &l, err, sizeof(err)) < 0) {
-                log_debug("Guard files not cleaned up: %s", err);
-                break;
-            }
-            listed = true;
-        }
+        unsigned long long age_ms = (unsigned long long)(now - st.st_mtime) * 1000ULL;
+        if (age_ms < a->o->guard_grace_ms)
+            continue;
         char devices[PATH_MAX + 16];
         snprintf(devices, sizeof(devices), "%s/devices", dir);
-        if (!still_assigned(devices, &l)) {
-            remove_tree(dir);
-            log_info("Removed the guard files of a pod that is gone: %s", dir);
+        _cleanup_free_ char *record = NULL;
+        int r = gs_read_file_ex(devices, 1 << 20, GS_READ_NOFOLLOW, &record, NULL, NULL, 0);
+        const char *why = NULL;
+        if (r == -ENOENT) {
+            if (age_ms < INCOMPLETE_MIN_AGE_MS)
+                continue;
+            why = "an incomplete allocation (no devices record)";
+        } else if (r < 0 || unlisted) {
+            continue; /* cannot tell: keep */
+        } else {
+            if (!listed) {
+                if (pr_list(a->o->pod_resources, 5000, &l, err, sizeof(err)) < 0) {
+                    log_debug("Guard files not cleaned up: %s", err);
+                    unlisted = true; /* incomplete ones still go */
+                    continue;
+                }
+                listed = true;
+            }
+            if (record_assigned(record, &l))
+                continue;
+            why = "a pod that is gone";
         }
+        if ((r = gs_remove_tree_at(dirfd(d), e->d_name)) < 0)
+            log_warn("Cannot remove the guard files of %s, %s: %s", why, dir, strerror(-r));
+        else
+            log_info("Removed the guard files of %s: %s", why, dir);
     }
     closedir(d);
     gc_cdi_transient(a, listed ? &l : NULL);

@@ -6,10 +6,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -20,24 +21,128 @@
 #include "util/log.h"
 #include "util/util.h"
 
-/* The counters region, mapped read-only after checking it is one (a file the container can write). */
-static const struct gs_guard_region *map_region(const char *path, struct stat *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return NULL;
-    const struct gs_guard_region *r = NULL;
-    if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (size_t)st->st_size >= sizeof(*r)) {
-        void *p = mmap(NULL, sizeof(*r), PROT_READ, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED)
-            r = p;
+/* The largest device total taken as real (1 PiB): beyond it the region is garbage, and the
+ * differences with NVML's figures could no longer be computed. */
+#define COUNTER_MAX (1ULL << 50)
+
+/* Allocations whose region was found damaged, so that a container that keeps damaging its
+ * region cannot flood the log: the damage is logged when it appears and when the region is
+ * usable again, at most REPORTS_MAX times per allocation (the reconcile runs on the main thread
+ * only; an entry goes with its allocation's directory). */
+#define MAX_DAMAGED 64
+#define REPORTS_MAX 3
+static struct damaged_region {
+    char allocation[64];
+    bool damaged; /* now (else usable again) */
+    bool seen;    /* in this pass */
+    unsigned reports;
+} damaged[MAX_DAMAGED];
+static unsigned n_damaged;
+
+static int damaged_find(const char *name) {
+    for (unsigned i = 0; i < n_damaged; i++)
+        if (!strcmp(damaged[i].allocation, name))
+            return (int)i;
+    return -1;
+}
+
+static void report_damaged(const char *name, const char *path, const char *why) {
+    int i = damaged_find(name);
+    if (i < 0 && n_damaged < MAX_DAMAGED) {
+        i = (int)n_damaged++;
+        damaged[i] = (struct damaged_region){ .reports = 0 };
+        gs_strlcpy(damaged[i].allocation, name, sizeof(damaged[i].allocation));
     }
-    close(fd);
-    if (r && (r->magic != GS_GUARD_REGION_MAGIC || r->version != GS_GUARD_REGION_VERSION)) {
-        log_debug("Guard reconcile: %s is not a version %u counters region", path, GS_GUARD_REGION_VERSION);
-        munmap((void *)r, sizeof(*r));
-        r = NULL;
+    if (i >= 0) {
+        damaged[i].seen = true;
+        if (damaged[i].damaged || damaged[i].reports >= REPORTS_MAX)
+            return;
+        damaged[i].damaged = true;
+        damaged[i].reports++;
     }
-    return r;
+    log_warn("Guard reconcile: skipping allocation %s: its counters region %s is not usable (%s); the container "
+             "may have damaged it%s",
+             name, path, why, i >= 0 && damaged[i].reports == REPORTS_MAX ? " (not logged again)" : "");
+}
+
+static void report_usable(const char *name) {
+    int i = damaged_find(name);
+    if (i < 0)
+        return;
+    damaged[i].seen = true;
+    if (damaged[i].damaged && damaged[i].reports < REPORTS_MAX)
+        log_info("Guard reconcile: the counters region of allocation %s is usable again", name);
+    damaged[i].damaged = false;
+}
+
+static uint32_t load_u32(const unsigned char *buf, size_t off) {
+    uint32_t v;
+    memcpy(&v, buf + off, sizeof(v));
+    return v;
+}
+
+/* The device totals of the counters region at path, read with pread into the agent's own memory.
+ * The file is the container's (mode 0666 in a directory mounted read-write): it can be truncated,
+ * replaced (by a symbolic link, a FIFO) or overwritten at any moment, so it is never mapped (a
+ * mapping faults with SIGBUS once the file is truncated under it) and its content is checked
+ * like any input. Returns 1 with used[] filled and st (for the /proc/PID/maps match), 0 when the
+ * region is not there yet (empty or not yet initialised: no process of the container has used
+ * CUDA), -1 with why when it is damaged. */
+static int read_region(const char *path, struct stat *st, uint64_t used[GS_GUARD_MAX_DEVICES], char *why,
+                       size_t whylen) {
+    enum { HEAD = offsetof(struct gs_guard_region, procs) }; /* header and device totals */
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(why, whylen, "%s", errno == ELOOP ? "a symbolic link" : strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, st) < 0) {
+        snprintf(why, whylen, "fstat: %s", strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(why, whylen, "not a regular file");
+        return -1;
+    }
+    if (st->st_size == 0)
+        return 0;
+    unsigned char buf[HEAD];
+    ssize_t n;
+    do
+        n = pread(fd, buf, sizeof(buf), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        snprintf(why, whylen, "read: %s", strerror(errno));
+        return -1;
+    }
+    if ((size_t)n < sizeof(buf) || (unsigned long long)st->st_size < sizeof(struct gs_guard_region)) {
+        long long size = (size_t)n < sizeof(buf) ? (long long)n : (long long)st->st_size; /* truncated meanwhile */
+        snprintf(why, whylen, "%lld bytes, a version %u region has %zu", size, GS_GUARD_REGION_VERSION,
+                 sizeof(struct gs_guard_region));
+        return -1;
+    }
+    uint32_t magic = load_u32(buf, offsetof(struct gs_guard_region, magic));
+    uint32_t version = load_u32(buf, offsetof(struct gs_guard_region, version));
+    uint32_t size = load_u32(buf, offsetof(struct gs_guard_region, size));
+    if (magic == 0 && version == 0)
+        return 0; /* sized, not yet initialised by the guard */
+    if (magic != GS_GUARD_REGION_MAGIC || version != GS_GUARD_REGION_VERSION || size != sizeof(struct gs_guard_region)) {
+        snprintf(why, whylen, "magic 0x%08x, version %u, size %u: not a version %u counters region", magic, version,
+                 size, GS_GUARD_REGION_VERSION);
+        return -1;
+    }
+    for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++) {
+        size_t off = offsetof(struct gs_guard_region, dev) + d * sizeof(struct gs_guard_dev_counters) +
+                     offsetof(struct gs_guard_dev_counters, used);
+        memcpy(&used[d], buf + off, sizeof(used[d]));
+        if (used[d] > COUNTER_MAX) {
+            snprintf(why, whylen, "device %u counts %llu bytes", d, (unsigned long long)used[d]);
+            return -1;
+        }
+    }
+    return 1;
 }
 
 /* True if process `pid` maps the file st refers to. */
@@ -77,7 +182,7 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
     char err[512];
     size_t text_len;
     if (snprintf(path, sizeof(path), "%s/limits", dir) >= (int)sizeof(path) ||
-        gs_read_file(path, GS_GUARD_LIMITS_MAX, &text, &text_len) < 0)
+        gs_read_file_ex(path, GS_GUARD_LIMITS_MAX, GS_READ_NOFOLLOW, &text, &text_len, NULL, 0) < 0)
         return;
     if (gs_guard_limits_parse(path, text, text_len, &l, err, sizeof(err)) < 0) {
         log_debug("Guard reconcile: %s", err);
@@ -87,7 +192,7 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
     char resource[GS_RESOURCE_NAME_MAX] = "", device[GS_DEVICE_ID_MAX] = "";
     _cleanup_free_ char *devices = NULL;
     if (snprintf(path, sizeof(path), "%s/devices", dir) < (int)sizeof(path) &&
-        gs_read_file(path, 1 << 16, &devices, NULL) == 0) {
+        gs_read_file_ex(path, 1 << 16, GS_READ_NOFOLLOW, &devices, NULL, NULL, 0) == 0) {
         char *tab = strchr(devices, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
         if (tab && (size_t)(tab - devices) < sizeof(resource)) {
             memcpy(resource, devices, (size_t)(tab - devices));
@@ -100,11 +205,22 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
         }
     }
     struct stat st;
+    uint64_t used[GS_GUARD_MAX_DEVICES];
+    char why[160];
     if (snprintf(path, sizeof(path), "%s/state/region", dir) >= (int)sizeof(path))
         return;
-    const struct gs_guard_region *r = map_region(path, &st);
-    if (!r)
+    int rr = read_region(path, &st, used, why, sizeof(why));
+    if (rr < 0) {
+        report_damaged(name, path, why);
+        return;
+    }
+    if (rr == 0) {
+        int i = damaged_find(name);
+        if (i >= 0)
+            damaged[i].seen = true;
         return; /* no process of the container has used CUDA yet */
+    }
+    report_usable(name);
     for (unsigned k = 0; k < l.n_devices && *n < max; k++) {
         const struct gs_guard_device_limit *dl = &l.dev[k];
         if (!dl->vram || !dl->uuid[0] || dl->ordinal < 0 || dl->ordinal >= GS_GUARD_MAX_DEVICES)
@@ -116,7 +232,7 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
         if (!g)
             continue;
         struct gs_guard_usage *u = &out[(*n)++];
-        *u = (struct gs_guard_usage){ .limit = dl->vram, .counted = atomic_load(&r->dev[dl->ordinal].used) };
+        *u = (struct gs_guard_usage){ .limit = dl->vram, .counted = used[dl->ordinal] };
         gs_strlcpy(u->allocation, name, sizeof(u->allocation));
         gs_strlcpy(u->uuid, dl->uuid, sizeof(u->uuid));
         gs_strlcpy(u->resource, resource, sizeof(u->resource));
@@ -151,13 +267,14 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
             log_info("Guard reconcile: allocation %s on %s: the guard's count agrees with NVML again (%llu MiB)",
                      name, dl->uuid, u->nvml >> 20);
     }
-    munmap((void *)r, sizeof(*r));
 }
 
 void guard_reconcile(const char *guard_root, const char *proc_root, const struct gs_inventory *inv,
                      const struct gs_guard_usage *prev, size_t n_prev, struct gs_guard_usage *out, size_t max,
                      size_t *n) {
     *n = 0;
+    for (unsigned i = 0; i < n_damaged; i++)
+        damaged[i].seen = false;
     DIR *d = opendir(guard_root);
     if (!d)
         return;
@@ -171,4 +288,7 @@ void guard_reconcile(const char *guard_root, const char *proc_root, const struct
         reconcile_one(dir, e->d_name, proc_root, inv, prev, n_prev, out, max, n);
     }
     closedir(d);
+    for (unsigned i = n_damaged; i-- > 0;) /* gone (or left unread): forgotten */
+        if (!damaged[i].seen)
+            damaged[i] = damaged[--n_damaged];
 }

@@ -145,39 +145,61 @@ static int cdi_check(const struct agent_shared *s, const struct gs_alloc_respons
 #define GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
 #define GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
 
+/* A failed write of the node's own files: "cannot VERB PATH: errno text", and the code the
+ * device plugin answers with (dp_handlers): -ENOSPC or -EDQUOT for a full disk, -ENOMEM, else
+ * -EIO (an I/O failure of the node's, never the request's fault). */
+static int io_failed(int r, const char *verb, const char *path, char *err, size_t errlen) {
+    snprintf(err, errlen, "cannot %s %s: %s", verb, path, strerror(-r));
+    return r == -ENOSPC || r == -EDQUOT || r == -ENOMEM ? r : -EIO;
+}
+
 /* The guard's files for one allocation: a limits file (read-only in the container), a directory
  * for the counters region (read-write) and the shared /etc/ld.so.preload that loads the guard in
  * every process of the container. They live as long as the pod: the kubelet reuses this answer
- * when the container restarts. */
+ * when the container restarts. The directory made is named in dir (room: 200); when this fails,
+ * nothing of it is left. */
+static int write_guard_files(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids,
+                             size_t n, struct gs_alloc_response *out, char *dir, char *err, size_t errlen);
+
 static int inject_guard(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids, size_t n,
-                        struct gs_alloc_response *out, char *err, size_t errlen) {
+                        struct gs_alloc_response *out, char *dir, char *err, size_t errlen) {
     static unsigned long long seq;
+    dir[0] = '\0';
     if (!s->o->guard_lib) {
         snprintf(err, errlen, "the resource has a VRAM quota but libgpuslice-guard.so was not found");
         return -ENOENT;
     }
-    char dir[200], path[256];
-    if (snprintf(dir, sizeof(dir), "%s/a%llx-%llx", s->o->guard_root, (unsigned long long)time(NULL), ++seq) >=
-        (int)sizeof(dir)) {
+    if (snprintf(dir, 200, "%s/a%llx-%llx", s->o->guard_root, (unsigned long long)time(NULL), ++seq) >= 200) {
         snprintf(err, errlen, "guard root %s is too long", s->o->guard_root);
+        dir[0] = '\0';
         return -ENAMETOOLONG;
     }
+    int r = write_guard_files(s, res, ids, n, out, dir, err, errlen);
+    if (r < 0) {
+        int rr = gs_remove_tree(dir);
+        if (rr < 0)
+            log_warn("Cannot remove %s after a failed Allocate: %s", dir, strerror(-rr));
+        dir[0] = '\0';
+    }
+    return r;
+}
+
+static int write_guard_files(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids,
+                             size_t n, struct gs_alloc_response *out, char *dir, char *err, size_t errlen) {
+    char path[256];
     snprintf(path, sizeof(path), "%s/state", dir);
     int r = gs_mkdir_p(path, 0755);
-    if (r < 0) {
-        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
-        return r;
-    }
+    if (r < 0)
+        return io_failed(r, "create", path, err, errlen);
     /* The counters region, empty (the guard sizes and initialises it) and writable by the
      * container's processes whatever their user: the directory is root's. */
     snprintf(path, sizeof(path), "%s/state/region", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0 || fchmod(fd, 0666) < 0) {
         r = -errno;
-        snprintf(err, errlen, "cannot create %s: %s", path, strerror(-r));
         if (fd >= 0)
             close(fd);
-        return r;
+        return io_failed(r, "create", path, err, errlen);
     }
     close(fd);
     /* Each CUDA context's memory counts: the default for an unknown architecture until the
@@ -191,22 +213,25 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
     char text[4096];
     int len = gs_guard_limits_format(&l, text, sizeof(text));
     snprintf(path, sizeof(path), "%s/limits", dir);
-    if (len < 0 || (r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0) {
-        snprintf(err, errlen, "cannot write %s", path);
-        return len < 0 ? len : r;
+    if (len < 0) {
+        snprintf(err, errlen, "the guard's limits do not fit in %zu bytes", sizeof(text));
+        return len;
     }
+    if ((r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0)
+        return io_failed(r, "write", path, err, errlen);
     snprintf(path, sizeof(path), "%s/devices", dir);
-    if (agent_write_devices_record(path, res->name, ids, n) < 0) {
-        snprintf(err, errlen, "cannot write %s", path);
-        return -EIO;
+    if ((r = agent_write_devices_record(path, res->name, ids, n)) < 0) {
+        if (r == -ENOBUFS) {
+            snprintf(err, errlen, "too many device IDs for the devices record %s", path);
+            return -E2BIG;
+        }
+        return io_failed(r, "write", path, err, errlen);
     }
     char preload[256];
     snprintf(preload, sizeof(preload), "%s/ld.so.preload", s->o->guard_root);
     if (access(preload, R_OK) != 0 &&
-        gs_write_file_atomic(preload, GUARD_LIB_IN_CONTAINER "\n", strlen(GUARD_LIB_IN_CONTAINER) + 1, false) < 0) {
-        snprintf(err, errlen, "cannot write %s", preload);
-        return -EIO;
-    }
+        (r = gs_write_file_atomic(preload, GUARD_LIB_IN_CONTAINER "\n", strlen(GUARD_LIB_IN_CONTAINER) + 1, false)) < 0)
+        return io_failed(r, "write", preload, err, errlen);
     char host[256];
     snprintf(host, sizeof(host), "%s/limits", dir);
     char state[256];
@@ -217,7 +242,7 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
         gs_alloc_add_mount(out, "/etc/ld.so.preload", preload, true) < 0 ||
         gs_alloc_add_env(out, "GPUSLICE_GUARD_CONFIG", GUARD_CONF_IN_CONTAINER) < 0) {
         snprintf(err, errlen, "the guard's mounts do not fit in the Allocate answer (paths too long?)");
-        return -ENOSPC;
+        return -ENAMETOOLONG;
     }
     log_debug("Guard for %s: limits in %s", out->visible_devices, dir);
     return 0;
@@ -257,13 +282,23 @@ static int cdi_transient(const struct agent_shared *s, const struct gs_resource 
         return rc;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s.devices", base); /* first: the record lets GC find the spec */
-    if ((rc = agent_write_devices_record(path, r->name, ids, n)) < 0 ||
-        (snprintf(path, sizeof(path), "%s.json", base), (rc = gs_write_file_atomic(path, text, strlen(text), false)) < 0)) {
-        snprintf(err, errlen, "cannot write %s", path);
+    if ((rc = agent_write_devices_record(path, r->name, ids, n)) < 0) {
         free(text);
-        return rc < 0 ? rc : -EIO;
+        if (rc == -ENOBUFS) {
+            snprintf(err, errlen, "too many device IDs for the devices record %s", path);
+            return -E2BIG;
+        }
+        return io_failed(rc, "write", path, err, errlen);
     }
+    char spec[PATH_MAX + 16];
+    snprintf(spec, sizeof(spec), "%s.json", base);
+    rc = gs_write_file_atomic(spec, text, strlen(text), false);
     free(text);
+    if (rc < 0) {
+        unlink(path); /* nothing left behind: the record without its spec */
+        return io_failed(rc, "write", spec, err, errlen);
+    }
+    gs_strlcpy(path, spec, sizeof(path));
     gs_strlcpy(out->cdi[out->n_cdi++], name, sizeof(out->cdi[0]));
     out->n_extra_mounts = 0;
     out->n_envs = 0;
@@ -293,7 +328,8 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     int rc = gs_allocate(r, ids, n, s->policy, &mm, file_exists, NULL, out, err, errlen);
     pthread_mutex_unlock(&s->lock);
     gs_mig_minors_free(&mm);
-    if (rc == 0 && out->n_guarded && (rc = inject_guard(s, r, ids, n, out, err, errlen)) < 0)
+    char guard_dir[200] = "";
+    if (rc == 0 && out->n_guarded && (rc = inject_guard(s, r, ids, n, out, guard_dir, err, errlen)) < 0)
         gs_alloc_response_free(out);
     if (rc == 0 && out->n_cdi) {
         pthread_mutex_lock(&s->lock);
@@ -301,8 +337,11 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         pthread_mutex_unlock(&s->lock);
         if (rc == 0)
             rc = cdi_transient(s, r, ids, n, out, err, errlen);
-        if (rc < 0)
+        if (rc < 0) {
             gs_alloc_response_free(out);
+            if (guard_dir[0]) /* no answer names it: nothing left behind */
+                gs_remove_tree(guard_dir);
+        }
     }
     for (unsigned i = 0; rc == 0 && i < out->n_cdi; i++) { /* "nvidia.com/gpu=GPU-..." */
         char q[sizeof(out->cdi[0])];

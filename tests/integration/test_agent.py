@@ -668,16 +668,18 @@ def test_guard_files_kept_during_grace(h):
 
 # ------------------------------------------------------------------------------- guard counters vs NVML
 
-# guard/guard_region.h, version 1: header (4 x u32), 16 device counters (5 x u64), 1024 process
-# slots (i32 pid, u32 pad, u64 start time, 16 x u64 used).
-REGION_SIZE = 16 + 16 * 5 * 8 + 1024 * (8 + 8 + 16 * 8)
+# guard/guard_region.h, version 2: header (4 x u32), the lock (64 bytes), 4 x u32 and a u64, 16
+# device counters (5 x u64), 1024 process slots (i32 pid, u32 pad, u64 start time, 16 x u64 used).
+REGION_VERSION = 2
+REGION_DEV = 16 + 64 + 4 * 4 + 8
+REGION_SIZE = REGION_DEV + 16 * 5 * 8 + 1024 * (8 + 8 + 16 * 8)
 
 
 def _write_region(path, used0):
     import struct
     buf = bytearray(REGION_SIZE)
-    struct.pack_into("<IIII", buf, 0, 0x47534752, 1, REGION_SIZE, 16)
-    struct.pack_into("<Q", buf, 16, used0)          # dev[0].used
+    struct.pack_into("<IIII", buf, 0, 0x47534752, REGION_VERSION, REGION_SIZE, 16)
+    struct.pack_into("<Q", buf, REGION_DEV, used0)  # dev[0].used
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(buf)
