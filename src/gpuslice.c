@@ -22,6 +22,7 @@ static const struct command {
     { "mig", cmd_mig, "MIG layouts: show, plan, apply (mig-parted format, minimal changes), export" },
     { "exec", cmd_exec, "run a command under the guard with a VRAM quota (no Kubernetes needed)" },
     { "cdi", cmd_cdi, "print the Container Device Interface spec of the node's GPUs and MIG devices" },
+    { "doctor", cmd_doctor, "check the node as the agent needs it, one line per finding with its fix" },
     { "inspect", cmd_inspect, "show GPUs, memory, MIG state and free capacity, health and processes" },
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
     { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },

@@ -1,0 +1,140 @@
+/* doctor.h: `gpuslice doctor`, the node's readiness for the agent. The findings (report.c) and
+ * the parsers of what it reads on the node (parse.c: the container runtime's CDI settings, the
+ * kubelet's device-plugin checkpoint, /proc/self/status) are pure; probe.c holds the I/O (sockets,
+ * directories, loading a library). src/cli/doctor.c runs the checks (docs/doctor.md). */
+#ifndef GS_DOCTOR_H
+#define GS_DOCTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* ---- findings (report.c) ----------------------------------------------------------------------- */
+
+enum gs_doc_status { GS_DOC_OK, GS_DOC_WARN, GS_DOC_FAIL };
+
+#define GS_DOC_MAX_FINDINGS 96
+#define GS_DOC_CHECK_MAX 32
+#define GS_DOC_TEXT_MAX 512
+
+struct gs_doc_finding {
+    char check[GS_DOC_CHECK_MAX];    /* "nvml", "kubelet.socket", "cdi.runtime", ... (docs/doctor.md) */
+    enum gs_doc_status status;
+    char message[GS_DOC_TEXT_MAX];
+    char fix[GS_DOC_TEXT_MAX];       /* "" where there is nothing to fix */
+};
+
+struct gs_doc_report {
+    unsigned n;
+    unsigned dropped;                /* findings past GS_DOC_MAX_FINDINGS (counted, not kept) */
+    struct gs_doc_finding f[GS_DOC_MAX_FINDINGS];
+};
+
+/* Adds one finding; message and fix are truncated to GS_DOC_TEXT_MAX - 1 bytes (fix may be NULL). */
+void gs_doc_add(struct gs_doc_report *r, const char *check, enum gs_doc_status st, const char *fix, const char *fmt,
+                ...) __attribute__((format(printf, 5, 6)));
+const char *gs_doc_status_name(enum gs_doc_status st); /* "ok", "warn", "fail" */
+/* The number of findings with this status. */
+unsigned gs_doc_count(const struct gs_doc_report *r, enum gs_doc_status st);
+/* 0 when the node is ready (no fail), 1 when not. */
+int gs_doc_exit_code(const struct gs_doc_report *r);
+/* One line per finding, "STATUS CHECK: MESSAGE; fix: FIX", then a summary line. */
+void gs_doc_print_text(const struct gs_doc_report *r, FILE *f);
+/* The report as JSON (schema gpuslice.doctor/v1, docs/cli.md): malloc'ed, NULL without memory. */
+char *gs_doc_json(const struct gs_doc_report *r);
+/* The failures, then the warnings, one line each, into buf (at most len - 1 bytes and a NUL, cut
+ * at a line): the init container's termination message (Kubernetes keeps 4096 bytes). Returns the
+ * length written. */
+size_t gs_doc_summary(const struct gs_doc_report *r, char *buf, size_t len);
+
+/* ---- parsers (parse.c): hostile input, bounded ------------------------------------------------- */
+
+#define GS_DOC_CONFIG_MAX (1u << 20)   /* bytes of a runtime config file read */
+#define GS_DOC_LINE_MAX 4096           /* a longer line is an error */
+#define GS_DOC_ARRAY_LINES 64          /* lines an array value may span */
+#define GS_DOC_MAX_DIRS 8              /* entries of cdi_spec_dirs kept */
+#define GS_DOC_DIR_MAX 256
+
+enum gs_doc_runtime { GS_DOC_CONTAINERD, GS_DOC_CRIO };
+
+/* What a runtime's configuration says about CDI. containerd: `version` (2: containerd 1.7 or 2.x,
+ * table plugins."io.containerd.grpc.v1.cri"; 3: containerd 2.x, plugins."io.containerd.cri.v1.runtime";
+ * 1 or absent: plugins.cri), enable_cdi and cdi_spec_dirs in that table. CRI-O: cdi_spec_dirs in
+ * [crio.runtime] (CRI-O has no switch: CDI is always on). */
+struct gs_doc_cdi_config {
+    int version;                     /* containerd's version key (0: absent) */
+    int enable_cdi;                  /* -1 absent, 0 false, 1 true */
+    unsigned enable_line;            /* its line (0: absent) */
+    bool dirs_given;                 /* cdi_spec_dirs present */
+    unsigned dirs_line;
+    unsigned n_dirs;                 /* kept entries (at most GS_DOC_MAX_DIRS) */
+    char dirs[GS_DOC_MAX_DIRS][GS_DOC_DIR_MAX];
+    bool imports;                    /* containerd's imports = [...]: drop-in files not read */
+};
+
+/* A strict line scanner over the TOML subset these files use: [table] and [[array]] headers
+ * (bare, "double" or 'single' quoted parts), KEY = VALUE lines with dotted keys, values true,
+ * false, integers, one-line strings and arrays of strings (spanning up to GS_DOC_ARRAY_LINES
+ * lines); comments. Values of other keys are not interpreted (an inline table, a float, a date
+ * pass). Errors: "NAME:LINE: why" for a line over GS_DOC_LINE_MAX, a header without its ']', a
+ * malformed value of a key it reads, text over GS_DOC_CONFIG_MAX. Returns 0, -EINVAL. */
+int gs_doc_cdi_config_parse(enum gs_doc_runtime rt, const char *name, const char *text, size_t len,
+                            struct gs_doc_cdi_config *out, char *err, size_t errlen);
+/* The CDI setting that is in force: enable_cdi as written, else the runtime's default (containerd
+ * version 3: on; version 2 or older: off in containerd 1.7, on in 2.x, so -1 "unknown"; CRI-O: on). */
+int gs_doc_cdi_enabled(enum gs_doc_runtime rt, const struct gs_doc_cdi_config *c);
+/* The table a runtime's CDI keys belong in, for the fix text. */
+const char *gs_doc_cdi_table(enum gs_doc_runtime rt, int version);
+
+#define GS_DOC_CHECKPOINT_MAX (4u << 20) /* bytes of kubelet_internal_checkpoint read */
+#define GS_DOC_MAX_RESOURCES 32
+#define GS_DOC_RESOURCE_MAX 128
+
+/* The resource names the kubelet's device-plugin checkpoint (device-plugins/
+ * kubelet_internal_checkpoint, JSON {"Data":{"RegisteredDevices":{NAME:[IDS]},...},"Checksum":N})
+ * names as registered, at most `max`, sorted as in the file. *n_devices: their device IDs in total.
+ * Returns 0, -EINVAL (err: why) for text that is not such a checkpoint. */
+int gs_doc_checkpoint_parse(const char *text, size_t len, char (*names)[GS_DOC_RESOURCE_MAX], unsigned max,
+                            unsigned *n, unsigned *n_devices, char *err, size_t errlen);
+
+/* What a file name in the device-plugins directory is. */
+enum gs_doc_socket_kind {
+    GS_DOC_SOCK_NONE,      /* not a *.sock name (the checkpoint, ...) */
+    GS_DOC_SOCK_KUBELET,   /* kubelet.sock: the kubelet's registration socket */
+    GS_DOC_SOCK_OURS,      /* gpuslice-*.sock: the agent's plugins */
+    GS_DOC_SOCK_NVIDIA,    /* nvidia-*.sock, nvidia.sock: NVIDIA's k8s-device-plugin */
+    GS_DOC_SOCK_OTHER,     /* another device plugin */
+};
+enum gs_doc_socket_kind gs_doc_socket_kind(const char *name);
+
+/* CapEff from /proc/self/status text: 0, -ENOENT without the line, -EINVAL when malformed. */
+int gs_doc_capeff_parse(const char *text, size_t len, unsigned long long *capeff);
+#define GS_DOC_CAP_SYS_ADMIN 21
+
+/* ---- probes (probe.c): the I/O ------------------------------------------------------------------ */
+
+enum gs_doc_sock_state {
+    GS_DOC_SOCK_ABSENT,     /* no such file */
+    GS_DOC_SOCK_NOT_SOCKET, /* a file that is not a socket */
+    GS_DOC_SOCK_STALE,      /* a socket file nobody listens on (connect: ECONNREFUSED) */
+    GS_DOC_SOCK_LISTENING,  /* connect() succeeded (or the backlog is full) */
+    GS_DOC_SOCK_ERROR,      /* another error (errno in *err) */
+};
+/* Connects to a Unix socket (non-blocking, closed at once). */
+enum gs_doc_sock_state gs_doc_socket_probe(const char *path, int *err);
+
+/* Whether a directory is usable by the agent: exists and is writable, or can be created (its
+ * nearest existing ancestor is a writable directory). Returns 0, or -errno with `why` set
+ * ("/x is a file", "/x: Read-only file system"). *exists: whether it exists now. */
+int gs_doc_dir_usable(const char *path, bool *exists, char *why, size_t whylen);
+
+/* dlopen()s a library in a child process (its constructors run there, not here). Returns 0, or
+ * -1 with dlerror()'s text in `why`. */
+int gs_doc_lib_loadable(const char *path, char *why, size_t whylen);
+
+/* Calls fn for each entry name of a directory (at most `max`, in readdir order), with whether it
+ * is a socket. Returns the number seen, or -errno. */
+typedef void (*gs_doc_entry_fn)(void *ctx, const char *dir, const char *name, bool is_socket);
+int gs_doc_list_dir(const char *dir, unsigned max, gs_doc_entry_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,194 @@
+/* test_doctor.c: the doctor's pure parts: the runtime config scanner (containerd 1.7/2.x config
+ * versions 2 and 3, CRI-O), the kubelet's checkpoint, socket names, CapEff, the report. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "doctor/doctor.h"
+
+static int parse(enum gs_doc_runtime rt, const char *text, struct gs_doc_cdi_config *c, char *err) {
+    return gs_doc_cdi_config_parse(rt, "config.toml", text, strlen(text), c, err, 256);
+}
+
+static void test_containerd_v2(void **state) {
+    (void)state;
+    struct gs_doc_cdi_config c;
+    char err[256];
+    const char *on = "version = 2\n"
+                     "# enable_cdi = false (a comment)\n"
+                     "[plugins]\n"
+                     "  [plugins.\"io.containerd.grpc.v1.cri\"]\n"
+                     "    sandbox_image = \"registry.k8s.io/pause:3.9\"   # trailing comment\n"
+                     "    enable_cdi = true\n"
+                     "    cdi_spec_dirs = [\"/etc/cdi\",\n"
+                     "                     \"/var/run/cdi\", # second\n"
+                     "                     '/opt/cdi']\n"
+                     "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n"
+                     "    SystemdCgroup = true\n"
+                     "    enable_cdi = false\n";
+    assert_int_equal(parse(GS_DOC_CONTAINERD, on, &c, err), 0);
+    assert_int_equal(c.version, 2);
+    assert_int_equal(c.enable_cdi, 1); /* the runc options table's key is not the CRI plugin's */
+    assert_int_equal(c.enable_line, 6);
+    assert_true(c.dirs_given);
+    assert_int_equal(c.n_dirs, 3);
+    assert_string_equal(c.dirs[0], "/etc/cdi");
+    assert_string_equal(c.dirs[2], "/opt/cdi");
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CONTAINERD, &c), 1);
+
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 2\n[plugins.'io.containerd.grpc.v1.cri']\nenable_cdi = false\n",
+                           &c, err), 0);
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CONTAINERD, &c), 0);
+    assert_int_equal(c.enable_line, 3);
+    /* absent: containerd 1.7 off, 2.x on: unknown */
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n", &c, err), 0);
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CONTAINERD, &c), -1);
+    assert_false(c.dirs_given);
+    /* a dotted key at the top level */
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "plugins.\"io.containerd.grpc.v1.cri\".enable_cdi = true\n", &c, err), 0);
+    assert_int_equal(c.enable_cdi, 1);
+    assert_string_equal(gs_doc_cdi_table(GS_DOC_CONTAINERD, 2), "[plugins.\"io.containerd.grpc.v1.cri\"]");
+}
+
+static void test_containerd_v3(void **state) {
+    (void)state;
+    struct gs_doc_cdi_config c;
+    char err[256];
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n"
+                                              "[plugins.'io.containerd.cri.v1.runtime']\n"
+                                              "  description = \"\"\"several\nlines = [\n\"\"\"\n"
+                                              "  cdi_spec_dirs = ['/etc/cdi']\n", &c, err), 0);
+    assert_int_equal(c.version, 3);
+    assert_true(c.imports);
+    assert_int_equal(c.enable_cdi, -1);
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CONTAINERD, &c), 1); /* version 3: containerd 2.x, on */
+    assert_int_equal(c.n_dirs, 1);
+    assert_int_equal(c.dirs_line, 7);
+    assert_string_equal(gs_doc_cdi_table(GS_DOC_CONTAINERD, 3), "[plugins.\"io.containerd.cri.v1.runtime\"]");
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\nenable_cdi = false\n",
+                           &c, err), 0);
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CONTAINERD, &c), 0);
+}
+
+static void test_crio(void **state) {
+    (void)state;
+    struct gs_doc_cdi_config c;
+    char err[256];
+    assert_int_equal(parse(GS_DOC_CRIO, "[crio]\n[crio.runtime]\ndefault_runtime = \"crun\"\ncdi_spec_dirs = [\n"
+                                        "  \"/etc/cdi\",\n  \"/var/run/cdi\",\n]\n", &c, err), 0);
+    assert_int_equal(c.n_dirs, 2);
+    assert_string_equal(c.dirs[1], "/var/run/cdi");
+    assert_int_equal(gs_doc_cdi_enabled(GS_DOC_CRIO, &c), 1);
+    assert_int_equal(parse(GS_DOC_CRIO, "[crio.runtime]\n", &c, err), 0);
+    assert_false(c.dirs_given);
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    struct gs_doc_cdi_config c;
+    char err[256];
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"\n", &c, err), -EINVAL);
+    assert_string_equal(err, "config.toml:2: a table header without its ']' or with a malformed name");
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = yes\n", &c, err),
+                     -EINVAL);
+    assert_non_null(strstr(err, "config.toml:2: "));
+    assert_non_null(strstr(err, "enable_cdi: 'yes' is not true or false"));
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "[plugins.cri]\ncdi_spec_dirs = [\"/etc/cdi\"\n", &c, err), -EINVAL);
+    assert_non_null(strstr(err, "an array without its ']'"));
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "[plugins.cri]\ncdi_spec_dirs = [1, 2]\n", &c, err), -EINVAL);
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "just words\n", &c, err), -EINVAL);
+    assert_string_equal(err, "config.toml:1: not a KEY = VALUE line or a [table] header");
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "version = 2\nx = '''never closed\n", &c, err), -EINVAL);
+    char *long_line = malloc(GS_DOC_LINE_MAX + 16);
+    memset(long_line, 'a', GS_DOC_LINE_MAX + 8);
+    memcpy(long_line, "k = \"", 5);
+    long_line[GS_DOC_LINE_MAX + 8] = '\0';
+    assert_int_equal(parse(GS_DOC_CONTAINERD, long_line, &c, err), -EINVAL);
+    assert_non_null(strstr(err, "a line over"));
+    free(long_line);
+    /* keys the scanner does not read may hold any value */
+    assert_int_equal(parse(GS_DOC_CONTAINERD, "a = 1.5\nb = { c = 1 }\nd = 1979-05-27\n", &c, err), 0);
+}
+
+static void test_checkpoint(void **state) {
+    (void)state;
+    char names[4][GS_DOC_RESOURCE_MAX], err[256];
+    unsigned n, devs;
+    const char *cp = "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{\"nvidia.com/gpu\":[\"GPU-a\",\"GPU-b\"],"
+                     "\"gpuslice.io/gpu\":[\"x\"]}},\"Checksum\":1234}";
+    assert_int_equal(gs_doc_checkpoint_parse(cp, strlen(cp), names, 4, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(devs, 3);
+    assert_string_equal(names[0], "nvidia.com/gpu");
+    assert_int_equal(gs_doc_checkpoint_parse(cp, strlen(cp), names, 1, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(n, 1);
+    const char *empty = "{\"Data\":{\"RegisteredDevices\":null},\"Checksum\":0}";
+    assert_int_equal(gs_doc_checkpoint_parse(empty, strlen(empty), names, 4, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    const char *bad[] = { "", "[]", "{\"Data\":1}", "{\"Data\":{\"RegisteredDevices\":{\"a\":1}}}", "{\"Data\":{\"RegisteredDevices\":{\"a\":[],\"a\":[]}}}" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(gs_doc_checkpoint_parse(bad[i], strlen(bad[i]), names, 4, &n, &devs, err, sizeof(err)), -EINVAL);
+}
+
+static void test_socket_kind_capeff(void **state) {
+    (void)state;
+    assert_int_equal(gs_doc_socket_kind("kubelet.sock"), GS_DOC_SOCK_KUBELET);
+    assert_int_equal(gs_doc_socket_kind("gpuslice-nvidia.com_gpu.sock"), GS_DOC_SOCK_OURS);
+    assert_int_equal(gs_doc_socket_kind("nvidia-gpu.sock"), GS_DOC_SOCK_NVIDIA);
+    assert_int_equal(gs_doc_socket_kind("nvidia-mig-1g.10gb.sock"), GS_DOC_SOCK_NVIDIA);
+    assert_int_equal(gs_doc_socket_kind("amd.com_gpu.sock"), GS_DOC_SOCK_OTHER);
+    assert_int_equal(gs_doc_socket_kind("kubelet_internal_checkpoint"), GS_DOC_SOCK_NONE);
+    unsigned long long cap;
+    const char *st = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\nCapBnd:\t0\n";
+    assert_int_equal(gs_doc_capeff_parse(st, strlen(st), &cap), 0);
+    assert_true(cap >> GS_DOC_CAP_SYS_ADMIN & 1);
+    assert_int_equal(gs_doc_capeff_parse("CapEff:\t0000000000000000\n", 25, &cap), 0);
+    assert_int_equal(cap, 0);
+    assert_int_equal(gs_doc_capeff_parse("Name: x\n", 8, &cap), -ENOENT);
+    assert_int_equal(gs_doc_capeff_parse("CapEff:\tzz\n", 11, &cap), -EINVAL);
+    assert_int_equal(gs_doc_capeff_parse("CapEff:\t00000000000000000\n", 26, &cap), -EINVAL);
+}
+
+static void test_report(void **state) {
+    (void)state;
+    static struct gs_doc_report r;
+    memset(&r, 0, sizeof(r));
+    gs_doc_add(&r, "nvml", GS_DOC_OK, NULL, "driver %s", "580");
+    assert_int_equal(gs_doc_exit_code(&r), 0);
+    gs_doc_add(&r, "cdi.runtime", GS_DOC_WARN, "set it", "no enable_cdi");
+    assert_int_equal(gs_doc_exit_code(&r), 0);
+    gs_doc_add(&r, "kubelet.socket", GS_DOC_FAIL, "restart the kubelet", "stale");
+    assert_int_equal(gs_doc_exit_code(&r), 1);
+    assert_int_equal(gs_doc_count(&r, GS_DOC_WARN), 1);
+    char buf[4096];
+    size_t n = gs_doc_summary(&r, buf, sizeof(buf));
+    assert_string_equal(buf, "fail kubelet.socket: stale; fix: restart the kubelet\n"
+                             "warn cdi.runtime: no enable_cdi; fix: set it\n");
+    assert_int_equal(n, strlen(buf));
+    assert_int_equal(gs_doc_summary(&r, buf, 60), strlen("fail kubelet.socket: stale; fix: restart the kubelet\n"));
+    char *j = gs_doc_json(&r);
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"schema\": \"gpuslice.doctor/v1\""));
+    assert_non_null(strstr(j, "\"ready\": false"));
+    assert_non_null(strstr(j, "\"status\": \"fail\""));
+    free(j);
+    for (unsigned i = 0; i < GS_DOC_MAX_FINDINGS + 3; i++)
+        gs_doc_add(&r, "x", GS_DOC_OK, NULL, "%u", i);
+    assert_int_equal(r.n, GS_DOC_MAX_FINDINGS);
+    assert_int_equal(r.dropped, 6);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
+        cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
