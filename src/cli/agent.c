@@ -332,10 +332,11 @@ int cmd_apply(const struct cli *cli, int argc, char **argv) {
         gpu_node_close(node);
         return rc;
     }
-    if (mig_steps && !as_json)
+    bool table = !as_json && !as_labels;
+    if (mig_steps && table)
         printf("(the resources below are the node's now; the agent advertises the new instances once the "
                "layout is applied)\n\n");
-    else if (policy.mig_config[0] && !as_json)
+    else if (policy.mig_config[0] && table)
         printf("\n");
     if (as_labels) {
         char *text = malloc(1 << 16);
