@@ -67,7 +67,7 @@ int gs_doc_dir_usable(const char *path, bool *exists, char *why, size_t whylen) 
             }
             return 0;
         }
-        if (errno != ENOENT) {
+        if (errno != ENOENT && errno != ENOTDIR) { /* ENOTDIR: an ancestor is a file, named below */
             int e = errno;
             snprintf(why, whylen, "%s: %s", cur, strerror(e));
             return -e;
