@@ -1097,8 +1097,9 @@ EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, guard_nvmlMemory_v2_t *m) 
  *
  * What is measured is the time between the events, i.e. the time the container's work occupies
  * its stream. Under time-slicing with a busy neighbour that includes slices the GPU gave the
- * neighbour, so the share converges to P % of the container's wall-clock occupancy, which is at
- * most P % of the GPU (docs/guard.md). */
+ * neighbour, so each process scales the spans it charges by the share of them its kernels actually
+ * ran, from NVML's per-process utilization (util_update below); without NVML's samples the spans
+ * are charged whole, and the share is then at most P % of the GPU (docs/guard.md). */
 #define PACING_WINDOW_NS 100000000ULL
 #define PACING_INFLIGHT 8
 #define PACING_ROOM_WAIT_NS 2000000000ULL /* then a launch goes untimed (make_room) */
@@ -1123,8 +1124,142 @@ static unsigned device_compute(int dev) {
     return i < 0 ? 0 : g_limits.dev[i].compute_pct;
 }
 
-/* Adds the GPU time of finished timed launches to the container's counters (under g_pace_lock).
- * A launch whose events fail (context destroyed) is dropped uncounted. */
+/* ---- charging the GPU time received: NVML's per-process utilization -------------------------- *
+ *
+ * Each process reads, at most every UTIL_INTERVAL_NS while it launches, NVML's utilization samples
+ * for its own pid (nvmlDeviceGetProcessUtilization, those since the newest it has seen). Each
+ * sample is the share of one sampling period in which the process's kernels ran; the period is
+ * the smallest gap seen between two samples' timestamps (NVML leaves out periods in which a
+ * process did not run). The GPU time received, the sum of smUtil x period, over the spans the
+ * process measured meanwhile is the share of its spans its kernels actually ran (1 alone, 1/2
+ * beside a busy time-slicing neighbour): every span it charges from then on is scaled by it. The
+ * scale is at most 1 (a span bounds the time its kernels can have run) and at least 1/32. All
+ * under g_pace_lock. When NVML cannot say (no library, not supported, or no sample ever names
+ * this pid: a PID namespace NVML does not see into) spans are charged whole, as before. */
+#define UTIL_INTERVAL_NS 100000000ULL
+#define UTIL_SCALE_ONE 65536u
+#define UTIL_MISSES_OFF 20 /* reads with spans but no sample for this pid before giving up */
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} guard_nvmlProcessUtilizationSample_t;
+typedef int (*nvml_putil_fn)(nvmlDevice_t, guard_nvmlProcessUtilizationSample_t *, unsigned *, unsigned long long);
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_handle_index_fn)(unsigned, nvmlDevice_t *);
+typedef int (*nvml_handle_uuid_fn)(const char *, nvmlDevice_t *);
+
+struct util_track {
+    nvmlDevice_t h;
+    bool tried, off;
+    unsigned misses;
+    uint32_t scale;                    /* 0: not measured yet (1) */
+    uint64_t next_ns;                  /* the next read */
+    uint64_t span_ns;                  /* spans harvested since the last update */
+    unsigned long long last_seen;      /* NVML timestamp of the newest sample used */
+    unsigned long long period;         /* the sampling period (NVML's time unit), 0 unknown */
+    unsigned long long own_sum;        /* smUtil x period of own samples since the last update */
+    unsigned long long own_first;      /* the timestamps they cover, from the update before */
+};
+static struct util_track g_util[GS_GUARD_MAX_DEVICES];
+static nvml_putil_fn g_nvml_putil;
+
+/* The scale for spans: received (GPU time, ns) over span_ns, within [1/32, 1] in 1/UTIL_SCALE_ONE. */
+static uint32_t util_scale(double received_ns, uint64_t span_ns) {
+    double r = span_ns ? received_ns / (double)span_ns : 1.0;
+    if (r > 1.0)
+        r = 1.0;
+    if (r < 1.0 / 32)
+        r = 1.0 / 32;
+    return (uint32_t)(r * UTIL_SCALE_ONE);
+}
+
+/* NVML's handle of CUDA device `dev`: by the limits' UUID, else by index. False when none. */
+static bool util_open(int dev, struct util_track *u) {
+    u->tried = true;
+    nvml_init_fn init = (nvml_init_fn)nvml_sym("nvmlInit_v2");
+    g_nvml_putil = (nvml_putil_fn)nvml_sym("nvmlDeviceGetProcessUtilization");
+    if (!init || !g_nvml_putil || init() != 0)
+        return false;
+    int i = g_dev_index[dev];
+    const char *uuid = i >= 0 ? g_limits.dev[i].uuid : "";
+    if (uuid[0]) {
+        nvml_handle_uuid_fn by_uuid = (nvml_handle_uuid_fn)nvml_sym("nvmlDeviceGetHandleByUUID");
+        return by_uuid && by_uuid(uuid, &u->h) == 0;
+    }
+    nvml_handle_index_fn by_index = (nvml_handle_index_fn)nvml_sym("nvmlDeviceGetHandleByIndex_v2");
+    return by_index && by_index((unsigned)dev, &u->h) == 0;
+}
+
+/* Reads this process's new samples on `dev` and, once they cover two sampling periods, sets the
+ * scale from them and the spans harvested meanwhile. */
+static void util_update(int dev, uint64_t now) {
+    struct util_track *u = &g_util[dev];
+    if (u->off || now < u->next_ns)
+        return;
+    u->next_ns = now + UTIL_INTERVAL_NS;
+    if (!u->tried && !util_open(dev, u)) {
+        u->off = true;
+        glog("device %d: NVML has no per-process utilization: the compute share is charged by kernel span "
+             "(low beside a busy neighbour)", dev);
+        return;
+    }
+    static guard_nvmlProcessUtilizationSample_t buf[512];
+    unsigned n = 512;
+    int r = g_nvml_putil(u->h, buf, &n, u->last_seen);
+    if (r == 6 /* NOT_FOUND: no sample since last_seen */ || r == 7 /* INSUFFICIENT_SIZE */)
+        return;
+    if (r != 0) {
+        u->off = true;
+        glog("device %d: nvmlDeviceGetProcessUtilization failed (%d): the compute share is charged by kernel "
+             "span", dev, r);
+        return;
+    }
+    unsigned long long newest = u->last_seen, prev_ts = 0;
+    unsigned pid = (unsigned)getpid();
+    bool own = false;
+    for (unsigned k = 0; k < n && k < 512; k++) {
+        unsigned long long ts = buf[k].timeStamp;
+        if (ts <= u->last_seen)
+            continue;
+        if (prev_ts && ts > prev_ts && (!u->period || ts - prev_ts < u->period))
+            u->period = ts - prev_ts;
+        if (ts != prev_ts)
+            prev_ts = ts;
+        if (ts > newest)
+            newest = ts;
+        if (buf[k].pid == pid) {
+            own = true;
+            u->own_sum += (unsigned long long)buf[k].smUtil;
+        }
+    }
+    if (!u->own_first) { /* the first read only finds where NVML's samples are */
+        u->own_first = u->last_seen = newest;
+        u->own_sum = u->span_ns = 0;
+        return;
+    }
+    u->last_seen = newest;
+    if (!own && u->span_ns && ++u->misses >= UTIL_MISSES_OFF && !u->scale) {
+        u->off = true;
+        glog("device %d: NVML's utilization samples never name pid %u (another PID namespace?): the compute share "
+             "is charged by kernel span", dev, pid);
+        return;
+    }
+    if (!u->period || newest - u->own_first < 2 * u->period || !u->span_ns)
+        return;
+    /* smUtil % of `period` NVML units (microseconds) per sample, in ns. */
+    double received = (double)u->own_sum / 100.0 * (double)u->period * 1000.0;
+    u->scale = util_scale(received, u->span_ns);
+    u->misses = 0;
+    u->own_sum = 0;
+    u->span_ns = 0;
+    u->own_first = newest;
+}
+
+/* Adds the GPU time of finished timed launches to the container's counters (under g_pace_lock):
+ * each span scaled by the share its kernels ran (util_update). A launch whose events fail (context
+ * destroyed) is dropped uncounted. */
 static void harvest(void) {
     int kept = 0;
     for (int i = 0; i < g_n_inflight; i++) {
@@ -1135,8 +1270,13 @@ static void harvest(void) {
             continue;
         }
         float ms = 0;
-        if (r == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, t.start, t.end) == CUDA_SUCCESS && ms > 0)
-            atomic_fetch_add(&g_region->dev[t.dev].busy_ns, (uint64_t)((double)ms * 1e6));
+        if (r == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, t.start, t.end) == CUDA_SUCCESS && ms > 0) {
+            uint64_t span = (uint64_t)((double)ms * 1e6);
+            uint32_t scale = g_util[t.dev].scale ? g_util[t.dev].scale : UTIL_SCALE_ONE;
+            g_util[t.dev].span_ns += span;
+            atomic_fetch_add(&g_region->dev[t.dev].busy_ns, span / UTIL_SCALE_ONE * scale +
+                                                                 span % UTIL_SCALE_ONE * scale / UTIL_SCALE_ONE);
+        }
         real_cuEventDestroy(t.start);
         real_cuEventDestroy(t.end);
     }
@@ -1205,6 +1345,7 @@ static bool pace_begin(struct pace *p, cuEventRecord_fn record, CUstream s) {
         return false;
     pthread_mutex_lock(&g_pace_lock);
     harvest();
+    util_update(dev, mono_ns());
     for (uint64_t delay; (delay = pacing_delay(dev, pct, mono_ns())) != 0;) {
         pthread_mutex_unlock(&g_pace_lock);
         struct timespec ts = { .tv_sec = (time_t)(delay / 1000000000ULL), .tv_nsec = (long)(delay % 1000000000ULL) };

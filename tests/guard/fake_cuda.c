@@ -23,7 +23,10 @@
  * take the time at which the device reaches them, so cuEventQuery says CUDA_ERROR_NOT_READY until
  * then, cuEventSynchronize / cuCtxSynchronize / cuStreamSynchronize wait for it, and
  * cuEventElapsedTime gives the GPU time between two events. All streams of a device share its one
- * queue. fakeCudaClockUs is the total GPU time launched.
+ * queue. fakeCudaClockUs is the total GPU time launched. FAKE_CUDA_GPU=FILE makes device 0 one GPU
+ * time-sliced between every process that names the same file (fake_timeslice.h): a kernel's span
+ * then grows with the neighbours' load, and fakeCudaProcessSamples gives the per-process
+ * utilization the simulated NVML reports.
  *
  * The library is linked with -Bsymbolic so that the addresses it hands out (cuGetProcAddress,
  * fakeCudaSymbol) are its own functions even while a preloaded guard exports the same names.
@@ -47,6 +50,7 @@
 #include "guard/cuda_api.h"
 #include "guard/guard_proc.h"
 #include "tests/guard/fake_shared.h"
+#include "tests/guard/fake_timeslice.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define FK_MAX_DEVICES 16
@@ -604,12 +608,21 @@ static uint64_t queue_tail(void)
     return t > n ? t : n;
 }
 
+/* Device 0 is the time-sliced GPU shared with other processes (FAKE_CUDA_GPU). */
+static bool timesliced(void)
+{
+    return current_device == 0 && fk_ts_enabled();
+}
+
 /* Waits until the current device has run everything launched so far. */
 static CUresult drain(void)
 {
     if (!ready())
         return CUDA_ERROR_NOT_INITIALIZED;
-    sleep_until(queue_tail());
+    if (timesliced())
+        fk_ts_drain();
+    else
+        sleep_until(queue_tail());
     return CUDA_SUCCESS;
 }
 
@@ -967,6 +980,12 @@ static CUresult launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsig
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t us = (uint64_t)gx * gy * gz;
     int d = current_device;
+    if (timesliced()) {
+        fk_ts_launch(us * 1000);
+        atomic_fetch_add(&launches, 1);
+        atomic_fetch_add(&clock_us, us);
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&lock);
     for (;;) {
         uint64_t n = now_ns();
@@ -1074,8 +1093,20 @@ EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 struct CUevent_st {
     unsigned magic;
     bool recorded;
+    bool ts;                           /* on the time-sliced GPU: `mark` says when it is reached */
     uint64_t at_ns;                    /* when the device reaches the event */
+    struct fk_mark mark;
 };
+
+/* Whether the device has reached e (recorded), and then at_ns is when. */
+static bool reached(CUevent e)
+{
+    if (!e->recorded)
+        return true;
+    if (e->ts)
+        return fk_ts_reached(e->mark, &e->at_ns);
+    return now_ns() >= e->at_ns;
+}
 
 static bool valid_event(CUevent e)
 {
@@ -1103,7 +1134,11 @@ static CUresult event_record(CUevent e)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!valid_event(e))
         return CUDA_ERROR_INVALID_HANDLE;
-    e->at_ns = queue_tail();
+    e->ts = timesliced();
+    if (e->ts)
+        e->mark = fk_ts_record();
+    else
+        e->at_ns = queue_tail();
     e->recorded = true;
     return CUDA_SUCCESS;
 }
@@ -1128,7 +1163,7 @@ EXPORT CUresult cuEventQuery(CUevent hEvent)
     HIT(cuEventQuery);
     if (!valid_event(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
-    return !hEvent->recorded || now_ns() >= hEvent->at_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return reached(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent hEvent)
@@ -1136,8 +1171,14 @@ EXPORT CUresult cuEventSynchronize(CUevent hEvent)
     HIT(cuEventSynchronize);
     if (!valid_event(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
-    if (hEvent->recorded)
+    if (hEvent->recorded && hEvent->ts) {
+        while (!reached(hEvent)) {
+            struct timespec ts = { 0, 200000 };
+            nanosleep(&ts, NULL);
+        }
+    } else if (hEvent->recorded) {
         sleep_until(hEvent->at_ns);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1148,8 +1189,7 @@ EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_event(hStart) || !valid_event(hEnd) || !hStart->recorded || !hEnd->recorded)
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t n = now_ns();
-    if (n < hStart->at_ns || n < hEnd->at_ns)
+    if (!reached(hStart) || !reached(hEnd))
         return CUDA_ERROR_NOT_READY;
     *pMilliseconds = (float)(((double)hEnd->at_ns - (double)hStart->at_ns) / 1e6);
     return CUDA_SUCCESS;
@@ -1280,6 +1320,13 @@ EXPORT unsigned long long fakeCudaAllocs(void)
 EXPORT unsigned long long fakeCudaClockUs(void)
 {
     return atomic_load(&clock_us);
+}
+
+/* The time-sliced GPU's per-process utilization samples (for the simulated NVML): how many were
+ * written to out (at most max), those of periods ending after last_seen_us. */
+EXPORT unsigned fakeCudaProcessSamples(unsigned long long last_seen_us, struct fk_util_sample *out, unsigned max)
+{
+    return fk_ts_samples(last_seen_us, out, max);
 }
 
 /* How often the driver function `name` (exact, versioned name) has run in this process. */

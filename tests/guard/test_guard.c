@@ -33,6 +33,7 @@
 
 #include "guard/guard_region.h"
 #include "tests/guard/fake_shared.h"
+#include "tests/guard/fake_timeslice.h"
 
 #define MIB (1ULL << 20)
 #define FAKE_TOTAL (16384ULL * MIB) /* the fake driver's default capacity */
@@ -76,6 +77,12 @@ static int teardown(void **state)
     unlink(shared);
     unlink(f->limits);
     unlink(f->region);
+    static const char *const share_files[] = { "gpu", "limits2", "region2" };
+    for (size_t i = 0; i < sizeof(share_files) / sizeof(share_files[0]); i++) {
+        char p[160];
+        snprintf(p, sizeof(p), "%s/%s", f->dir, share_files[i]);
+        unlink(p);
+    }
     rmdir(f->dir);
     free(f);
     return 0;
@@ -1090,6 +1097,91 @@ static void test_pacer_contention_errs_low(void **state)
     expect_between(c, "share_permille", 120, 200);
 }
 
+/* ---- compute shares beside a neighbour on a time-sliced GPU (issue 21) ------------------------- *
+ *
+ * FAKE_CUDA_GPU makes device 0 one GPU time-sliced between the test's processes (fake_timeslice.h):
+ * with k of them busy each runs at 1/k speed, so a kernel's span grows with the neighbours' load,
+ * and the simulated NVML's per-process utilization says what each actually ran. The share is the
+ * guarded process's own GPU time over wall time (share_permille). */
+#define SHARE_MS "2500"
+#define NEIGHBOUR_MS "2800" /* a neighbour busy during the whole measurement */
+
+struct share_case {
+    const char *name;
+    unsigned pct;              /* the process under test */
+    int neighbour;             /* 0: none, -1: unguarded, else a guarded neighbour's % */
+};
+
+/* Runs the case; *mine and *theirs get the share_permille of the process under test and of the
+ * neighbour (0 without one). */
+static void share_run(struct fx *f, const struct share_case *sc, long long *mine, long long *theirs)
+{
+    char gpu[160], limits2[160], region2[160], gpu_env[200], cfg2[200];
+    snprintf(gpu, sizeof(gpu), "%s/gpu", f->dir);
+    snprintf(limits2, sizeof(limits2), "%s/limits2", f->dir);
+    snprintf(region2, sizeof(region2), "%s/region2", f->dir);
+    unlink(f->region);
+    unlink(region2);
+    int fd = open(gpu, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, FK_TS_FILE_BYTES), 0);
+    close(fd);
+    snprintf(gpu_env, sizeof(gpu_env), "FAKE_CUDA_GPU=%s", gpu);
+    compute_limits(f, sc->pct);
+    static struct child me, other;
+    const char *const env[] = { gpu_env, NULL };
+    const char *const args[] = { "pace", SHARE_MS, "1000", NULL };
+    const char *const nargs[] = { "pace", NEIGHBOUR_MS, "1000", NULL };
+    if (sc->neighbour < 0) {
+        const char *const nenv[] = { gpu_env, "LD_PRELOAD=", NULL };
+        spawn(&other, f, nenv, nargs);
+    } else if (sc->neighbour > 0) {
+        write_file(limits2, "gpuslice-guard 1\non-error closed\nregion %s\ndevice 0 - 0 %d\n", region2,
+                   sc->neighbour);
+        snprintf(cfg2, sizeof(cfg2), "GPUSLICE_GUARD_CONFIG=%s", limits2);
+        const char *const nenv[] = { gpu_env, cfg2, NULL };
+        spawn(&other, f, nenv, args);
+    }
+    spawn(&me, f, env, args);
+    finish(&me);
+    expect_eq(&me, "launch_errors", 0);
+    *mine = value_of(&me, "share_permille");
+    *theirs = 0;
+    if (sc->neighbour) {
+        finish(&other);
+        expect_eq(&other, "launch_errors", 0);
+        *theirs = value_of(&other, "share_permille");
+    }
+    fprintf(stderr, "share %s: %lld permille at %u %% (neighbour %lld permille)\n", sc->name, *mine, sc->pct,
+            *theirs);
+}
+
+/* Each guarded process gets its share within +-3 points, alone and beside an unguarded or a
+ * guarded neighbour. Charged by kernel span (the pacer before issue 21) the process got 15 % at
+ * 30 % beside the unguarded neighbour, as on the real H200. */
+static void test_share_beside_neighbour(void **state)
+{
+    struct fx *f = *state;
+    static const struct share_case cases[] = {
+        { "alone", 30, 0 },
+        { "beside an unguarded neighbour", 30, -1 },
+        { "beside a guarded 50 % neighbour", 30, 50 },
+        { "beside a guarded 40 % neighbour", 40, 40 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        long long mine, theirs;
+        share_run(f, &cases[i], &mine, &theirs);
+        long long want = cases[i].pct * 10;
+        if (mine < want - 30 || mine > want + 30)
+            fail_msg("%s: %lld permille, expected %lld +- 30", cases[i].name, mine, want);
+        if (cases[i].neighbour > 0 && (theirs < cases[i].neighbour * 10 - 30 || theirs > cases[i].neighbour * 10 + 30))
+            fail_msg("%s: the neighbour got %lld permille, expected %d +- 30", cases[i].name, theirs,
+                     cases[i].neighbour * 10);
+        if (cases[i].neighbour < 0 && theirs < 1000 - want - 60)
+            fail_msg("%s: the unguarded neighbour got %lld permille: the GPU idled", cases[i].name, theirs);
+    }
+}
+
 /* With 8 timed launches pending, the next one waits for a slot without holding the pacer's lock
  * and, after 2 s without one, goes untimed: a launch never waits on a GPU that may be waiting for
  * it (the old code blocked in cuEventSynchronize on the oldest, 3 s here, holding the lock). */
@@ -1635,6 +1727,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pacer_converges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_every_launch_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_contention_errs_low, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_share_beside_neighbour, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_full_table_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_container_wide, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pacer_off_without_limit, setup, teardown),
