@@ -8,8 +8,10 @@
  * Limits, so that no client can keep Prometheus out: each phase of a connection has a fixed
  * deadline that progress does not extend (10 s to send a request head from its first byte, or
  * between requests; 10 s to take a response; 2 s of draining before a close); at most 16
- * connections, and a 17th evicts the one whose phase started longest ago. Responses share the
- * published text by reference (no copy per connection). */
+ * connections, and a 17th makes room by evicting one (victim(): never a connection whose request
+ * has arrived, a draining or half-sent one first, then idle ones, the oldest first; when all 16
+ * are being answered, the 17th is closed instead). Responses share the published text by
+ * reference (no copy per connection). */
 #include "agent/metrics_http.h"
 
 #include <arpa/inet.h>
@@ -56,6 +58,7 @@ struct conn {
     size_t body_len;
     size_t sent; /* of head_len + body_len */
     bool close_after;
+    unsigned served; /* requests answered on this connection */
     char in[IN_MAX];
 };
 
@@ -103,6 +106,7 @@ static void conn_close(struct metrics_http *m, struct conn *c) {
     c->fd = -1;
     c->in_len = 0;
     c->close_after = false;
+    c->served = 0;
 }
 
 /* Starts sending a response (body: a text of body_len bytes, held by ref when from a snap). */
@@ -139,6 +143,7 @@ static void serve_request(struct metrics_http *m, struct conn *c, const struct g
     bool get = strcmp(h->method, "GET") == 0, head = strcmp(h->method, "HEAD") == 0;
     c->close_after = !h->keep_alive || h->has_body; /* bodies are not read: the stream ends here */
     bool ka10 = h->minor == 0 && h->keep_alive;
+    c->served++;
     if (!get && !head) {
         if (known_method(h->method))
             respond(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "", 0, NULL, false, ka10);
@@ -241,6 +246,48 @@ static void on_writable(struct metrics_http *m, struct conn *c) {
     process_input(m, c);
 }
 
+static struct conn *free_slot(struct metrics_http *m) {
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (m->conns[i].fd < 0)
+            return &m->conns[i];
+    return NULL;
+}
+
+/* How readily a connection gives up its slot: one draining after its last response first, then
+ * one with half a request head (a slow or hostile client), then an idle one that never sent a
+ * request, then an idle keep-alive one; never one being answered (-1). */
+static int eviction_rank(const struct conn *c) {
+    if (c->state == DRAINING)
+        return 0;
+    if (c->state != READING)
+        return -1;
+    return c->in_len ? 1 : c->served ? 3 : 2;
+}
+
+/* The connection that makes room for a new one when all are taken, or NULL when every one is
+ * being answered. What has arrived on each connection is read first, so one whose request is
+ * complete is answered (and no longer a candidate) rather than evicted with its request
+ * waiting; a connection that closed frees its slot. Among the candidates of the lowest rank, the
+ * one whose phase started longest ago. */
+static struct conn *victim(struct metrics_http *m) {
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (m->conns[i].fd >= 0 && m->conns[i].state != WRITING)
+            on_readable(m, &m->conns[i]);
+    struct conn *best = free_slot(m);
+    if (best)
+        return NULL; /* a slot freed itself: the caller finds it */
+    int best_rank = 4;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        struct conn *c = &m->conns[i];
+        int rank = eviction_rank(c);
+        if (rank >= 0 && (rank < best_rank || (rank == best_rank && c->since < best->since))) {
+            best = c;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
 static void accept_one(struct metrics_http *m) {
     int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -250,16 +297,16 @@ static void accept_one(struct metrics_http *m) {
             m->accept_paused_until = now_ms() + ACCEPT_PAUSE_MS;
         return;
     }
-    struct conn *slot = NULL;
-    for (int i = 0; i < MAX_CONNS && !slot; i++)
-        if (m->conns[i].fd < 0)
-            slot = &m->conns[i];
-    if (!slot) { /* full: the connection whose phase started longest ago makes room */
-        slot = &m->conns[0];
-        for (int i = 1; i < MAX_CONNS; i++)
-            if (m->conns[i].since < slot->since)
-                slot = &m->conns[i];
-        conn_close(m, slot);
+    struct conn *slot = free_slot(m);
+    if (!slot) {
+        if ((slot = victim(m)) != NULL)
+            conn_close(m, slot);
+        else
+            slot = free_slot(m);
+    }
+    if (!slot) { /* every connection is being answered: this one waits for none of them */
+        close(fd);
+        return;
     }
     slot->fd = fd;
     phase(slot, READING, PHASE_MS);

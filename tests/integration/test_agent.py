@@ -1213,6 +1213,73 @@ def test_metrics_http_slow_clients_do_not_block_scrapes(h):
     assert a.alive()
 
 
+_FLOOD = """
+import socket, sys, time
+port, total, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+held, end, n = [], time.monotonic() + seconds, 0
+print("flooding", flush=True)
+while n < total and time.monotonic() < end:
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+        n += 1
+    except OSError:
+        time.sleep(0.001)
+    if len(held) > 48:
+        held.pop(0).close()
+print(n, flush=True)
+"""
+
+
+def _read_response(sock):
+    """One HTTP response with a Content-Length from a keep-alive connection (b"" if it closed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_metrics_http_flood_does_not_evict_scrapes(h):
+    """A flood of held connections (another process: at most 20000 connections in 4 s, 48 held)
+    takes the 16 slots again and again. A keep-alive scraper between its requests (50 ms apart)
+    is idle too, but it has been answered before: the flood's connections, which never sent a
+    request, make room first (eviction used to take the oldest connection, so the scraper lost
+    its connection within a few requests); and requests on fresh connections are answered."""
+    import socket
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    port = _metrics_port(a)
+    flood = subprocess.Popen([sys.executable, "-c", _FLOOD, str(port), "20000", "4"], stdout=subprocess.PIPE, text=True)
+    assert flood.stdout.readline().strip() == "flooding"
+    answered = fresh = 0
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            for _ in range(40):
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                out = _read_response(s)
+                assert out.startswith(b"HTTP/1.1 200 OK") and b"gpuslice_gpu_info" in out, \
+                    f"keep-alive scrape {answered + 1} not answered under the flood: {out[:80]!r}"
+                answered += 1
+                time.sleep(0.05)
+                if answered % 4 == 0:  # and now and then a fresh connection (sent at once)
+                    fresh += _raw_http(port, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+    finally:
+        flood.wait(10)
+    opened = int(flood.stdout.read().strip() or 0)
+    assert opened > 200, f"the flood opened only {opened} connections"
+    assert answered == 40 and fresh >= 8, (answered, fresh)
+    assert "gpuslice_gpu_info" in _scrape(a) and a.alive()
+
+
 def _cpu_seconds(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
