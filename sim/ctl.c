@@ -169,7 +169,7 @@ EXPORT int gpusliceSimRoot(char *buf, size_t len, char *err, size_t errlen) {
         return -ENXIO;
     }
     char root[PATH_MAX];
-    sim_root_dir(root, sizeof(root));
+    sim_root_dir(sim_state_dir, root, sizeof(root));
     unlock_state(NVML_SUCCESS, false);
     if (gs_strlcpy(buf, root, len) < 0) {
         snprintf(err, errlen, "the root's path %s is too long", root);

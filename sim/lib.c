@@ -207,7 +207,7 @@ nvmlReturn_t unlock_state(nvmlReturn_t ret, bool save) {
     if (save && ret == NVML_SUCCESS && save_state_locked() < 0)
         ret = NVML_ERROR_UNKNOWN;
     else if (save && ret == NVML_SUCCESS)
-        (void)sim_root_sync(); /* instances, processes made or gone */
+        (void)sim_root_sync(sim_st, sim_state_dir); /* instances, processes made or gone */
     flock(lock_fd, LOCK_UN);
     pthread_mutex_unlock(&lib_lock);
     return ret;
@@ -296,8 +296,8 @@ static nvmlReturn_t sim_init(void) {
     /* The node's files (/proc, /dev, the driver root) beside its state: a failure only costs the
      * tools that read them, so it is reported and NVML goes on. */
     char root[PATH_MAX];
-    sim_root_dir(root, sizeof(root));
-    if (ret == NVML_SUCCESS && (r = sim_root_create()) < 0 && r != -EROFS)
+    sim_root_dir(sim_state_dir, root, sizeof(root));
+    if (ret == NVML_SUCCESS && (r = sim_root_create(sim_st, sim_state_dir)) < 0 && r != -EROFS)
         sim_log("Failed to create the node's root %s: %s", root, strerror(-r));
     flock(lock_fd, LOCK_UN);
     if (ret != NVML_SUCCESS) {

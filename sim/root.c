@@ -43,8 +43,13 @@
 #define CACHE_FLAGS 0x0303u /* FLAG_ELF_LIBC6 | FLAG_X8664_LIB64 */
 #endif
 
-void sim_root_dir(char *buf, size_t len) {
-    if (snprintf(buf, len, "%s/root", sim_state_dir) >= (int)len && len)
+/* Set by each entry point (sim_root_create, sim_root_sync): the node's state and its directory,
+ * the library's (lib.c), passed in so that root.c does not reach back into lib.c. */
+static const struct sim_state *st;
+static const char *state_dir;
+
+void sim_root_dir(const char *dir, char *buf, size_t len) {
+    if (snprintf(buf, len, "%s/root", dir) >= (int)len && len)
         buf[0] = '\0'; /* too long: no root (sim_init bounds the state directory) */
 }
 
@@ -55,7 +60,7 @@ unsigned sim_cap_minor(unsigned gpu_minor, unsigned gi, int ci) {
 /* ROOT/rel, its directory created. */
 static int root_path(const char *rel, char path[PATH_MAX]) {
     char root[PATH_MAX];
-    sim_root_dir(root, sizeof(root));
+    sim_root_dir(state_dir, root, sizeof(root));
     if (snprintf(path, PATH_MAX, "%s/%s", root, rel) >= PATH_MAX)
         return -ENAMETOOLONG;
     char dir[PATH_MAX];
@@ -86,12 +91,12 @@ static int put_link(const char *rel, const char *target) {
 }
 
 static int write_mig_minors(void) {
-    size_t cap = 64 + (size_t)sim_st->n_gpus * CAPS_PER_GPU * 32, n = 0;
+    size_t cap = 64 + (size_t)st->n_gpus * CAPS_PER_GPU * 32, n = 0;
     _cleanup_free_ char *text = malloc(cap);
     if (!text)
         return -ENOMEM;
     n += (size_t)snprintf(text + n, cap - n, "config 1\nmonitor 2\n");
-    for (unsigned g = 0; g < sim_st->n_gpus; g++)
+    for (unsigned g = 0; g < st->n_gpus; g++)
         for (unsigned gi = 0; gi < SIM_MAX_GI; gi++) {
             n += (size_t)snprintf(text + n, cap - n, "gpu%u/gi%u/access %u\n", g, gi, sim_cap_minor(g, gi, -1));
             for (int ci = 0; ci < SIM_MAX_CI; ci++)
@@ -104,7 +109,7 @@ static int write_mig_minors(void) {
 static int write_dev_and_sys(void) {
     char rel[128], text[32];
     int r = 0;
-    for (unsigned g = 0; g < sim_st->n_gpus && r >= 0; g++) {
+    for (unsigned g = 0; g < st->n_gpus && r >= 0; g++) {
         snprintf(rel, sizeof(rel), "dev/nvidia%u", g);
         if ((r = put_file(rel, "", 0, 0666)) < 0)
             break;
@@ -166,11 +171,13 @@ static DIR *open_root_dir(const char *rel, int *r) {
 static void stamp_text(char *buf, size_t len) {
     Dl_info info;
     const char *self = dladdr((void *)&sim_root_dir, &info) && info.dli_fname ? info.dli_fname : "?";
-    snprintf(buf, len, "root v1\n%s\n%s\n", self, sim_st->fingerprint);
+    snprintf(buf, len, "root v1\n%s\n%s\n", self, st->fingerprint);
 }
 
-int sim_root_create(void) {
-    char stamp[PATH_MAX + sizeof(sim_st->fingerprint) + 32], path[PATH_MAX];
+int sim_root_create(const struct sim_state *node, const char *dir) {
+    st = node;
+    state_dir = dir;
+    char stamp[PATH_MAX + sizeof(st->fingerprint) + 32], path[PATH_MAX];
     stamp_text(stamp, sizeof(stamp));
     int r = root_path(STAMP_NAME, path);
     if (r < 0)
@@ -183,7 +190,7 @@ int sim_root_create(void) {
             (r = write_dev_and_sys()) < 0 || (r = write_driver_root()) < 0 || (r = put_text(STAMP_NAME, stamp)) < 0)
             return r;
     }
-    return sim_root_sync();
+    return sim_root_sync(st, state_dir);
 }
 
 /* proc/PID links for the simulated processes, the others removed. */
@@ -198,17 +205,17 @@ static int sync_proc_links(void) {
         if (gs_parse_uint(e->d_name, 1, 0xffffffffu, &pid) < 0)
             continue;
         bool keep = false;
-        for (unsigned g = 0; g < sim_st->n_gpus && !keep; g++)
-            for (unsigned i = 0; i < sim_st->gpus[g].n_procs && !keep; i++)
-                keep = sim_st->gpus[g].procs[i].pid == pid;
+        for (unsigned g = 0; g < st->n_gpus && !keep; g++)
+            for (unsigned i = 0; i < st->gpus[g].n_procs && !keep; i++)
+                keep = st->gpus[g].procs[i].pid == pid;
         if (!keep && unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT)
             r = -errno;
     }
-    for (unsigned g = 0; g < sim_st->n_gpus && r >= 0; g++)
-        for (unsigned i = 0; i < sim_st->gpus[g].n_procs && r >= 0; i++) {
+    for (unsigned g = 0; g < st->n_gpus && r >= 0; g++)
+        for (unsigned i = 0; i < st->gpus[g].n_procs && r >= 0; i++) {
             char name[16], target[32];
-            snprintf(name, sizeof(name), "%u", sim_st->gpus[g].procs[i].pid);
-            snprintf(target, sizeof(target), "/proc/%u", sim_st->gpus[g].procs[i].pid);
+            snprintf(name, sizeof(name), "%u", st->gpus[g].procs[i].pid);
+            snprintf(target, sizeof(target), "/proc/%u", st->gpus[g].procs[i].pid);
             if (symlinkat(target, dirfd(d), name) < 0 && errno != EEXIST)
                 r = -errno;
         }
@@ -216,7 +223,9 @@ static int sync_proc_links(void) {
     return r;
 }
 
-int sim_root_sync(void) {
+int sim_root_sync(const struct sim_state *node, const char *dir) {
+    st = node;
+    state_dir = dir;
     int r = sync_caps();
     int r2 = sync_proc_links();
     return r < 0 ? r : r2;
@@ -228,8 +237,8 @@ static int sync_caps(void) {
     static bool want[MAX_CAP_MINOR];
     memset(want, 0, sizeof(want));
     want[1] = want[2] = true;
-    for (unsigned g = 0; g < sim_st->n_gpus; g++) {
-        const struct sim_gpu *gpu = &sim_st->gpus[g];
+    for (unsigned g = 0; g < st->n_gpus; g++) {
+        const struct sim_gpu *gpu = &st->gpus[g];
         for (unsigned gi = 0; gpu->mig_current && gi < SIM_MAX_GI; gi++) {
             if (!gpu->gis[gi].used)
                 continue;

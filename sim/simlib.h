@@ -7,7 +7,8 @@
  * mig.c       MIG mode, GPU-instance profiles, placements, GPU instances
  * mig_ci.c    compute instances and MIG device handles
  * events.c    event sets and Xid delivery
- * topology.c  PCI addresses, NUMA nodes, PCIe topology between GPUs, NVLink
+ * pci.c       PCI addresses and NUMA nodes (pure)
+ * topology.c  PCIe topology between GPUs, NVLink
  * root.c      the node's root (proc, dev, sys, the stand-in driver root); ldcache_write.c its
  *             linker cache
  * ctl.c       the gpusliceSim* controls (simctl.h)
@@ -80,10 +81,11 @@ static inline nvmlReturn_t with_out(nvmlReturn_t r, const void *out) {
 
 /* device.c: bytes used by processes on GPU g, or on its GPU instance gi (and compute instance ci). */
 unsigned long long used_bytes(const struct sim_gpu *g, int gi, int ci);
-/* topology.c: GPU `index`'s PCI domain and bus, and NUMA node; a PCI info struct for a device
- * at DOMAIN:BUS:00.0; the number of NVLinks of a model (0: a PCIe board). */
+/* pci.c: GPU `index`'s PCI domain and bus, and NUMA node (pure: root.c and topology.c use them). */
 void sim_pci_location(unsigned index, unsigned *domain, unsigned *bus);
 int sim_numa_node(unsigned index);
+/* topology.c: a PCI info struct for a device at DOMAIN:BUS:00.0; the number of NVLinks of a model
+ * (0: a PCIe board). */
 void sim_fill_pci(unsigned domain, unsigned bus, unsigned device_id, nvmlPciInfo_t *pci);
 unsigned sim_nvlink_count(const struct gs_model *m);
 
@@ -91,10 +93,10 @@ unsigned sim_nvlink_count(const struct gs_model *m);
  * CI ci on the GPU with that minor; (re)creates the root when it is missing or was made for
  * another node; brings dev/nvidia-caps in line with the
  * instances and proc/PID with the processes. 0 or -errno. */
-void sim_root_dir(char *buf, size_t len);
+void sim_root_dir(const char *state_dir, char *buf, size_t len);
 unsigned sim_cap_minor(unsigned gpu_minor, unsigned gi, int ci);
-int sim_root_create(void);
-int sim_root_sync(void);
+int sim_root_create(const struct sim_state *st, const char *state_dir);
+int sim_root_sync(const struct sim_state *st, const char *state_dir);
 
 /* mig.c: whether processes run on GPU instance gi (and compute instance ci, -1: any) of g. */
 bool gi_has_processes(const struct sim_gpu *g, unsigned gi, int ci);

@@ -1,6 +1,6 @@
-/* topology.c: where the simulated GPUs sit: PCI addresses, NUMA nodes, the PCIe topology between
- * two GPUs (nvmlDeviceGetTopologyCommonAncestor) and NVLink (state, version, what each link
- * reaches), as NVIDIA's device plugin reads them for its preferred allocations.
+/* topology.c: where the simulated GPUs sit (PCI addresses and NUMA nodes: pci.c), the PCIe
+ * topology between two GPUs (nvmlDeviceGetTopologyCommonAncestor) and NVLink (state, version,
+ * what each link reaches), as NVIDIA's device plugin reads them for its preferred allocations.
  *
  * The layout is an 8-GPU HGX-style board per PCI domain: buses 0x18, 0x2a, 0x3a, 0x5d on NUMA
  * node 0 and 0x9a, 0xab, 0xba, 0xdb on NUMA node 1, GPUs 2k and 2k+1 behind one PCIe switch.
@@ -12,14 +12,6 @@
 
 #include "simlib.h"
 #include "util/util.h"
-
-void sim_pci_location(unsigned index, unsigned *domain, unsigned *bus) {
-    static const unsigned buses[8] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
-    *domain = index / 8;
-    *bus = buses[index % 8];
-}
-
-int sim_numa_node(unsigned index) { return (int)(index % 8 / 4); }
 
 static const struct nvlink_board {
     const char *model;
