@@ -77,6 +77,10 @@ for i in range(n):
     g["utilization_error"] = err(N.nvmlDeviceGetUtilizationRates, h)
     if g["utilization_error"] is None:
         g["utilization_gpu"] = N.nvmlDeviceGetUtilizationRates(h).gpu
+    g["proc_util_error"] = err(N.nvmlDeviceGetProcessUtilization, h, 0)
+    g["procs_util_error"] = err(N.nvmlDeviceGetProcessesUtilizationInfo, h, 0)
+    if g["proc_util_error"] is None:
+        g["proc_util"] = sorted([p.pid, p.smUtil] for p in N.nvmlDeviceGetProcessUtilization(h, 0))
     g["procs"] = sorted([p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses(h))
     g["procs_v2"] = sorted([p.pid, p.usedGpuMemory] for p in N.nvmlDeviceGetComputeRunningProcesses_v2(h))
     cnt = ctypes.c_uint(0)      # the v1 name: a count query with no buffer
