@@ -19,7 +19,7 @@ RANKS = {
     "util": 0, "catalog": 1, "config": 2, "frag": 3, "core": 4,
     "gpu": 5, "cdi": 5, "kubelet": 5, "mps": 5, "place": 5, "guard": 5,
     "sim": 6, "mig": 6, "cdihook": 6,
-    "agent": 7, "cli": 8, "main": 9,
+    "agent": 7, "doctor": 7, "cli": 8, "main": 9,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -158,6 +158,11 @@ def main(root, build):
                 continue  # a generated header (protobuf-c) or a system one
             tfolder = folder_of(target)
             if tfolder is None:
+                continue
+            unranked = [f for f in (folder, tfolder) if f not in RANKS]
+            if unranked:
+                errors.append(f"{rel}: folder {unranked[0]}/ has no rank: add it to RANKS in {__file__} "
+                              "and to HACKING.md's layout")
                 continue
             if tfolder != folder and RANKS[tfolder] >= RANKS[folder]:
                 errors.append(f"{rel}: includes {target}: {folder}/ (rank {RANKS[folder]}) may not depend on "
