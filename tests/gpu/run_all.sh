@@ -12,7 +12,8 @@
 #
 # Environment: OUT (results, default /tmp/gpuslice-gpu-checks), GS_BUDGET_S (seconds for the
 # whole run, default 420: about 5 % inspect and agent, 55 % guard, 40 % MPS), GS_CHECKS (which:
-# default "cuda_h inspect agent guard mps").
+# default "cuda_h inspect agent guard mps"; "share", tests/gpu/check_share.sh, runs only when named:
+# it takes about 10 minutes alone, GS_SHARE_BUDGET_S, default 560).
 # Writes $OUT/summary.txt (each check's exit status and its PASS/FAIL/SKIP/FIGURE lines), the
 # checks' outputs in $OUT/checks-logs.tar.gz and their own log tarballs: at most five files.
 # Exit status: 0 when no check failed, 1 otherwise, 77 with no GPU.
@@ -82,6 +83,10 @@ if want mps; then
     GS_BUDGET_S=$((budget * 40 / 100)) GS_MPS_TORCH=${GS_MPS_TORCH:-0} GS_MPS_SECONDS=${GS_MPS_SECONDS:-10} \
         GS_MPS_ALONE_SECONDS=${GS_MPS_ALONE_SECONDS:-6} GS_SOLO_SECONDS=${GS_SOLO_SECONDS:-6} \
         run mps $((budget * 40 / 100 + 30)) bash "$here/check_mps.sh"
+fi
+if want share; then
+    GS_BUDGET_S=${GS_SHARE_BUDGET_S:-560} GPUSLICE_GUARD_LIB=$guard run share $((${GS_SHARE_BUDGET_S:-560} + 30)) \
+        bash "$here/check_share.sh" "$gpuslice" "${bin:-$root/build}/sim/libgpuslice-nvml-sim.so"
 fi
 rm -rf "$wrap"
 # Few files: a borrowed machine's $OUT brings back at most eight.
