@@ -19,7 +19,7 @@ from kubernetes.client import models
 # apiVersion of each kind the chart and the examples use.
 API_VERSIONS = {
     "Namespace": "v1", "ServiceAccount": "v1", "ConfigMap": "v1", "Service": "v1", "Pod": "v1",
-    "DaemonSet": "apps/v1", "Deployment": "apps/v1",
+    "DaemonSet": "apps/v1", "Deployment": "apps/v1", "NetworkPolicy": "networking.k8s.io/v1",
 }
 
 _PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "datetime": str, "date": str,

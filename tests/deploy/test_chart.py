@@ -641,3 +641,40 @@ def test_rendered_pod_installs_the_hook_the_spec_names(pods):
 def read_bytes(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+# ------------------------------------------------------------------------------------------ metrics exposure (issue 17)
+
+def test_metrics_bound_to_the_pod_ip():
+    """metrics.bindFieldPath: the agent serves metrics only on the address the Downward API gives
+    (the probes reach the pod's IP, so status.podIP keeps them working); by default every address."""
+    c = agent_container(objects(helmlite.render({"metrics": {"bindFieldPath": "status.podIP", "port": 9500}})))
+    args = c["args"]
+    assert args[args.index("--metrics-address") + 1] == "$(GPUSLICE_METRICS_IP):9500"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["GPUSLICE_METRICS_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    names = [e["name"] for e in c["env"]]
+    assert names.index("GPUSLICE_METRICS_IP") >= 0 and c["ports"][0]["containerPort"] == 9500
+    default = agent_container(default_objects())
+    assert default["args"][default["args"].index("--metrics-address") + 1] == ":9402"
+    assert "GPUSLICE_METRICS_IP" not in {e["name"] for e in default["env"]}
+    for obj in objects(helmlite.render({"metrics": {"bindFieldPath": "status.podIP"}})):
+        if obj["kind"] != "ServiceMonitor":
+            assert k8s_schema.validate(obj) == [], obj["kind"]
+
+
+def test_metrics_network_policy_example():
+    """deploy/manifests/metrics-networkpolicy.yaml: a valid NetworkPolicy that selects the agent
+    pods (the chart's labels, in its namespace) and lets in only the metrics port."""
+    with open(os.path.join(ROOT, "deploy", "manifests", "metrics-networkpolicy.yaml")) as f:
+        (np,) = [d for d in yaml.safe_load_all(f) if d is not None]
+    assert np["kind"] == "NetworkPolicy" and k8s_schema.validate(np) == []
+    ds = find(default_objects(), "DaemonSet")
+    assert np["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items())
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = np["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": helmlite.load_chart()[1]["metrics"]["port"]}]
+    assert rule["from"], "an empty from would let every pod in"
+    assert "metrics-networkpolicy.yaml" in read(DEPLOY_MD)
