@@ -134,11 +134,82 @@ def test_custom_node_selector_replaces_default_with_null():
     spec = pod_spec(objects(helmlite.render({"nodeSelector": sel})))
     assert spec["nodeSelector"] == {"feature.node.kubernetes.io/pci-10de.present": "true"}
     merged = pod_spec(objects(helmlite.render({"nodeSelector": {"gpu": "yes"}})))
-    assert merged["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu": "yes"}
+    assert merged["nodeSelector"] == {"gpu": "yes"}  # the default selects nothing: the affinity does
     assert "nodeSelector" not in pod_spec(objects(helmlite.render({"nodeSelector": None})))
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
-    assert pod_spec(objects(helmlite.render({"affinity": aff})))["affinity"] == aff
+    assert pod_spec(objects(helmlite.render({"affinity": aff})))["affinity"] == aff  # the terms list replaces the default's
+    assert "affinity" not in pod_spec(objects(helmlite.render({"affinity": {"nodeAffinity": None}})))
+
+
+def _node_matches(spec, labels):
+    """Whether a node with these labels is selected: nodeSelector AND any nodeSelectorTerm."""
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = (spec.get("affinity") or {}).get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms")
+    if not terms:
+        return True
+    for t in terms:
+        exprs = t.get("matchExpressions", [])
+        assert all(e["operator"] == "In" for e in exprs)
+        if all(labels.get(e["key"]) in e["values"] for e in exprs):
+            return True
+    return False
+
+
+def test_default_node_selection_without_nfd_or_gfd():
+    """The DaemonSet lands on a GPU node labelled by the user (no NFD/GFD), by NFD's PCI vendor
+    label or by GFD's label, and not on a node without GPUs."""
+    spec = pod_spec(default_objects())
+    assert "nodeSelector" not in spec
+    assert _node_matches(spec, {"gpuslice.io/gpu": "true"})
+    assert _node_matches(spec, {"feature.node.kubernetes.io/pci-10de.present": "true"})
+    assert _node_matches(spec, {"nvidia.com/gpu.present": "true"})
+    assert not _node_matches(spec, {"kubernetes.io/os": "linux"})
+    assert not _node_matches(spec, {"gpuslice.io/gpu": "false"})
+    # a cluster with NFD: its label only
+    nfd = pod_spec(objects(helmlite.render({"affinity": None,
+                                             "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"}})))
+    assert _node_matches(nfd, {"feature.node.kubernetes.io/pci-10de.present": "true"})
+    assert not _node_matches(nfd, {"gpuslice.io/gpu": "true"})
+
+
+def test_doctor_init_container():
+    spec = pod_spec(default_objects())
+    first = spec["initContainers"][0]
+    assert first["name"] == "doctor" and "doctor" in first["args"]
+    assert first["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert _arg(first, "--termination-log") == "/dev/termination-log"
+    assert _arg(first, "--containerd-config") == "/host-containerd/config.toml"
+    assert {"name": "containerd-config", "mountPath": "/host-containerd", "readOnly": True} in first["volumeMounts"]
+    agent = agent_container(default_objects())
+    for flag in ("--config", "--kubelet-dir", "--pod-resources-socket", "--guard-root", "--cdi-root", "--nvml-lib"):
+        assert _arg(first, flag) == _arg(agent, flag), flag  # the doctor checks what the agent uses
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["containerd-config"]["hostPath"] == {"path": "/etc/containerd", "type": "Directory"}
+    off = pod_spec(objects(helmlite.render({"doctor": {"enabled": False}})))
+    assert [c["name"] for c in off["initContainers"]] == ["install-guard", "install-cdi-hook"]
+    assert "containerd-config" not in {v["name"] for v in off["volumes"]}
+    none = pod_spec(objects(helmlite.render({"doctor": {"containerdConfigDir": ""}})))
+    assert _arg(none["initContainers"][0], "--containerd-config") == ""
+    assert "containerd-config" not in {v["name"] for v in none["volumes"]}
+
+
+def test_doctor_runs_and_fails_a_broken_node(pods):
+    """The rendered doctor container on the simulated node: ready with the agent's mounts and the
+    kubelet listening; a stale kubelet.sock fails it, the failure in its termination message."""
+    pod = pods()
+    pod.run_init_containers()
+    assert "node ready" in pod.doctor.stdout
+    pod.kubelet.stop()
+    if os.path.exists(os.path.join(pod.kdir, "kubelet.sock")):
+        os.unlink(os.path.join(pod.kdir, "kubelet.sock"))
+    ctr = pod.spec["initContainers"][0]
+    p = subprocess.run(pod.gpuslice_args(ctr), capture_output=True, text=True, timeout=60, env=pod.env(ctr))
+    assert p.returncode == 1, p.stdout
+    msg = read(os.path.join(pod.base, "termination-log"))
+    assert msg.startswith("fail kubelet.socket:") and "fix:" in msg
 
 
 def test_runtime_class_instead_of_driver_root():
@@ -256,7 +327,8 @@ def test_objects_are_consistent(name):
     assert spec["hostPID"] is True and not spec.get("hostNetwork") and not spec.get("hostIPC")
     assert spec["priorityClassName"] == "system-node-critical"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "nodeSelector" not in spec  # the default affinity selects GPU nodes (test_default_node_selection_...)
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     c = agent_container(objs)
     assert "command" not in c, "the image's ENTRYPOINT is gpuslice"
@@ -324,7 +396,9 @@ def test_host_paths_are_agent_defaults_or_documented():
             flags = global_flags if i < split else agent_flags
             assert a in flags, f"{a} is not an option of gpuslice{'' if i < split else ' agent'} --help"
             given[a] = args[i + 1]
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    # the agent's mounts; a volume only an init container mounts (the doctor's containerd config) by its
+    init_mounts = {m["name"]: m for ctr in spec["initContainers"] for m in ctr["volumeMounts"]}
+    mounts = {**init_mounts, **{m["name"]: m for m in c["volumeMounts"]}}
     doc = read(DEPLOY_MD)
     table = [line for line in doc.splitlines() if line.startswith("| `/")]
     for v in spec["volumes"]:
@@ -407,6 +481,7 @@ class RenderedPod:
         self.kdir = self.host("/var/lib/kubelet/device-plugins")
         self.node = node
         self.proc = None
+        self.nvml_link = None  # the simulated NVML the doctor's run linked into the driver root
         self.log_path = os.path.join(self.base, "agent.log")
         self.kubelet = KubeletEmulator(self.kdir).start()
 
@@ -425,6 +500,14 @@ class RenderedPod:
 
     def run_init_containers(self):
         for ctr in self.spec["initContainers"]:
+            if ctr["name"] == "doctor":  # gpuslice itself, on the simulated node
+                self.doctor = subprocess.run(self.gpuslice_args(ctr), capture_output=True, text=True, timeout=60,
+                                             env=self.env(ctr))
+                assert self.doctor.returncode == 0, f"init container doctor:\n{self.doctor.stdout}"
+                if self.nvml_link:  # the agent's run sets the driver root up itself
+                    os.unlink(self.nvml_link)
+                    self.nvml_link = None
+                continue
             cmd = ctr["command"] + ctr.get("args", [])
             assert cmd[:2] == ["/bin/sh", "-c"], "init containers run a shell line"
             script = " ".join(self.host(w) if w.startswith("/") else w for w in shlex.split(cmd[2]))
@@ -433,25 +516,36 @@ class RenderedPod:
 
     def start_agent(self):
         c = next(c for c in self.spec["containers"] if c["name"] == "agent")
+        self.args = self.gpuslice_args(c)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=log, env=self.env(c))
+        return self
+
+    def env(self, c):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE")}
+        for e in c.get("env", []):
+            env[e["name"]] = self.host(e["value"]) if e["value"].startswith("/") else e["value"]
+        return env
+
+    def gpuslice_args(self, c):
+        """The container's gpuslice command line on the simulated node, its paths under the host."""
         args = []
         for i, a in enumerate(c["args"]):
             if i and c["args"][i - 1] == "--metrics-address":
                 a = "127.0.0.1:0"  # a free port: tests run side by side
+            elif a == "/dev/termination-log":
+                a = os.path.join(self.base, "termination-log")
             elif a.startswith("/"):
                 a = self.host(a)
             args.append(a)
         if "--nvml-lib" in args:  # the host's driver root holds the simulated NVML library
             lib = args[args.index("--nvml-lib") + 1]
             os.makedirs(os.path.dirname(lib), exist_ok=True)
-            os.symlink(SIM_LIB, lib)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE")}
-        for e in c.get("env", []):
-            env[e["name"]] = self.host(e["value"]) if e["value"].startswith("/") else e["value"]
-        self.args = [GPUSLICE, "--sim", self.node, "--sim-state", os.path.join(self.base, "sim"), *args]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=log, env=env)
-        return self
+            if not os.path.lexists(lib):
+                os.symlink(SIM_LIB, lib)
+                self.nvml_link = lib
+        return [GPUSLICE, "--sim", self.node, "--sim-state", os.path.join(self.base, "sim"), *args]
 
     def log(self):
         return read(self.log_path)
@@ -562,6 +656,8 @@ def _hook_installs(spec):
     vols = {v["name"]: v for v in spec["volumes"]}
     out = {}
     for ctr in spec["initContainers"]:
+        if "command" not in ctr:  # the doctor: gpuslice itself, installs nothing
+            continue
         words = shlex.split(ctr["command"][2])
         if IMAGE_HOOK not in words:
             continue
@@ -598,7 +694,7 @@ def test_cdi_hook_off():
     assert _arg(c, "--cdi-hook") == ""
     assert _hook_installs(spec) == {}
     assert "cdi-hook" not in {v["name"] for v in spec["volumes"]}
-    assert [i["name"] for i in spec["initContainers"]] == ["install-guard"]
+    assert [i["name"] for i in spec["initContainers"]] == ["doctor", "install-guard"]
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fake driver root uses the x86_64 library directory")
