@@ -60,7 +60,7 @@ static void check_nvml(struct doc *d) {
         d->node = NULL;
         ADD(d, "nvml", GS_DOC_FAIL,
             "install the NVIDIA driver on the node, or mount its driver root into the agent (the chart's "
-            "hostPaths.driverRoot) and pass --nvml-lib ROOT/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            "driver.root) and pass --nvml-lib ROOT/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
             "NVML does not load: %s", err);
         return;
     }
