@@ -11,6 +11,7 @@ packages=(
   python3 python3-pip python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema
   python3-kubernetes
   podman runc busybox-static
+  containernetworking-plugins openssl curl
 )
 
 missing=()

@@ -38,7 +38,8 @@ T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
 TEST_ONLY = {"clang", "libclang-rt-14-dev", "libcmocka-dev", "prometheus", "python3", "python3-pip", "python3-pytest",
              "python3-yaml", "python3-grpcio", "python3-grpc-tools", "python3-protobuf", "python3-jsonschema",
              "python3-kubernetes", "shellcheck",
-             "podman", "runc", "busybox-static"}  # tests/cdi/test_podman.py
+             "podman", "runc", "busybox-static",  # tests/cdi/test_podman.py
+             "containernetworking-plugins", "openssl", "curl"}  # tests/e2e/cluster.sh
 # Sanitizer runtimes linked into the ASan+UBSan build only; the image is built without them.
 SANITIZER_PACKAGES = re.compile(r"^lib(asan|ubsan|lsan|tsan)\d+$")
 
