@@ -202,9 +202,16 @@ static int write_guard_files(const struct agent_shared *s, const struct gs_resou
         return io_failed(r, "create", path, err, errlen);
     }
     close(fd);
-    /* Each CUDA context's memory counts: the default for an unknown architecture until the
-     * allocation passes the GPU's (gs_guard_context_overhead_default(gs_arch_name(arch))). */
-    struct gs_guard_limits l = { .fail_closed = true, .context_overhead = gs_guard_context_overhead_default(NULL) };
+    /* Each CUDA context's memory counts: the estimate for the GPU's architecture, the largest of
+     * them when the container sees GPUs of several (the limits file has one figure). */
+    struct gs_guard_limits l = { .fail_closed = true };
+    for (unsigned i = 0; i < out->n_guarded; i++) {
+        uint64_t o = gs_guard_context_overhead_default(gs_arch_name(out->guarded[i].arch));
+        if (o > l.context_overhead)
+            l.context_overhead = o;
+    }
+    if (!out->n_guarded)
+        l.context_overhead = gs_guard_context_overhead_default(NULL);
     snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
     for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
         l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes, 0 };

@@ -334,6 +334,7 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
                 out->n_guarded++;
                 gs_strlcpy(out->guarded[k].uuid, d->uuid, sizeof(out->guarded[k].uuid));
                 out->guarded[k].ordinal = ordinal;
+                out->guarded[k].arch = d->arch;
             }
             out->guarded[k].bytes += d->quota; /* two replicas of one GPU: twice the quota */
         }

@@ -32,6 +32,7 @@ struct gs_guard_quota {
     char uuid[GS_UUID_LEN];
     unsigned ordinal;
     unsigned long long bytes;
+    unsigned arch;              /* the GPU's NVML architecture (gs_arch_name) */
 };
 
 #define GS_ALLOC_MAX_ENVS 6

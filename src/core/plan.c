@@ -243,6 +243,7 @@ static struct gs_device base_device(const struct gs_gpu *g, bool healthy) {
     d.gpu = g->index;
     d.minor = g->minor;
     d.numa_node = g->numa_node;
+    d.arch = g->arch;
     d.healthy = healthy;
     gs_strlcpy(d.uuid, g->uuid, sizeof(d.uuid));
     return d;

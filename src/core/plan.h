@@ -27,6 +27,7 @@ struct gs_device {
     int numa_node;              /* -1 unknown */
     bool healthy;
     unsigned long long quota;   /* GS_DEV_REPLICA: VRAM bytes the guard allows it (0: no guard) */
+    unsigned arch;              /* NVML architecture of the physical GPU (the guard's context overhead) */
 };
 
 /* A MIG device, or a (time-sliced or MPS) replica of one: Allocate names it by MIG UUID or
