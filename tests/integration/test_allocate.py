@@ -370,18 +370,20 @@ def test_preferred_allocation_validated(h):
     assert len(got) == 2 and every[5] in got and len(set(got)) == 2
 
 
-def test_guard_context_overhead_follows_the_gpu(h):
+
+H200X8 = os.path.join(os.path.dirname(T4X2), "h200x8.yaml")
+
+
+@pytest.mark.parametrize("node_file,arch_mib", [(T4X2, 300), (H200X8, 500)], ids=["turing", "hopper"])
+def test_guard_context_overhead_follows_the_gpu(h, node_file, arch_mib):
     """The limits file counts each CUDA context at the estimate for the GPU's architecture (a T4 is
-    Turing: 300 MiB; an H100 is Hopper: 500 MiB), not one figure for every GPU."""
-    for node_file, arch_mib in ((T4X2, 300), (H100_L4, 500)):
-        node = h.node(node_file)
-        u = node.uuids()
-        guard_root = os.path.join(h.base, f"guard-{arch_mib}")
-        policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
-                  "    - name: nvidia.com/gpu\n      replicas: 2\n      memoryPerReplica: 2GiB\n")
-        a = h.agent(node, policy, resources=["nvidia.com/gpu.shared"], extra=["--guard-root", guard_root])
-        resp = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::0"])
-        with open({m.container_path: m for m in resp.mounts}["/etc/gpuslice/guard.conf"].host_path) as f:
-            limits = f.read().splitlines()
-        assert f"context-overhead {arch_mib << 20}" in limits, limits
-        a.stop()
+    Turing: 300 MiB; an H200 is Hopper: 500 MiB), not one figure for every GPU."""
+    node = h.node(node_file)
+    u = node.uuids()
+    policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+              "    - name: nvidia.com/gpu\n      replicas: 2\n      memoryPerReplica: 2GiB\n")
+    h.agent(node, policy, resources=["nvidia.com/gpu.shared"], extra=["--guard-root", os.path.join(h.base, "g")])
+    resp = h.kubelet.allocate("nvidia.com/gpu.shared", [f"{u[0]}::0"])
+    with open({m.container_path: m for m in resp.mounts}["/etc/gpuslice/guard.conf"].host_path) as f:
+        limits = f.read().splitlines()
+    assert f"context-overhead {arch_mib << 20}" in limits, limits
