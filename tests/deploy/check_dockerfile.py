@@ -309,7 +309,7 @@ def test_image_layout_finds_its_libraries():
     # The chart's init container copies the guard from the image.
     objs = [d for _, _, d in helmlite.render()]
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
-    init = ds["spec"]["template"]["spec"]["initContainers"][0]
+    init = next(c for c in ds["spec"]["template"]["spec"]["initContainers"] if c["name"] == "install-guard")
     src = shlex.split(init["command"][2])[1]
     assert src in layout and os.path.basename(src) == "libgpuslice-guard.so"
     examples = [rest for s, w, rest in _instructions() if s == 1 and w == "COPY" and "--from" not in rest]
