@@ -371,13 +371,13 @@ def test_preferred_allocation_validated(h):
 
 
 
-H200X8 = os.path.join(os.path.dirname(T4X2), "h200x8.yaml")
+H100_WHOLE = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\ndriver_version: \"580.65.06\"\ncuda_version: \"13.0\"\n"
 
 
-@pytest.mark.parametrize("node_file,arch_mib", [(T4X2, 300), (H200X8, 500)], ids=["turing", "hopper"])
+@pytest.mark.parametrize("node_file,arch_mib", [(T4X2, 300), (H100_WHOLE, 500)], ids=["turing", "hopper"])
 def test_guard_context_overhead_follows_the_gpu(h, node_file, arch_mib):
     """The limits file counts each CUDA context at the estimate for the GPU's architecture (a T4 is
-    Turing: 300 MiB; an H200 is Hopper: 500 MiB), not one figure for every GPU."""
+    Turing: 300 MiB; an H100 is Hopper: 500 MiB), not one figure for every GPU."""
     node = h.node(node_file)
     u = node.uuids()
     policy = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
