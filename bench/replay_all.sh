@@ -5,25 +5,36 @@
 #   TRACE_DIR    the alibaba-gpu-v2023 CSVs (default ../shared/traces/alibaba-gpu-v2023)
 #   RESULTS_DIR  the paper's expected results (default ../shared/traces/fgd-atc23-results)
 #   env: TRACES="default gpushare40 ..." POLICIES="fgd gpuslice ..." SEEDS="42 43" JOBS=2
+#        VARIANTS=DIR: where bench/make_variants.py wrote the variants the trace directory lacks
+#        (gpuspec10..33, cpu050..250; default build-variants); a trace missing from TRACE_DIR is
+#        read from there
 set -eu
 TRACE_DIR=${1:-../shared/traces/alibaba-gpu-v2023}
 RESULTS_DIR=${2:-../shared/traces/fgd-atc23-results}
 GPUSLICE=${3:-build/gpuslice}
 OUT=${4:-build/replay-all}
-TRACES=${TRACES:-"default gpushare20 gpushare40 gpushare60 gpushare80 gpushare100 multigpu20 multigpu30 multigpu40 multigpu50"}
+VARIANTS=${VARIANTS:-build-variants}
+TRACES=${TRACES:-"default gpushare20 gpushare40 gpushare60 gpushare80 gpushare100 multigpu20 multigpu30 multigpu40 multigpu50 gpuspec10 gpuspec20 gpuspec25 gpuspec33 cpu050 cpu100 cpu200 cpu250"}
 POLICIES=${POLICIES:-"random dotprod gpuclustering gpupacking bestfit fgd gpuslice"}
 SEEDS=${SEEDS:-"42 43 44 45 46 47 48 49 50 51"}
 JOBS=${JOBS:-2}
 mkdir -p "$OUT"
 # JOBS replays at a time; each writes OUT/TRACE-POLICY-SEED.csv (kept: a rerun only fills gaps)
-export OUT GPUSLICE TRACE_DIR
+for tr in $TRACES; do
+    [ -s "$TRACE_DIR/openb_pod_list_$tr.csv" ] || [ -s "$VARIANTS/openb_pod_list_$tr.csv" ] || {
+        echo "replay_all.sh: no openb_pod_list_$tr.csv in $TRACE_DIR or $VARIANTS (bench/make_variants.py)" >&2
+        exit 1
+    }
+done
+export OUT GPUSLICE TRACE_DIR VARIANTS
 # shellcheck disable=SC2016 # the single-quoted script is expanded by sh -c, per line of xargs
 for tr in $TRACES; do for p in $POLICIES; do for s in $SEEDS; do
     echo "$tr $p $s"
 done; done; done | xargs -P "$JOBS" -L 1 sh -c '
-    f="$OUT/$0-$1-$2.csv"
+    f="$OUT/$0-$1-$2.csv" pods="$TRACE_DIR/openb_pod_list_$0.csv"
+    [ -s "$pods" ] || pods="$VARIANTS/openb_pod_list_$0.csv"
     [ -s "$f" ] || { "$GPUSLICE" replay --nodes "$TRACE_DIR/openb_node_list_gpu_node.csv" \
-        --pods "$TRACE_DIR/openb_pod_list_$0.csv" --policy "$1" --seed "$2" --out "$f.tmp" >/dev/null &&
+        --pods "$pods" --policy "$1" --seed "$2" --out "$f.tmp" >"$f.sum" &&
         mv "$f.tmp" "$f"; }'
 python3 - "$OUT" "$RESULTS_DIR" "$TRACES" "$POLICIES" "$SEEDS" <<'PY'
 import csv, sys, statistics as st

@@ -23,19 +23,19 @@ static void usage(FILE *f) {
             "  --policy NAME      random, dotprod, gpuclustering, gpupacking, bestfit, fgd, gpuslice\n"
             "  --seed N           the seed (the paper uses 42..51)\n"
             "  --inflation X      arrived workload at the end, x GPU capacity (default 1.3)\n"
-            "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct, one row per 1 %%\n"
+            "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct,power_kw, one row per 1 %%\n"
             "  --timing           also measure each decision (median, p99, max) and the replay time\n"
             "  --placed-shares FILE  write the milli-GPU of each GPU-sharing pod placed up to the end of\n"
             "                     the 100 %% bucket, one per line (input of bench/place_bound.py)\n");
 }
 
 static void write_curve(FILE *f, const struct rp_result *r) {
-    fprintf(f, "arrived_pct,gpu_alloc_pct,frag_pct\n");
+    fprintf(f, "arrived_pct,gpu_alloc_pct,frag_pct,power_kw\n");
     for (int x = 0; x < r->n_pct; x++) {
         if (isnan(r->alloc_pct[x]))
-            fprintf(f, "%d,,\n", x);
+            fprintf(f, "%d,,,\n", x);
         else
-            fprintf(f, "%d,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x]);
+            fprintf(f, "%d,%.2f,%.2f,%.2f\n", x, r->alloc_pct[x], r->frag_pct[x], r->power_kw[x]);
     }
 }
 
@@ -171,14 +171,18 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
     if (shares && write_output(shares, false, write_shares, r) < 0)
         rc = GS_EXIT_FAILURE;
     FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
-    char at100[32] = "none";
-    if (r->n_pct > 100 && !isnan(r->alloc_pct[100]))
+    char at100[32] = "none", pw100[32] = "none";
+    if (r->n_pct > 100 && !isnan(r->alloc_pct[100])) {
         snprintf(at100, sizeof(at100), "%.2f", r->alloc_pct[100]);
-    else
+        snprintf(pw100, sizeof(pw100), "%.2f", r->power_kw[100]);
+    } else {
         explain_no_figure(&t, &o, r);
-    fprintf(sf, "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%s alloc_final=%.2f\n",
+    }
+    fprintf(sf,
+            "policy=%s seed=%lld nodes=%zu pods=%zu events=%zu failed=%zu alloc_at_100=%s alloc_final=%.2f "
+            "power_at_100=%s\n",
             pl_policy_name(o.policy), (long long)o.seed, t.n_nodes, t.n_pods, r->n_events, r->n_failed, at100,
-            r->final_alloc_pct);
+            r->final_alloc_pct, pw100);
     if (o.time_decisions)
         fprintf(sf, "replay_s=%.3f decision_us_median=%.1f decision_us_p99=%.1f decision_us_max=%.1f\n", r->wall_s,
                 r->lat_median_us, r->lat_p99_us, r->lat_max_us);

@@ -19,6 +19,11 @@ void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod
 void pk_node_changed(struct pl_cluster *c, struct pl_node *n);
 /* pl_observe: pod p arrived; the estimate (and the plan) is rebuilt when it has grown enough. */
 void pk_observe(struct pl_cluster *c, const struct pl_pod *p);
+/* The GPU models in demand (pure): bit i set where dem[i] (the milli-GPU of the constrained pods
+ * seen, spread over the models they allow) per milli-GPU of model i's capacity cap[i] is at least
+ * the sum of dem[] over the sum of cap[]: the models the constraints concentrate on. GPU pods that
+ * may use another model keep off their nodes (policy_pack.c). 0 when nothing is constrained. */
+uint32_t pk_pressured(const double *dem, const int64_t *cap, int n_models);
 /* Frees the policy's state (NULL: nothing). */
 void pk_free(struct pl_online *o);
 

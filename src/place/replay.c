@@ -337,6 +337,39 @@ static double round2(double x) {
     return nearbyint(x * 100.0) / 100.0;
 }
 
+/* PWR's tables (watts): GPU idle/full per model; CPU idle/full per package and cores per package */
+static const struct { const char *model; double idle, full; int cpu; } pwr_gpu[] = {
+    { "T4", 10, 70, 1 },       { "A10", 30, 150, 0 },     { "P100", 25, 250, 2 },
+    { "V100M16", 30, 300, 3 }, { "V100M32", 30, 300, 3 }, { "A100", 50, 400, 4 },
+    { "G1", 25, 250, 0 },      { "G2", 25, 250, 0 },      { "G3", 25, 250, 0 },
+};
+static const struct { double idle, full, ncores; } pwr_cpu[] = {
+    { 15, 120, 16 }, /* none given: PWR's fallback, the E5-2682 v4 profile */
+    { 20, 165, 24 }, /* Xeon 8163 (T4 instances) */
+    { 15, 120, 16 }, /* Xeon E5-2682 v4 (P100) */
+    { 20, 185, 16 }, /* Xeon 6326 (V100) */
+    { 20, 270, 32 }, /* Xeon 8369B (A100) */
+};
+
+double rp_node_power(const char *model, int n_gpu, const int *gpu_free, int64_t cpu_cap, int64_t cpu_left) {
+    double gidle = 25, gfull = 250, w = 0;
+    int cpu = 0;
+    for (size_t i = 0; model && i < sizeof(pwr_gpu) / sizeof(pwr_gpu[0]); i++)
+        if (strcmp(model, pwr_gpu[i].model) == 0)
+            gidle = pwr_gpu[i].idle, gfull = pwr_gpu[i].full, cpu = pwr_gpu[i].cpu;
+    for (int g = 0; g < n_gpu; g++)
+        w += gpu_free[g] >= PL_MILLI ? gidle : gfull;
+    double cores = ceil((double)cpu_cap / 1000.0 / 2.0);
+    double idle_cores = floor((double)(cpu_left > 0 ? cpu_left : 0) / 1000.0 / 2.0);
+    double busy = cores - idle_cores > 0 ? cores - idle_cores : 0;
+    double pk = ceil(cores / pwr_cpu[cpu].ncores), active = ceil(busy / pwr_cpu[cpu].ncores);
+    return w + pwr_cpu[cpu].idle * (pk - active) + pwr_cpu[cpu].full * active;
+}
+
+static double node_power(const struct pl_cluster *c, const struct pl_node *n) {
+    return rp_node_power(n->model >= 0 ? c->models[n->model] : NULL, n->n_gpu, n->gpu_free, n->cpu_cap, n->cpu_left);
+}
+
 int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r) {
     memset(r, 0, sizeof(*r));
     size_t n = t->n_pods, nn = t->n_nodes;
@@ -348,11 +381,12 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
     const char **specs = malloc(n * sizeof(*specs));
     struct pl_node *nodes = malloc(nn * sizeof(*nodes));
     double *sum_a = calloc(RP_MAX_PCT + 2, sizeof(double)), *sum_f = calloc(RP_MAX_PCT + 2, sizeof(double));
+    double *sum_w = calloc(RP_MAX_PCT + 2, sizeof(double));
     size_t *cnt = calloc(RP_MAX_PCT + 2, sizeof(size_t));
     double *lat = NULL;
     struct pl_cluster c = { 0 };
     int rc = -ENOMEM;
-    if (!sorted || !nsorted || !seq || !perm || !orig || !specs || !nodes || !sum_a || !sum_f || !cnt)
+    if (!sorted || !nsorted || !seq || !perm || !orig || !specs || !nodes || !sum_a || !sum_f || !sum_w || !cnt)
         goto out;
 
     /* 1. the original pods sorted by name: the workload that FGD's targets come from */
@@ -450,6 +484,9 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
 
     /* the replay: one event per pod, in order; a pod that fits nowhere is dropped */
     int64_t arrived = 0;
+    double watts = 0; /* the cluster's power, kept current node by node */
+    for (size_t i = 0; i < c.n_nodes; i++)
+        watts += node_power(&c, &c.nodes[i]);
     double total = (double)node_total;
     int max_bucket = -1;
     double t0 = now_s();
@@ -466,7 +503,9 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         /* the paper: round(A / T / 10) with T in GPUs, i.e. the percent of capacity, half-even */
         int b = (int)nearbyint((double)arrived / (total / 1000.0) / 10.0);
         if (s == 0) {
+            watts -= node_power(&c, &c.nodes[ch.node]);
             pl_commit(&c, p, &ch);
+            watts += node_power(&c, &c.nodes[ch.node]);
             if (r->shares && p->num_gpu == 1 && p->gpu_milli > 0 && p->gpu_milli < PL_MILLI && b <= 100)
                 r->shares[r->n_shares++] = p->gpu_milli;
         } else {
@@ -476,6 +515,7 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         if (b >= 0 && b <= RP_MAX_PCT) {
             sum_a[b] += round2((double)c.alloc_gpu_milli / (total / 1000.0) / 10.0);
             sum_f[b] += c.frag_sum / total * 100.0;
+            sum_w[b] += watts / 1000.0;
             cnt[b]++;
             if (b > max_bucket)
                 max_bucket = b;
@@ -486,15 +526,16 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
     r->final_alloc_pct = (double)c.alloc_gpu_milli / total * 100.0;
     r->n_pct = max_bucket + 1;
     for (int x = 0; x < r->n_pct; x++) {
-        double sa = 0, sf = 0;
+        double sa = 0, sf = 0, sw = 0;
         size_t nc = 0;
         if (cnt[x]) {
-            sa = sum_a[x], sf = sum_f[x], nc = cnt[x];
+            sa = sum_a[x], sf = sum_f[x], sw = sum_w[x], nc = cnt[x];
         } else {
             for (int y = x - 1; y <= x + 1; y++)
                 if (y >= 0 && y <= RP_MAX_PCT)
-                    sa += sum_a[y], sf += sum_f[y], nc += cnt[y];
+                    sa += sum_a[y], sf += sum_f[y], sw += sum_w[y], nc += cnt[y];
         }
+        r->power_kw[x] = nc ? round2(sw / (double)nc) : NAN;
         r->alloc_pct[x] = nc ? round2(sa / (double)nc) : NAN;
         r->frag_pct[x] = nc ? round2(sf / (double)nc) : NAN;
     }
@@ -510,7 +551,7 @@ out:
         rp_result_release(r);
     pl_cluster_free(&c);
     free(sorted), free(nsorted), free(seq), free(perm), free(orig), free(specs), free(nodes);
-    free(sum_a), free(sum_f), free(cnt), free(lat);
+    free(sum_a), free(sum_f), free(sum_w), free(cnt), free(lat);
     return rc;
 }
 

@@ -45,6 +45,7 @@ struct rp_result {
      * the mean over the pod events in that bucket; NAN where there is none */
     double alloc_pct[RP_MAX_PCT + 1];
     double frag_pct[RP_MAX_PCT + 1];
+    double power_kw[RP_MAX_PCT + 1]; /* the cluster's power (rp_node_power summed), kW, same buckets */
     int n_pct;
     size_t n_events, n_failed, n_failed_gpu;
     double final_alloc_pct;
@@ -55,6 +56,18 @@ struct rp_result {
     int *shares;
     size_t n_shares;
 };
+
+/* PWR's power model (Lettich et al., "Power- and Fragmentation-aware Online Scheduling for GPU
+ * Datacenters", CCGrid'25; their simulator, a fork of the FGD one, NodeResource
+ * GetEnergyConsumptionNode). Pure. A node's power in watts: each GPU with any milli-GPU taken draws
+ * its model's full power, each idle GPU its idle power; the CPU side counts physical cores as half
+ * the vCPUs (ceil of the capacity, floor of the free ones), packs the busy cores into the fewest
+ * CPU packages of the node's CPU model, and draws full power per busy package, idle power per idle
+ * one. A node with no pod draws the idle power of everything (PWR powers no node off). The node
+ * list has no CPU model: the GPU model picks it as PWR's comments do (T4: Xeon 8163, P100: E5-2682
+ * v4, V100: 6326, A100: 8369B; others: PWR's fallback, the 2682 profile). Unknown GPU models draw
+ * PWR's G1-G3 placeholder (25 W idle, 250 W full). */
+double rp_node_power(const char *model, int n_gpu, const int *gpu_free, int64_t cpu_cap, int64_t cpu_left);
 
 /* Fills *r, which it zeroes first: release a result before running into it again. */
 int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "place/place.h"
+#include "place/policy_pack.h"
 #include "place/replay.h"
 
 /* a node with n GPUs whose free milli are given (missing = fully free) */
@@ -418,6 +419,80 @@ static void test_gpuslice_plan_rest_kept(void **state) {
     pl_cluster_free(&c);
 }
 
+/* gpuslice: the GPU models the constrained pods concentrate on (pk_pressured, pure). 3 models of
+ * 1000, 1000 and 2000 milli-GPU; constrained demand 900 on model 0, 100 on 1, 0 on 2: the cluster's
+ * is 1000 / 4000 per milli-GPU, model 0 has 0.9 (pressured), model 1 0.1, model 2 none. */
+static void test_pressured(void **state) {
+    (void)state;
+    double dem[3] = { 900, 100, 0 };
+    int64_t cap[3] = { 1000, 1000, 2000 };
+    assert_int_equal(pk_pressured(dem, cap, 3), 1u);
+    dem[1] = 250; /* 0.25 per milli-GPU, the cluster's 1150 / 4000 = 0.2875: still not */
+    assert_int_equal(pk_pressured(dem, cap, 3), 1u);
+    dem[1] = 600; /* 0.6 >= 1500 / 4000 */
+    assert_int_equal(pk_pressured(dem, cap, 3), 3u);
+    double none[3] = { 0, 0, 0 };
+    assert_int_equal(pk_pressured(none, cap, 3), 0u); /* no constraint: nothing changes */
+    int64_t nocap[3] = { 0, 0, 0 };
+    assert_int_equal(pk_pressured(dem, nocap, 3), 0u);
+}
+
+/* gpuslice: an unconstrained sharing pod keeps off the nodes of a model that the constrained pods
+ * seen need: a 460 takes an idle GPU of node 1 ("G2") rather than the close fit (500 free) on node 0
+ * ("T4"), where its plan tier would put it; a 460 constrained to T4 takes the close fit, and once
+ * node 1 is full the unconstrained one does too. */
+static void test_gpuslice_pressured(void **state) {
+    (void)state;
+    int half[2] = { 500, 0 };
+    struct pl_node nodes[2] = { mknode(64000, 262144, 2, 0, half), mknode(64000, 262144, 2, 1, NULL) };
+    nodes[1].model = 1;
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 2), 0);
+    assert_int_equal(pl_model_index(&c, "T4"), 0);
+    assert_int_equal(pl_model_index(&c, "G2"), 1);
+    struct pl_pod t4 = mkpod(4000, 16384, 1, 1000), t4s = mkpod(4000, 16384, 1, 460);
+    assert_int_equal(pl_spec_mask(&c, "T4", &t4.models), 0);
+    t4s.models = t4.models;
+    struct pl_pod any = mkpod(4000, 16384, 1, 460);
+    for (int i = 0; i < 10; i++) {
+        pl_observe(&c, &t4);
+        pl_observe(&c, &any);
+        pl_observe(&c, &any);
+    }
+    struct pl_choice ch;
+    assert_int_equal(pl_schedule(&c, PL_GPUSLICE, &any, NULL, &ch), 0);
+    assert_int_equal(ch.node, 1);
+    assert_int_equal(pl_schedule(&c, PL_GPUSLICE, &t4s, NULL, &ch), 0);
+    assert_int_equal(ch.node, 0);
+    assert_int_equal(ch.gpus[0], 0);
+    struct pl_pod two = mkpod(4000, 16384, 2, 1000);
+    struct pl_choice full = { .node = 1, .n_gpus = 2, .gpus = { 0, 1 } };
+    pl_commit(&c, &two, &full);
+    assert_int_equal(pl_schedule(&c, PL_GPUSLICE, &any, NULL, &ch), 0);
+    assert_int_equal(ch.node, 0);
+    pl_cluster_free(&c);
+}
+
+/* PWR's power model (rp_node_power, pure). A T4 node, 2 GPUs, 96 vCPUs = 48 cores = 2 packages of
+ * 24 (Xeon 8163: 20 W idle, 165 W full): idle, 2 x 10 + 2 x 20 = 60 W; one GPU used and 8 vCPUs
+ * taken (4 cores: one package busy), 70 + 10 + 165 + 20 = 265 W; everything taken, 2 x 70 + 2 x 165
+ * = 470 W. A G2 node (PWR's 25/250 W placeholder, fallback CPU 15/120 W, 16 cores): 8 idle GPUs and
+ * 64 vCPUs (2 packages) = 8 x 25 + 2 x 15 = 230 W; a shared GPU counts as used (250 W). */
+static void test_power(void **state) {
+    (void)state;
+    int idle[8] = { 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000 }, one[2] = { 0, 1000 }, none[2] = { 0, 0 };
+    assert_true(fabs(rp_node_power("T4", 2, idle, 96000, 96000) - 60) < 1e-9);
+    assert_true(fabs(rp_node_power("T4", 2, one, 96000, 88000) - 265) < 1e-9);
+    assert_true(fabs(rp_node_power("T4", 2, none, 96000, 0) - 470) < 1e-9);
+    assert_true(fabs(rp_node_power("G2", 8, idle, 64000, 64000) - 230) < 1e-9);
+    int shared[8] = { 530, 1000, 1000, 1000, 1000, 1000, 1000, 1000 };
+    assert_true(fabs(rp_node_power("G2", 8, shared, 64000, 63000) - (250 + 7 * 25 + 120 + 15)) < 1e-9);
+    /* odd vCPUs: ceil for the capacity (3 cores), floor for the free (1 core): 2 busy, one package */
+    assert_true(fabs(rp_node_power("P100", 0, NULL, 5000, 3000) - 120) < 1e-9);
+    /* an unknown model: PWR's placeholder, and the fallback CPU */
+    assert_true(fabs(rp_node_power("X9", 1, idle, 32000, 32000) - (25 + 15)) < 1e-9);
+}
+
 static void test_policy_names(void **state) {
     (void)state;
     enum pl_policy p;
@@ -588,6 +663,9 @@ int main(void) {
         cmocka_unit_test(test_gpuslice_plan_rebuilt),
         cmocka_unit_test(test_gpuslice_plan_kept_mem),
         cmocka_unit_test(test_gpuslice_plan_rest_kept),
+        cmocka_unit_test(test_pressured),
+        cmocka_unit_test(test_gpuslice_pressured),
+        cmocka_unit_test(test_power),
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_replay_deterministic),
         cmocka_unit_test(test_csv_errors),
