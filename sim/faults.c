@@ -30,7 +30,9 @@ static const char *const functions[] = {
     "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceIsMigDeviceHandle",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
     "nvmlDeviceGetAttributes_v2", "nvmlEventSetCreate", "nvmlDeviceGetSupportedEventTypes",
-    "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+    "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+    "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion",
+    "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
 };
 
 /* Older names whose calls run the newer function: one function, one counter. */
@@ -42,6 +44,7 @@ static const struct {
     { "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2" },
     { "nvmlComputeInstanceGetInfo", "nvmlComputeInstanceGetInfo_v2" },
     { "nvmlEventSetWait", "nvmlEventSetWait_v2" },
+    { "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemotePciInfo_v2" },
 };
 
 #define E(x) { x, #x }

@@ -1,6 +1,8 @@
 /* mig_ci.c: compute instances inside the simulated GPU instances (go-nvlib's profile rule) and
  * the MIG device handles NVML hands out for them. */
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "simlib.h"
@@ -30,31 +32,100 @@ static bool ci_profile_spec(const struct sim_gpu *g, const struct sim_gi *gi, un
     return true;
 }
 
-EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t g, unsigned int profile,
-                                                                unsigned int engProfile,
-                                                                nvmlComputeInstanceProfileInfo_t *info) {
-    READ_BEGIN;
+/* nvml.h's versioned CI profile structs (nvmlGpuInstanceGetComputeInstanceProfileInfoV): the
+ * unversioned fields after a version word, then the profile's name; v3 adds capabilities. */
+typedef struct {
+    unsigned int version;
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+typedef struct {
+    unsigned int version;
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+#define nvmlComputeInstanceProfileInfo_v2 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 2)
+#define nvmlComputeInstanceProfileInfo_v3 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 3)
+_Static_assert(nvmlComputeInstanceProfileInfo_v2 == 0x02000088, "CI profile info v2 version");
+_Static_assert(nvmlComputeInstanceProfileInfo_v3 == 0x0300008C, "CI profile info v3 version");
+_Static_assert(offsetof(nvmlComputeInstanceProfileInfo_v3_t, name) == 40, "v3 name @40");
+
+/* The CI profile of a GI (its fields as nvmlComputeInstanceProfileInfo_t) and, in name, nvidia-smi's
+ * `mig -lcip` name: the GI's ("MIG 2g.20gb") for a CI of the whole GI, "MIG 1c.2g.20gb" for less. */
+static nvmlReturn_t ci_profile_info(nvmlGpuInstance_t g, unsigned profile, unsigned engProfile, const void *out,
+                                    nvmlComputeInstanceProfileInfo_t *info, char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE]) {
     struct dev_ref ref;
     nvmlReturn_t r = resolve_gi(g, &ref);
-    if (r == NVML_SUCCESS && (!info || profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+    if (r == NVML_SUCCESS && (!out || profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
                               engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
         r = NVML_ERROR_INVALID_ARGUMENT;
     unsigned c = 0;
     if (r == NVML_SUCCESS && !ci_profile_spec(ref.gpu, ref.gi, profile, &c))
         r = NVML_ERROR_NOT_SUPPORTED;
+    if (r != NVML_SUCCESS)
+        return r;
+    const struct gs_profile_spec *gp = gs_model_profile_by_id(ref.gpu->model, ref.gi->profile_id);
+    *info = (nvmlComputeInstanceProfileInfo_t){
+        .id = profile,
+        .sliceCount = c,
+        .instanceCount = gp->slices / c,
+        .multiprocessorCount = gp->sm * c / gp->slices,
+        .sharedCopyEngineCount = gp->ce,
+        .sharedDecoderCount = gp->dec,
+        .sharedEncoderCount = gp->enc,
+        .sharedJpegCount = gp->jpeg,
+        .sharedOfaCount = gp->ofa,
+    };
+    if (c == gp->slices)
+        snprintf(name, NVML_DEVICE_NAME_V2_BUFFER_SIZE, "MIG %s", gp->name);
+    else
+        snprintf(name, NVML_DEVICE_NAME_V2_BUFFER_SIZE, "MIG %uc.%s", c, gp->name);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t g, unsigned int profile,
+                                                                unsigned int engProfile,
+                                                                nvmlComputeInstanceProfileInfo_t *info) {
+    READ_BEGIN;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvmlComputeInstanceProfileInfo_t v;
+    nvmlReturn_t r = ci_profile_info(g, profile, engProfile, info, &v, name);
+    if (r == NVML_SUCCESS)
+        *info = v;
+    READ_END(r);
+}
+
+/* The versioned call (nvidia-ml-py's default): the struct's version word says v2 or v3; another
+ * -> ARGUMENT_VERSION_MISMATCH, as for the GI profiles. */
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t g, unsigned int profile,
+                                                                 unsigned int engProfile, void *vinfo) {
+    READ_BEGIN;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvmlComputeInstanceProfileInfo_t v;
+    nvmlReturn_t r = ci_profile_info(g, profile, engProfile, vinfo, &v, name);
+    unsigned version = r == NVML_SUCCESS ? *(unsigned *)vinfo : 0;
+    if (r == NVML_SUCCESS && version != nvmlComputeInstanceProfileInfo_v2 && version != nvmlComputeInstanceProfileInfo_v3)
+        r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (r == NVML_SUCCESS) {
-        const struct gs_profile_spec *gp = gs_model_profile_by_id(ref.gpu->model, ref.gi->profile_id);
-        *info = (nvmlComputeInstanceProfileInfo_t){
-            .id = profile,
-            .sliceCount = c,
-            .instanceCount = gp->slices / c,
-            .multiprocessorCount = gp->sm * c / gp->slices,
-            .sharedCopyEngineCount = gp->ce,
-            .sharedDecoderCount = gp->dec,
-            .sharedEncoderCount = gp->enc,
-            .sharedJpegCount = gp->jpeg,
-            .sharedOfaCount = gp->ofa,
+        /* v2 is v3 without its last field: fill the common prefix, then capabilities for v3 */
+        nvmlComputeInstanceProfileInfo_v3_t out = {
+            .version = version,
+            .id = v.id,
+            .sliceCount = v.sliceCount,
+            .instanceCount = v.instanceCount,
+            .multiprocessorCount = v.multiprocessorCount,
+            .sharedCopyEngineCount = v.sharedCopyEngineCount,
+            .sharedDecoderCount = v.sharedDecoderCount,
+            .sharedEncoderCount = v.sharedEncoderCount,
+            .sharedJpegCount = v.sharedJpegCount,
+            .sharedOfaCount = v.sharedOfaCount,
         };
+        memcpy(out.name, name, sizeof(out.name));
+        memcpy(vinfo, &out, version == nvmlComputeInstanceProfileInfo_v3 ? sizeof(out)
+                                                                          : sizeof(nvmlComputeInstanceProfileInfo_v2_t));
     }
     READ_END(r);
 }

@@ -10,7 +10,9 @@
  *   dev/nvidia0..N-1, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset (plain files)
  *   dev/nvidia-caps/nvidia-capN           config, monitor and each existing GI and CI (kept in sync)
  *   usr/bin/nvidia-smi                    a stand-in script
- *   usr/lib/ARCH-linux-gnu/libnvidia-ml.so.1 -> this library; libcuda.so.1 (a name only, empty)
+ *   usr/lib/ARCH-linux-gnu/libnvidia-ml.so.1 -> libnvidia-ml.so.VERSION -> this library;
+ *                                         libcuda.so.1 -> libcuda.so.VERSION (a name only, empty):
+ *                                         the driver's layout, which NVIDIA's CDI generator searches
  *   etc/ld.so.cache                       the linker cache of those libraries (ldcache_write.c)
  *
  * Device nodes are plain files: creating character devices needs CAP_MKNOD, and every reader
@@ -135,11 +137,22 @@ static int write_driver_root(void) {
                               "# nvidia-smi stand-in of gpuslice's simulated node (docs/simulator.md#the-nodes-root)\n"
                               "echo \"nvidia-smi: this is a simulated node ($GPUSLICE_SIM_NODE); "
                               "use: gpuslice --sim NODE.yaml inspect\"\n";
+    /* as the driver installs them: the SONAME a link to the file named by the driver's version
+     * (NVIDIA's CDI generator, in its device plugin, locates libcuda.so.VERSION) */
+    char nvml_name[64], cuda_name[64], nvml_path[128], cuda_path[128];
+    snprintf(nvml_name, sizeof(nvml_name), "libnvidia-ml.so.%s", st->driver_version);
+    snprintf(cuda_name, sizeof(cuda_name), "libcuda.so.%s", st->driver_version);
+    snprintf(nvml_path, sizeof(nvml_path), LIB_DIR "/%s", nvml_name);
+    snprintf(cuda_path, sizeof(cuda_path), LIB_DIR "/%s", cuda_name);
     int r = put_file("usr/bin/nvidia-smi", smi, sizeof(smi) - 1, 0755);
     if (r >= 0)
-        r = put_link(LIB_DIR "/libnvidia-ml.so.1", self);
+        r = put_link(nvml_path, self);
     if (r >= 0)
-        r = put_file(LIB_DIR "/libcuda.so.1", "", 0, 0644);
+        r = put_link(LIB_DIR "/libnvidia-ml.so.1", nvml_name);
+    if (r >= 0)
+        r = put_file(cuda_path, "", 0, 0644);
+    if (r >= 0)
+        r = put_link(LIB_DIR "/libcuda.so.1", cuda_name);
     if (r < 0)
         return r;
     const struct sim_ldcache_entry entries[] = {
@@ -171,7 +184,7 @@ static DIR *open_root_dir(const char *rel, int *r) {
 static void stamp_text(char *buf, size_t len) {
     Dl_info info;
     const char *self = dladdr((void *)&sim_root_dir, &info) && info.dli_fname ? info.dli_fname : "?";
-    snprintf(buf, len, "root v1\n%s\n%s\n", self, st->fingerprint);
+    snprintf(buf, len, "root v2\n%s\n%s\n", self, st->fingerprint);
 }
 
 int sim_root_create(const struct sim_state *node, const char *dir) {

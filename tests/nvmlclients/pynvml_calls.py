@@ -142,6 +142,13 @@ out["gis"] = sorted(N.nvmlGpuInstanceGetInfo(x).id for x in gis[:count.value])
 assert N.nvmlGpuInstanceGetInfo(N.nvmlDeviceGetGpuInstanceById(h, info.id)).id == info.id
 cprof = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
                                                        N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, version=1)
+cprof_v = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                         N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)   # the V function
+gi0 = N.nvmlDeviceGetGpuInstanceById(handles[0], 1)   # the 3g.40gb the test made on GPU 0 (GI 1)
+cprof_3g = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi0, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                          N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+out["ci_profiles"] = [{"id": p.id, "slices": p.sliceCount, "instances": p.instanceCount, "sm": p.multiprocessorCount,
+                       "name": s(getattr(p, "name", None))} for p in (cprof, cprof_v, cprof_3g)]
 ci = N.nvmlGpuInstanceCreateComputeInstance(gi, cprof.id)
 ci2 = N.nvmlGpuInstanceCreateComputeInstance(gi2, cprof.id)
 cinfo = N.nvmlComputeInstanceGetInfo_v2(ci)

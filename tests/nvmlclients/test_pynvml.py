@@ -99,6 +99,10 @@ def test_every_exported_function_through_nvidia_ml_py():
     assert out["placements"] == [[i, 1] for i in range(7)]
     assert out["capacity_before"] == 7 and out["capacity_after"] == 5 and out["capacity_end"] == 7
     assert out["gi"] == {"id": 7, "profile": 19, "start": 0} and out["gis"] == [7, 13]
+    # CI profiles: v1 (no name), the V function's v2 struct, a 1-slice CI inside a 3g (nvidia-smi's name)
+    assert out["ci_profiles"] == [{"id": 0, "slices": 1, "instances": 1, "sm": 16, "name": None},
+                                  {"id": 0, "slices": 1, "instances": 1, "sm": 16, "name": "MIG 1g.10gb"},
+                                  {"id": 0, "slices": 1, "instances": 3, "sm": 20, "name": "MIG 1c.3g.40gb"}]
     m = out["mig_device"]
     assert m["name"] == "NVIDIA H100 80GB HBM3 MIG 1g.10gb" and m["is_mig"] == 1 and (m["gi"], m["ci"]) == (7, 0)
     assert m["memory"] == 9984 << 20 and m["sm"] == 16 and m["parent"] == inv["gpus"][1]["uuid"]
