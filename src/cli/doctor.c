@@ -16,6 +16,7 @@
 #include "config/policy.h"
 #include "core/plan.h"
 #include "doctor/doctor.h"
+#include "kubelet/plugindir.h"
 #include "kubelet/podresources.h"
 #include "mig/migapply.h"
 #include "util/util.h"
@@ -144,15 +145,15 @@ static void check_privileges(struct doc *d) {
 static void socket_finding(struct doc *d, const char *check, const char *path, enum gs_doc_status missing_status,
                            const char *what, const char *fix) {
     int e;
-    enum gs_doc_sock_state s = gs_doc_socket_probe(path, &e);
+    enum gs_kl_sock_state s = gs_kl_socket_probe(path, &e);
     switch (s) {
-    case GS_DOC_SOCK_LISTENING: ADD(d, check, GS_DOC_OK, NULL, "%s is listening (%s)", path, what); break;
-    case GS_DOC_SOCK_ABSENT: ADD(d, check, missing_status, fix, "%s does not exist (%s)", path, what); break;
-    case GS_DOC_SOCK_STALE:
+    case GS_KL_SOCK_LISTENING: ADD(d, check, GS_DOC_OK, NULL, "%s is listening (%s)", path, what); break;
+    case GS_KL_SOCK_ABSENT: ADD(d, check, missing_status, fix, "%s does not exist (%s)", path, what); break;
+    case GS_KL_SOCK_STALE:
         ADD(d, check, missing_status, fix, "%s is a stale socket: nothing listens on it (%s)", path, what);
         break;
-    case GS_DOC_SOCK_NOT_SOCKET: ADD(d, check, missing_status, fix, "%s is not a socket (%s)", path, what); break;
-    case GS_DOC_SOCK_ERROR: ADD(d, check, missing_status, fix, "%s: %s (%s)", path, strerror(e), what); break;
+    case GS_KL_SOCK_NOT_SOCKET: ADD(d, check, missing_status, fix, "%s is not a socket (%s)", path, what); break;
+    case GS_KL_SOCK_ERROR: ADD(d, check, missing_status, fix, "%s: %s (%s)", path, strerror(e), what); break;
     }
 }
 
@@ -165,24 +166,24 @@ struct plugins {
 
 static void on_entry(void *ctx, const char *dir, const char *name, bool is_socket) {
     struct plugins *p = ctx;
-    enum gs_doc_socket_kind k = gs_doc_socket_kind(name);
+    enum gs_kl_socket_kind k = gs_kl_socket_kind(name);
     if (!strcmp(name, "kubelet_internal_checkpoint"))
         p->checkpoint = true;
-    if (!is_socket || k == GS_DOC_SOCK_NONE || k == GS_DOC_SOCK_KUBELET)
+    if (!is_socket || k == GS_KL_SOCK_NONE || k == GS_KL_SOCK_KUBELET)
         return;
-    if (k == GS_DOC_SOCK_OURS) {
+    if (k == GS_KL_SOCK_OURS) {
         p->n_ours++;
         return;
     }
     char path[2 * PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int e;
-    bool live = gs_doc_socket_probe(path, &e) == GS_DOC_SOCK_LISTENING;
-    char *buf = k == GS_DOC_SOCK_NVIDIA ? p->nvidia : p->other;
+    bool live = gs_kl_socket_probe(path, &e) == GS_KL_SOCK_LISTENING;
+    char *buf = k == GS_KL_SOCK_NVIDIA ? p->nvidia : p->other;
     size_t n = strlen(buf);
     if (n < GS_DOC_TEXT_MAX / 2 - 80)
         snprintf(buf + n, GS_DOC_TEXT_MAX / 2 - n, "%s%s (%s)", n ? ", " : "", name, live ? "listening" : "stale");
-    if (k == GS_DOC_SOCK_NVIDIA)
+    if (k == GS_KL_SOCK_NVIDIA)
         live ? p->n_nvidia_live++ : p->n_nvidia_stale++;
     else
         p->n_other++;
@@ -241,11 +242,11 @@ static void check_kubelet(struct doc *d) {
     size_t len = 0;
     if (!p.checkpoint)
         return;
-    int r = gs_read_file(path, GS_DOC_CHECKPOINT_MAX, &text, &len);
-    char names[GS_DOC_MAX_RESOURCES][GS_DOC_RESOURCE_MAX];
+    int r = gs_read_file(path, GS_KL_CHECKPOINT_MAX, &text, &len);
+    char names[GS_KL_MAX_RESOURCES][GS_KL_RESOURCE_MAX];
     unsigned n = 0, n_dev = 0;
     if (r == 0)
-        r = gs_doc_checkpoint_parse(text, len, names, GS_DOC_MAX_RESOURCES, &n, &n_dev, err, sizeof(err));
+        r = gs_kl_checkpoint_parse(text, len, names, GS_KL_MAX_RESOURCES, &n, &n_dev, err, sizeof(err));
     else
         snprintf(err, sizeof(err), "%s", strerror(-r));
     free(text);
@@ -256,7 +257,7 @@ static void check_kubelet(struct doc *d) {
     }
     char list[GS_DOC_TEXT_MAX / 2] = "";
     size_t used = 0;
-    for (unsigned i = 0; i < n && used < sizeof(list) - GS_DOC_RESOURCE_MAX - 4; i++)
+    for (unsigned i = 0; i < n && used < sizeof(list) - GS_KL_RESOURCE_MAX - 4; i++)
         used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", names[i]);
     ADD(d, "plugin.checkpoint", GS_DOC_OK, NULL, "the kubelet's checkpoint registers %u resources (%u devices)%s%s",
         n, n_dev, n ? ": " : "", list);

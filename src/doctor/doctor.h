@@ -1,7 +1,8 @@
 /* doctor.h: `gpuslice doctor`, the node's readiness for the agent. The findings (report.c) and
- * the parsers of what it reads on the node (parse.c: the container runtime's CDI settings, the
- * kubelet's device-plugin checkpoint, /proc/self/status) are pure; probe.c holds the I/O (sockets,
- * directories, loading a library). src/cli/doctor.c runs the checks (docs/doctor.md). */
+ * the parsers of what it reads on the node (parse.c: the container runtime's CDI settings,
+ * /proc/self/status) are pure; probe.c holds the I/O (directories, loading a library). The
+ * device-plugins directory's socket names, checkpoint and socket probe are kubelet/plugindir.h's,
+ * shared with the agent. src/cli/doctor.c runs the checks (docs/doctor.md). */
 #ifndef GS_DOCTOR_H
 #define GS_DOCTOR_H
 
@@ -86,42 +87,11 @@ int gs_doc_cdi_enabled(enum gs_doc_runtime rt, const struct gs_doc_cdi_config *c
 /* The table a runtime's CDI keys belong in, for the fix text. */
 const char *gs_doc_cdi_table(enum gs_doc_runtime rt, int version);
 
-#define GS_DOC_CHECKPOINT_MAX (4u << 20) /* bytes of kubelet_internal_checkpoint read */
-#define GS_DOC_MAX_RESOURCES 32
-#define GS_DOC_RESOURCE_MAX 128
-
-/* The resource names the kubelet's device-plugin checkpoint (device-plugins/
- * kubelet_internal_checkpoint, JSON {"Data":{"RegisteredDevices":{NAME:[IDS]},...},"Checksum":N})
- * names as registered, at most `max`, sorted as in the file. *n_devices: their device IDs in total.
- * Returns 0, -EINVAL (err: why) for text that is not such a checkpoint. */
-int gs_doc_checkpoint_parse(const char *text, size_t len, char (*names)[GS_DOC_RESOURCE_MAX], unsigned max,
-                            unsigned *n, unsigned *n_devices, char *err, size_t errlen);
-
-/* What a file name in the device-plugins directory is. */
-enum gs_doc_socket_kind {
-    GS_DOC_SOCK_NONE,      /* not a *.sock name (the checkpoint, ...) */
-    GS_DOC_SOCK_KUBELET,   /* kubelet.sock: the kubelet's registration socket */
-    GS_DOC_SOCK_OURS,      /* gpuslice-*.sock: the agent's plugins */
-    GS_DOC_SOCK_NVIDIA,    /* nvidia-*.sock, nvidia.sock: NVIDIA's k8s-device-plugin */
-    GS_DOC_SOCK_OTHER,     /* another device plugin */
-};
-enum gs_doc_socket_kind gs_doc_socket_kind(const char *name);
-
 /* CapEff from /proc/self/status text: 0, -ENOENT without the line, -EINVAL when malformed. */
 int gs_doc_capeff_parse(const char *text, size_t len, unsigned long long *capeff);
 #define GS_DOC_CAP_SYS_ADMIN 21
 
 /* ---- probes (probe.c): the I/O ------------------------------------------------------------------ */
-
-enum gs_doc_sock_state {
-    GS_DOC_SOCK_ABSENT,     /* no such file */
-    GS_DOC_SOCK_NOT_SOCKET, /* a file that is not a socket */
-    GS_DOC_SOCK_STALE,      /* a socket file nobody listens on (connect: ECONNREFUSED) */
-    GS_DOC_SOCK_LISTENING,  /* connect() succeeded (or the backlog is full) */
-    GS_DOC_SOCK_ERROR,      /* another error (errno in *err) */
-};
-/* Connects to a Unix socket (non-blocking, closed at once). */
-enum gs_doc_sock_state gs_doc_socket_probe(const char *path, int *err);
 
 /* Whether a directory is usable by the agent: exists and is writable, or can be created (its
  * nearest existing ancestor is a writable directory). Returns 0, or -errno with `why` set

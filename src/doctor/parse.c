@@ -1,9 +1,8 @@
 /* parse.c: what the doctor reads on the node, parsed without I/O: the container runtime's CDI
- * settings (a strict line scanner over a TOML subset), the kubelet's device-plugin checkpoint
- * (JSON), the process's capabilities. Hostile input: every length is bounded (doctor.h). */
+ * settings (a strict line scanner over a TOML subset), the process's capabilities (the
+ * kubelet's checkpoint is kubelet/plugindir.c's). Hostile input: every length is bounded (doctor.h). */
 #include <ctype.h>
 #include <errno.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,62 +308,6 @@ const char *gs_doc_cdi_table(enum gs_doc_runtime rt, int version) {
     if (rt == GS_DOC_CRIO)
         return "[crio.runtime]";
     return version >= 3 ? "[plugins.\"io.containerd.cri.v1.runtime\"]" : "[plugins.\"io.containerd.grpc.v1.cri\"]";
-}
-
-int gs_doc_checkpoint_parse(const char *text, size_t len, char (*names)[GS_DOC_RESOURCE_MAX], unsigned max,
-                            unsigned *n, unsigned *n_devices, char *err, size_t errlen) {
-    *n = 0;
-    *n_devices = 0;
-    if (len > GS_DOC_CHECKPOINT_MAX) {
-        snprintf(err, errlen, "over %u bytes", GS_DOC_CHECKPOINT_MAX);
-        return -EINVAL;
-    }
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        snprintf(err, errlen, "not JSON: line %d: %s", je.line, je.text);
-        return -EINVAL;
-    }
-    json_t *data = json_object_get(root, "Data");
-    json_t *reg = json_object_get(data, "RegisteredDevices");
-    int r = 0;
-    if (!json_is_object(data) || !(json_is_object(reg) || json_is_null(reg))) {
-        snprintf(err, errlen, "no Data.RegisteredDevices object");
-        r = -EINVAL;
-    }
-    const char *key;
-    json_t *ids;
-    if (r == 0 && json_is_object(reg)) {
-        json_object_foreach(reg, key, ids) {
-            if (!json_is_array(ids) && !json_is_null(ids)) {
-                snprintf(err, errlen, "Data.RegisteredDevices.%.100s: not an array of device IDs", key);
-                r = -EINVAL;
-                break;
-            }
-            *n_devices += (unsigned)json_array_size(ids);
-            if (*n < max && strlen(key) < GS_DOC_RESOURCE_MAX)
-                memcpy(names[(*n)++], key, strlen(key) + 1);
-        }
-    }
-    json_decref(root);
-    return r;
-}
-
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
-enum gs_doc_socket_kind gs_doc_socket_kind(const char *name) {
-    if (!has_suffix(name, ".sock"))
-        return GS_DOC_SOCK_NONE;
-    if (!strcmp(name, "kubelet.sock"))
-        return GS_DOC_SOCK_KUBELET;
-    if (!strncmp(name, "gpuslice-", 9))
-        return GS_DOC_SOCK_OURS;
-    if (!strncmp(name, "nvidia-", 7) || !strcmp(name, "nvidia.sock"))
-        return GS_DOC_SOCK_NVIDIA;
-    return GS_DOC_SOCK_OTHER;
 }
 
 int gs_doc_capeff_parse(const char *text, size_t len, unsigned long long *capeff) {

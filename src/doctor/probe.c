@@ -1,4 +1,4 @@
-/* probe.c: the doctor's I/O: Unix sockets (is anybody listening?), directories (can the agent
+/* probe.c: the doctor's I/O (sockets: kubelet/plugindir.h): directories (can the agent
  * write there?), a library (does it load?), directory listings. */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -7,43 +7,12 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "doctor/doctor.h"
 #include "util/util.h"
-
-enum gs_doc_sock_state gs_doc_socket_probe(const char *path, int *err) {
-    struct stat st;
-    *err = 0;
-    if (lstat(path, &st) < 0) {
-        *err = errno;
-        return errno == ENOENT ? GS_DOC_SOCK_ABSENT : GS_DOC_SOCK_ERROR;
-    }
-    if (!S_ISSOCK(st.st_mode))
-        return GS_DOC_SOCK_NOT_SOCKET;
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        *err = ENAMETOOLONG;
-        return GS_DOC_SOCK_ERROR;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        *err = errno;
-        return GS_DOC_SOCK_ERROR;
-    }
-    int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-    int e = errno;
-    close(fd);
-    if (r == 0 || e == EAGAIN || e == EINPROGRESS)
-        return GS_DOC_SOCK_LISTENING;
-    *err = e;
-    return e == ECONNREFUSED ? GS_DOC_SOCK_STALE : GS_DOC_SOCK_ERROR;
-}
 
 int gs_doc_dir_usable(const char *path, bool *exists, char *why, size_t whylen) {
     char cur[PATH_MAX];

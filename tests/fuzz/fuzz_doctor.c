@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "doctor/doctor.h"
+#include "kubelet/plugindir.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,10 +32,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     }
     case 2: {
-        char names[GS_DOC_MAX_RESOURCES][GS_DOC_RESOURCE_MAX];
+        char names[GS_KL_MAX_RESOURCES][GS_KL_RESOURCE_MAX];
         unsigned n, devs;
-        if (gs_doc_checkpoint_parse(text, len, names, GS_DOC_MAX_RESOURCES, &n, &devs, err, sizeof(err)) == 0 &&
-            n > GS_DOC_MAX_RESOURCES)
+        if (gs_kl_checkpoint_parse(text, len, names, GS_KL_MAX_RESOURCES, &n, &devs, err, sizeof(err)) == 0 &&
+            n > GS_KL_MAX_RESOURCES)
             abort();
         break;
     }

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "doctor/doctor.h"
+#include "kubelet/plugindir.h"
 
 static int parse(enum gs_doc_runtime rt, const char *text, struct gs_doc_cdi_config *c, char *err) {
     return gs_doc_cdi_config_parse(rt, "config.toml", text, strlen(text), c, err, 256);
@@ -118,32 +119,57 @@ static void test_config_errors(void **state) {
 
 static void test_checkpoint(void **state) {
     (void)state;
-    char names[4][GS_DOC_RESOURCE_MAX], err[256];
+    char names[4][GS_KL_RESOURCE_MAX], err[256];
     unsigned n, devs;
     const char *cp = "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{\"nvidia.com/gpu\":[\"GPU-a\",\"GPU-b\"],"
                      "\"gpuslice.io/gpu\":[\"x\"]}},\"Checksum\":1234}";
-    assert_int_equal(gs_doc_checkpoint_parse(cp, strlen(cp), names, 4, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(gs_kl_checkpoint_parse(cp, strlen(cp), names, 4, &n, &devs, err, sizeof(err)), 0);
     assert_int_equal(n, 2);
     assert_int_equal(devs, 3);
     assert_string_equal(names[0], "nvidia.com/gpu");
-    assert_int_equal(gs_doc_checkpoint_parse(cp, strlen(cp), names, 1, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(gs_kl_checkpoint_parse(cp, strlen(cp), names, 1, &n, &devs, err, sizeof(err)), 0);
     assert_int_equal(n, 1);
     const char *empty = "{\"Data\":{\"RegisteredDevices\":null},\"Checksum\":0}";
-    assert_int_equal(gs_doc_checkpoint_parse(empty, strlen(empty), names, 4, &n, &devs, err, sizeof(err)), 0);
+    assert_int_equal(gs_kl_checkpoint_parse(empty, strlen(empty), names, 4, &n, &devs, err, sizeof(err)), 0);
     assert_int_equal(n, 0);
     const char *bad[] = { "", "[]", "{\"Data\":1}", "{\"Data\":{\"RegisteredDevices\":{\"a\":1}}}", "{\"Data\":{\"RegisteredDevices\":{\"a\":[],\"a\":[]}}}" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(gs_doc_checkpoint_parse(bad[i], strlen(bad[i]), names, 4, &n, &devs, err, sizeof(err)), -EINVAL);
+        assert_int_equal(gs_kl_checkpoint_parse(bad[i], strlen(bad[i]), names, 4, &n, &devs, err, sizeof(err)), -EINVAL);
+}
+
+/* The agent's coexistence check: IDs another plugin registered, the resource of NVIDIA's sockets. */
+static void test_checkpoint_foreign_nvidia_resource(void **state) {
+    (void)state;
+    char err[256], first[64] = "";
+    const char *cp = "{\"Data\":{\"RegisteredDevices\":{\"nvidia.com/gpu\":[\"GPU-a\",\"GPU-b\",\"GPU-c\"]}},\"Checksum\":1}";
+    const char *ours[] = { "GPU-a", "GPU-c" };
+    assert_int_equal(gs_kl_checkpoint_foreign(cp, strlen(cp), "nvidia.com/gpu", ours, 2, first, sizeof(first), err,
+                                              sizeof(err)), 1);
+    assert_string_equal(first, "GPU-b");
+    assert_int_equal(gs_kl_checkpoint_foreign(cp, strlen(cp), "nvidia.com/gpu", ours, 0, NULL, 0, err, sizeof(err)), 3);
+    assert_int_equal(gs_kl_checkpoint_foreign(cp, strlen(cp), "nvidia.com/mig-1g.10gb", ours, 0, NULL, 0, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(gs_kl_checkpoint_foreign("[]", 2, "nvidia.com/gpu", ours, 2, NULL, 0, err, sizeof(err)), -EINVAL);
+    char r[64];
+    assert_int_equal(gs_kl_nvidia_resource("nvidia-gpu.sock", r, sizeof(r)), 0);
+    assert_string_equal(r, "nvidia.com/gpu");
+    assert_int_equal(gs_kl_nvidia_resource("nvidia-mig-1g.10gb.sock", r, sizeof(r)), 0);
+    assert_string_equal(r, "nvidia.com/mig-1g.10gb");
+    assert_int_equal(gs_kl_nvidia_resource("nvidia.sock", r, sizeof(r)), 0);
+    assert_string_equal(r, "nvidia.com/gpu");
+    assert_int_equal(gs_kl_nvidia_resource("nvidia-.sock", r, sizeof(r)), -EINVAL);
+    assert_int_equal(gs_kl_nvidia_resource("amd.com_gpu.sock", r, sizeof(r)), -EINVAL);
+    assert_int_equal(gs_kl_nvidia_resource("nvidia-gpu.sock", r, 8), -EINVAL);
 }
 
 static void test_socket_kind_capeff(void **state) {
     (void)state;
-    assert_int_equal(gs_doc_socket_kind("kubelet.sock"), GS_DOC_SOCK_KUBELET);
-    assert_int_equal(gs_doc_socket_kind("gpuslice-nvidia.com_gpu.sock"), GS_DOC_SOCK_OURS);
-    assert_int_equal(gs_doc_socket_kind("nvidia-gpu.sock"), GS_DOC_SOCK_NVIDIA);
-    assert_int_equal(gs_doc_socket_kind("nvidia-mig-1g.10gb.sock"), GS_DOC_SOCK_NVIDIA);
-    assert_int_equal(gs_doc_socket_kind("amd.com_gpu.sock"), GS_DOC_SOCK_OTHER);
-    assert_int_equal(gs_doc_socket_kind("kubelet_internal_checkpoint"), GS_DOC_SOCK_NONE);
+    assert_int_equal(gs_kl_socket_kind("kubelet.sock"), GS_KL_SOCK_KUBELET);
+    assert_int_equal(gs_kl_socket_kind("gpuslice-nvidia.com_gpu.sock"), GS_KL_SOCK_OURS);
+    assert_int_equal(gs_kl_socket_kind("nvidia-gpu.sock"), GS_KL_SOCK_NVIDIA);
+    assert_int_equal(gs_kl_socket_kind("nvidia-mig-1g.10gb.sock"), GS_KL_SOCK_NVIDIA);
+    assert_int_equal(gs_kl_socket_kind("amd.com_gpu.sock"), GS_KL_SOCK_OTHER);
+    assert_int_equal(gs_kl_socket_kind("kubelet_internal_checkpoint"), GS_KL_SOCK_NONE);
     unsigned long long cap;
     const char *st = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\nCapBnd:\t0\n";
     assert_int_equal(gs_doc_capeff_parse(st, strlen(st), &cap), 0);
@@ -187,7 +213,7 @@ static void test_report(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
-        cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint), cmocka_unit_test(test_checkpoint_foreign_nvidia_resource),
         cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
