@@ -102,6 +102,7 @@ static void on_inotify(void *ctx, int fd) {
             if (ev->wd == a->kubelet_wd) {
                 if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && strcmp(ev->name, "kubelet.sock") == 0) {
                     log_info("kubelet.sock was created: the kubelet restarted; registering again");
+                    agent_replan(a, false); /* first: another plugin may serve a resource now (coexist.c) */
                     dp_manager_kubelet_restarted(a->dp);
                 } else if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) {
                     dp_manager_socket_deleted(a->dp, ev->name);

@@ -136,6 +136,7 @@ int agent_replan(struct agent *a, bool log_warnings) {
         log_error("Failed to build the plan: %s", strerror(-r));
         return r;
     }
+    agent_coexist_apply(a, &next); /* resources another plugin serves (refuse: left out) */
     agent_mps_sync(a, &next);
     if (log_warnings)
         for (unsigned i = 0; i < next.n_warnings; i++)

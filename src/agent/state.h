@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "agent/agent.h"
+#include "agent/coexist.h"
 #include "agent/loop.h"
 #include "agent/mps_glue.h"
 #include "agent/publish.h"
@@ -47,6 +48,7 @@ struct agent {
 
     struct agent_mps mps;          /* mps_glue.c */
     struct agent_pub pub;          /* publish.c */
+    struct agent_coexist coexist;  /* coexist.c: resources other plugins serve, as last checked */
     char attribution_error[256];   /* cleanup.c: why PodResources could not be asked, as last logged */
 };
 

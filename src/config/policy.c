@@ -52,7 +52,9 @@ static const char *const ts_resource_keys[] = { "name", "rename", "devices", "re
 static const char *const mps_resource_keys[] = { "name", "rename", "devices", "replicas", "computePerReplica",
                                                  "pinnedMemoryPerReplica", "memoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
-static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", NULL };
+static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", "coexistence", "labels", NULL };
+static const char *const coexistence_keys[] = { "otherPlugin", NULL };
+static const char *const labels_keys[] = { "nvidiaNames", NULL };
 static const char *const gpuslice_mps_keys[] = { "exclusiveProcess", NULL };
 static const char *const mig_keys[] = { "config", "layoutFile", "force", NULL };
 static const char *const rule_keys[] = { "index", "uuid", "model", "mode", "replicas", "resourceName",
@@ -61,6 +63,7 @@ static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod",
 
 /* Same order as the enums in policy.h. */
 static const char *const mig_values[] = { "none", "single", "mixed", NULL };
+static const char *const other_plugin_values[] = { "refuse", "warn", NULL };
 static const char *const id_values[] = { "uuid", "index", NULL };
 static const char *const alloc_values[] = { "distributed", "packed", "fragmentation", NULL };
 static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };
@@ -1106,6 +1109,28 @@ static int parse_gpuslice_mps(struct gs_yaml *y, const yaml_node_t *map, struct 
     return opt_bool(y, map, "gpuslice.mps", "exclusiveProcess", &p->mps_exclusive_process);
 }
 
+/* gpuslice.coexistence: what the agent does beside another device plugin serving one of its
+ * resources (src/agent/coexist.c). */
+static int parse_coexistence(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
+    int r = gs_yaml_check_keys(y, map, "gpuslice.coexistence", coexistence_keys);
+    if (r < 0)
+        return r;
+    const yaml_node_t *node = gs_yaml_map_get(y, map, "otherPlugin");
+    unsigned v = 0;
+    if (node && (r = gs_yaml_enum(y, node, "gpuslice.coexistence.otherPlugin", other_plugin_values, &v)) < 0)
+        return r;
+    p->other_plugin = (enum gs_other_plugin)v;
+    return 0;
+}
+
+/* gpuslice.labels: whether the node labels also carry GPU Feature Discovery's names. */
+static int parse_labels(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
+    int r = gs_yaml_check_keys(y, map, "gpuslice.labels", labels_keys);
+    if (r < 0)
+        return r;
+    return opt_bool(y, map, "gpuslice.labels", "nvidiaNames", &p->labels_nvidia_names);
+}
+
 static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "gpuslice", gpuslice_keys);
     if (r < 0)
@@ -1134,6 +1159,12 @@ static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_p
         return r;
     const yaml_node_t *mps = get_section(y, map, "mps");
     if (mps && (r = parse_gpuslice_mps(y, mps, p)) < 0)
+        return r;
+    const yaml_node_t *coex = get_section(y, map, "coexistence");
+    if (coex && (r = parse_coexistence(y, coex, p)) < 0)
+        return r;
+    const yaml_node_t *labels = get_section(y, map, "labels");
+    if (labels && (r = parse_labels(y, labels, p)) < 0)
         return r;
     return 0;
 }

@@ -71,6 +71,8 @@
 enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
 enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED, GS_ALLOC_FRAGMENTATION };
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
+/* gpuslice.coexistence.otherPlugin: beside another plugin serving one of our resources. */
+enum gs_other_plugin { GS_OTHER_REFUSE = 0, GS_OTHER_WARN };
 enum gs_list_strategy {
     GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3
 };
@@ -152,6 +154,9 @@ struct gs_policy {
     char mig_config[64];                  /* gpuslice.mig.config: "" = the agent leaves MIG alone */
     char mig_layout_file[256];            /* gpuslice.mig.layoutFile: "" = built-in layouts only */
     bool mig_force;                       /* gpuslice.mig.force: destroy instances in use */
+
+    enum gs_other_plugin other_plugin;    /* gpuslice.coexistence.otherPlugin, default refuse */
+    bool labels_nvidia_names;             /* gpuslice.labels.nvidiaNames: GFD's label names too */
 
     unsigned n_ignored_xids;
     unsigned long long ignored_xids[GS_POLICY_MAX_XIDS]; /* default 13, 31, 43, 45, 68, 109 */

@@ -913,6 +913,12 @@ static const struct bad_case bad_cases[] = {
     { "exclusiveProcess bad", "gpuslice:\n  mps:\n    exclusiveProcess: EXCLUSIVE_PROCESS\n",
       "t.yaml:3:23: gpuslice.mps.exclusiveProcess: invalid value 'EXCLUSIVE_PROCESS'; expected true or false (or "
       "yes/no)" },
+    { "otherPlugin bad", "gpuslice:\n  coexistence:\n    otherPlugin: share\n",
+      "t.yaml:3:18: gpuslice.coexistence.otherPlugin: invalid value 'share'; expected one of: refuse, warn" },
+    { "coexistence unknown key", "gpuslice:\n  coexistence:\n    other: warn\n",
+      "t.yaml:3:5: gpuslice.coexistence.other: unknown key 'other'; allowed keys: otherPlugin" },
+    { "labels nvidiaNames bad", "gpuslice:\n  labels:\n    nvidiaNames: both\n",
+      "t.yaml:3:18: gpuslice.labels.nvidiaNames: invalid value 'both'; expected true or false (or yes/no)" },
     /* gpuslice.gpus rules with mode mps */
     { "rule mps without replicas", RULES "    - index: 0\n      mode: mps\n",
       "t.yaml:3:7: gpuslice.gpus[0]: missing required key 'replicas' (2..48) for mode mps" },

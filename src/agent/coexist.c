@@ -1,0 +1,172 @@
+/* coexist.c: another device plugin serving one of our resources (see coexist.h). Who serves what:
+ * a listening nvidia-*.sock serves the nvidia.com/ resource its name gives (NVIDIA's plugin names
+ * its sockets so); a listening socket of another plugin serves the resources the kubelet's
+ * checkpoint registers with device IDs that are not ours (the checkpoint does not say which
+ * socket registered what, so all such sockets are named). Stale sockets serve nothing. */
+#include "agent/coexist.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/state.h"
+#include "kubelet/plugindir.h"
+#include "util/log.h"
+#include "util/util.h"
+
+#define MAX_SOCKETS 64
+
+struct scan {
+    unsigned n_other;
+    char other[AGENT_COEXIST_BY_MAX]; /* the other plugins' listening sockets, ", "-separated */
+};
+
+static void add_conflict(struct agent_coexist *c, const char *resource, const char *by) {
+    for (unsigned i = 0; i < c->n; i++)
+        if (!strcmp(c->c[i].resource, resource))
+            return;
+    if (c->n == GS_PLAN_MAX_RESOURCES)
+        return;
+    gs_strlcpy(c->c[c->n].resource, resource, sizeof(c->c[c->n].resource));
+    gs_strlcpy(c->c[c->n].by, by, sizeof(c->c[c->n].by));
+    c->n++;
+}
+
+static const char *conflict_of(const struct agent_coexist *c, const char *resource) {
+    for (unsigned i = 0; i < c->n; i++)
+        if (!strcmp(c->c[i].resource, resource))
+            return c->c[i].by;
+    return NULL;
+}
+
+/* The plugins' sockets in the directory: NVIDIA's give their resource, the others are listed. */
+static void scan_sockets(const char *dir, const struct gs_plan *plan, struct agent_coexist *found, struct scan *s) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    unsigned seen = 0;
+    while ((e = readdir(d)) && seen < MAX_SOCKETS) {
+        enum gs_kl_socket_kind k = gs_kl_socket_kind(e->d_name);
+        if (k != GS_KL_SOCK_NVIDIA && k != GS_KL_SOCK_OTHER)
+            continue;
+        seen++;
+        char path[PATH_MAX], resource[GS_RESOURCE_NAME_MAX];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
+            continue;
+        if (k == GS_KL_SOCK_NVIDIA &&
+            (gs_kl_nvidia_resource(e->d_name, resource, sizeof(resource)) < 0 || !gs_plan_resource(plan, resource)))
+            continue;
+        int err;
+        if (gs_kl_socket_probe(path, &err) != GS_KL_SOCK_LISTENING)
+            continue;
+        if (k == GS_KL_SOCK_NVIDIA) {
+            char by[AGENT_COEXIST_BY_MAX];
+            snprintf(by, sizeof(by), "%.120s (NVIDIA's device plugin)", e->d_name);
+            add_conflict(found, resource, by);
+        } else {
+            size_t n = strlen(s->other);
+            if (n + strlen(e->d_name) + 3 < sizeof(s->other))
+                snprintf(s->other + n, sizeof(s->other) - n, "%s%s", n ? ", " : "", e->d_name);
+            s->n_other++;
+        }
+    }
+    closedir(d);
+}
+
+/* With other plugins listening: the plan's resources that the checkpoint registers with IDs of
+ * devices that are not ours. */
+static void scan_checkpoint(const char *dir, const struct gs_plan *plan, const struct scan *s,
+                            struct agent_coexist *found) {
+    char path[PATH_MAX];
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    if (snprintf(path, sizeof(path), "%s/%s", dir, GS_KL_CHECKPOINT_NAME) >= (int)sizeof(path) ||
+        gs_read_file(path, GS_KL_CHECKPOINT_MAX, &text, &len) < 0)
+        return;
+    for (unsigned i = 0; i < plan->n_resources; i++) {
+        const struct gs_resource *r = &plan->resources[i];
+        if (conflict_of(found, r->name))
+            continue;
+        const char **ours = calloc(r->n_devices + 1, sizeof(*ours));
+        if (!ours)
+            return;
+        for (unsigned k = 0; k < r->n_devices; k++)
+            ours[k] = r->devices[k].id;
+        char first[GS_DEVICE_ID_MAX], err[256];
+        int n = gs_kl_checkpoint_foreign(text, len, r->name, ours, r->n_devices, first, sizeof(first), err,
+                                         sizeof(err));
+        free(ours);
+        if (n == -EINVAL) {
+            log_warn("Cannot read %s: %s; other device plugins (%s) are not checked against it", path, err, s->other);
+            return;
+        }
+        if (n > 0) {
+            char by[AGENT_COEXIST_BY_MAX];
+            int w = snprintf(by, sizeof(by), "another device plugin (listening: %.60s; the kubelet's checkpoint "
+                             "registers %d device(s) not ours, e.g. %.40s)", s->other, n, first);
+            (void)w; /* at most ~210 bytes: never truncated */
+            add_conflict(found, r->name, by);
+        }
+    }
+}
+
+static void log_changes(const struct agent_coexist *old, const struct agent_coexist *now, bool refuse) {
+    for (unsigned i = 0; i < now->n; i++) {
+        const char *was = conflict_of(old, now->c[i].resource);
+        if (was && !strcmp(was, now->c[i].by))
+            continue;
+        if (refuse)
+            log_warn("%s is served by %s: gpuslice does not register it while that plugin serves it (two plugins "
+                     "would double-count the devices); turn the other plugin off (docs/operator.md), or set "
+                     "gpuslice.coexistence.otherPlugin: warn",
+                     now->c[i].resource, now->c[i].by);
+        else
+            log_warn("%s is also served by %s: both register it and the kubelet keeps the last registration "
+                     "(gpuslice.coexistence.otherPlugin: warn); turn the other plugin off (docs/operator.md)",
+                     now->c[i].resource, now->c[i].by);
+    }
+    for (unsigned i = 0; i < old->n; i++)
+        if (!conflict_of(now, old->c[i].resource))
+            log_info("%s is no longer served by %s%s", old->c[i].resource, old->c[i].by,
+                     refuse ? ": gpuslice registers it" : "");
+}
+
+/* Removes resource i from the plan; the GPUs' resource pointers follow the array. */
+static void drop(struct gs_plan *plan, unsigned i) {
+    const char *gone = plan->resources[i].name;
+    for (unsigned g = 0; g < plan->n_gpus; g++) {
+        const char *p = plan->gpus[g].resource;
+        if (!p)
+            continue;
+        size_t k = (size_t)(p - (const char *)plan->resources) / sizeof(plan->resources[0]);
+        if (p == gone)
+            plan->gpus[g].resource = NULL;
+        else if (k > i)
+            plan->gpus[g].resource = plan->resources[k - 1].name;
+    }
+    free(plan->resources[i].devices);
+    memmove(&plan->resources[i], &plan->resources[i + 1],
+            (plan->n_resources - i - 1) * sizeof(plan->resources[0]));
+    plan->n_resources--;
+}
+
+void agent_coexist_apply(struct agent *a, struct gs_plan *plan) {
+    struct agent_coexist *found = calloc(1, sizeof(*found));
+    if (!found)
+        return;
+    struct scan s = { 0 };
+    scan_sockets(a->o->kubelet_dir, plan, found, &s);
+    if (s.n_other)
+        scan_checkpoint(a->o->kubelet_dir, plan, &s, found);
+    bool refuse = a->policy->other_plugin == GS_OTHER_REFUSE;
+    log_changes(&a->coexist, found, refuse);
+    a->coexist = *found;
+    free(found);
+    for (unsigned i = plan->n_resources; refuse && i-- > 0;)
+        if (conflict_of(&a->coexist, plan->resources[i].name))
+            drop(plan, i);
+}

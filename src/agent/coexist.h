@@ -1,0 +1,28 @@
+/* coexist.h: another device plugin on the node (NVIDIA's k8s-device-plugin, or any plugin not
+ * ours) that serves a resource gpuslice would serve. Checked at every replan (the start, the loop's
+ * tick, a kubelet restart, a policy reload): each such resource is named in a warning, and under
+ * gpuslice.coexistence.otherPlugin: refuse (the default) left out of the plan, so that gpuslice
+ * does not register it while the other serves it and takes it over when the other goes. */
+#ifndef GS_AGENT_COEXIST_H
+#define GS_AGENT_COEXIST_H
+
+#include "core/plan.h"
+
+struct agent;
+
+#define AGENT_COEXIST_BY_MAX 256
+
+struct agent_coexist {
+    unsigned n;                    /* resources another plugin serves, as last checked */
+    struct {
+        char resource[GS_RESOURCE_NAME_MAX];
+        char by[AGENT_COEXIST_BY_MAX]; /* who: "nvidia-gpu.sock (NVIDIA's device plugin)", ... */
+    } c[GS_PLAN_MAX_RESOURCES];
+};
+
+/* Looks at the device-plugins directory (and the kubelet's checkpoint) for plugins serving one of
+ * plan's resources, logs what changed since the last check, and under refuse removes those
+ * resources from plan (a plan just built, not yet served). */
+void agent_coexist_apply(struct agent *a, struct gs_plan *plan);
+
+#endif

@@ -1,0 +1,136 @@
+"""The agent beside another device plugin (src/agent/coexist.c): a fake NVIDIA plugin (the
+emulator's self-test plugin on nvidia-gpu.sock, registering nvidia.com/gpu), and a plugin of
+another name whose resource only the kubelet's checkpoint tells. Under
+gpuslice.coexistence.otherPlugin: refuse (the default) gpuslice does not register a resource the
+other serves, and does once it is gone; under warn both register, with a warning.
+
+Run: /usr/bin/python3 -m pytest -q tests/integration/test_agent_coexist.py"""
+import json
+import os
+import socket
+import stat
+import time
+
+from agent_harness import POLL_MS, T4X2, WHOLE, h, ids  # noqa: F401 (h: the fixture)
+from test_emulator import FakePlugin
+
+GPU = "nvidia.com/gpu"
+OURS = "gpuslice-nvidia.com_gpu.sock"
+
+
+def fake(h, endpoint="nvidia-gpu.sock", devices=("GPU-fake-0", "GPU-fake-1")):
+    p = FakePlugin(h.kdir, resource=GPU, endpoint=endpoint, devices=devices).serve()
+    p.register()
+    return p
+
+
+def gone(p):
+    """The plugin stops and removes its socket, as NVIDIA's does on exit."""
+    p.stop()
+    if os.path.lexists(p.socket_path):
+        os.unlink(p.socket_path)
+
+
+def ours(h):
+    return [r for r in h.kubelet.registrations if r.resource_name == GPU and r.endpoint == OURS]
+
+
+def polls(n):
+    time.sleep(n * POLL_MS / 1000)
+
+
+def test_refuse_while_nvidia_serves_then_take_over(h):
+    node = h.node(T4X2)
+    other = fake(h)
+    try:
+        a = h.agent(node, WHOLE)
+        line = a.wait_log(r"nvidia.com/gpu is served by nvidia-gpu.sock \(NVIDIA's device plugin\): gpuslice "
+                          r"does not register it")
+        assert "[warn]" in line.lower() or "warn" in line.lower()
+        polls(8)
+        assert a.alive()
+        assert ours(h) == [], "gpuslice registered a resource NVIDIA's plugin serves"
+        assert not os.path.exists(os.path.join(h.kdir, OURS))
+        assert ids(h.latest(GPU)) == ["GPU-fake-0", "GPU-fake-1"]
+    finally:
+        gone(other)
+    a.wait_log(r"nvidia.com/gpu is no longer served by nvidia-gpu.sock .*: gpuslice registers it", timeout=5)
+    reg = h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
+    assert reg.endpoint == OURS
+    assert ids(h.latest(GPU)) == sorted(node.uuids())
+
+
+def test_withdraws_when_nvidia_starts_later(h):
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=[GPU])
+    assert len(ours(h)) == 1
+    other = fake(h)
+    try:
+        a.wait_log(r"nvidia.com/gpu is served by nvidia-gpu.sock", timeout=5)
+        a.wait_log(r"Withdrawing nvidia.com/gpu", timeout=5)
+        polls(4)
+        assert not os.path.exists(os.path.join(h.kdir, OURS))
+        assert len(ours(h)) == 1, "registered again while NVIDIA's plugin serves"
+    finally:
+        gone(other)
+    h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
+    assert len(ours(h)) == 2
+
+
+def test_warn_registers_beside_it(h):
+    node = h.node(T4X2)
+    other = fake(h)
+    try:
+        a = h.agent(node, WHOLE + "gpuslice:\n  coexistence:\n    otherPlugin: warn\n")
+        a.wait_log(r"nvidia.com/gpu is also served by nvidia-gpu.sock \(NVIDIA's device plugin\): both register it")
+        reg = h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
+        assert reg.endpoint == OURS
+        names = [r.endpoint for r in h.kubelet.registrations if r.resource_name == GPU and r.ok]
+        assert names == ["nvidia-gpu.sock", OURS]
+    finally:
+        gone(other)
+
+
+def checkpoint(h, registered):
+    with open(os.path.join(h.kdir, "kubelet_internal_checkpoint"), "w") as f:
+        json.dump({"Data": {"PodDeviceEntries": None, "RegisteredDevices": registered}, "Checksum": 1}, f)
+
+
+def test_other_plugin_named_by_the_checkpoint(h):
+    node = h.node(T4X2)
+    other = fake(h, endpoint="vendor-gpu.sock")
+    checkpoint(h, {GPU: ["GPU-fake-0", "GPU-fake-1"]})
+    try:
+        a = h.agent(node, WHOLE)
+        line = a.wait_log(r"nvidia.com/gpu is served by another device plugin \(listening: vendor-gpu.sock; ")
+        assert "GPU-fake-0" in line
+        polls(6)
+        assert ours(h) == []
+    finally:
+        gone(other)
+    h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
+
+
+def test_checkpoint_of_our_own_devices_is_no_conflict(h):
+    """A plugin of another resource beside a checkpoint that registers our own devices (gpuslice's
+    last run): gpuslice registers."""
+    node = h.node(T4X2)
+    other = FakePlugin(h.kdir, resource="example.com/fpga", endpoint="fpga.sock").serve()
+    other.register()
+    checkpoint(h, {GPU: sorted(node.uuids()), "example.com/fpga": ["dev-0", "dev-1"]})
+    try:
+        a = h.agent(node, WHOLE, resources=[GPU])
+        assert "served by" not in a.log()
+    finally:
+        gone(other)
+
+
+def test_stale_nvidia_socket_is_no_conflict(h):
+    node = h.node(T4X2)
+    path = os.path.join(h.kdir, "nvidia-gpu.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()  # the socket file stays, nothing listens (a plugin that was killed)
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    a = h.agent(node, WHOLE, resources=[GPU])
+    assert "served by" not in a.log()
