@@ -149,18 +149,26 @@ int gs_cdi_conflicts(const char *kind, const char *const *names, size_t n, const
         snprintf(msg, msglen, "%s: not a CDI spec (no kind or no devices)", file);
         found = -EINVAL;
     } else if (!strcmp(their, kind)) {
+        /* Each of our names counts once, however often the other spec lists it. */
+        bool *seen = calloc(n ? n : 1, sizeof(*seen));
+        if (!seen) {
+            yaml_document_delete(&doc);
+            return -ENOMEM;
+        }
         size_t off = (size_t)snprintf(msg, msglen, "%s: defines", file);
         for (yaml_node_item_t *it = devs->data.sequence.items.start; it < devs->data.sequence.items.top; it++) {
             const char *name = yaml_get(&doc, yaml_document_get_node(&doc, *it), "name", NULL);
             for (size_t i = 0; name && i < n; i++) {
-                if (strcmp(name, names[i]))
+                if (seen[i] || strcmp(name, names[i]))
                     continue;
+                seen[i] = true;
                 if (found < 4 && off < msglen)
                     off += (size_t)snprintf(msg + off, msglen - off, "%s %s=%s", found ? "," : "", kind, name);
                 found++;
                 break;
             }
         }
+        free(seen);
         if (off < msglen)
             snprintf(msg + off, msglen - off, "%s (%d of our devices)", found > 4 ? ", ..." : "", found);
         if (!found)

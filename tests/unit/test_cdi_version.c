@@ -75,8 +75,20 @@ static void test_device_names(void **state) {
     assert_int_equal(gs_cdi_device_names("[]", &names, &n), -EINVAL);
 }
 
+/* A spec that lists one of our names several times counts it once (fuzz_cdiconflicts found 5 of
+ * our 4 devices). */
+static void test_conflicts_count_each_name_once(void **state) {
+    (void)state;
+    static const char *const names[] = { "0", "1" };
+    const char *text = "kind: gpuslice.io/gpu\ndevices:\n  - name: \"1\"\n  - name: \"1\"\n  - name: \"1\"\n";
+    char msg[256];
+    assert_int_equal(gs_cdi_conflicts("gpuslice.io/gpu", names, 2, "x.yaml", text, strlen(text), msg, sizeof(msg)), 1);
+    assert_string_equal(msg, "x.yaml: defines gpuslice.io/gpu=1 (1 of our devices)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conflicts_count_each_name_once),
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_conflicts),
         cmocka_unit_test(test_device_names),
