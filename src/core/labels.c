@@ -1,4 +1,6 @@
-/* labels.c: GPU Feature Discovery-compatible node labels from a plan. */
+/* labels.c: node labels from a plan, under gpuslice.io/ (GPU Feature Discovery's names with
+ * nvidia.com/ replaced), and GFD's own names too with gpuslice.labels.nvidiaNames. The labels are
+ * built under GFD's names, then renamed when written. */
 #include "core/labels.h"
 
 #include <ctype.h>
@@ -19,7 +21,7 @@ struct label {
 };
 
 struct labels {
-    unsigned n;
+    unsigned n, cap;
     struct label *l;
 };
 
@@ -42,7 +44,7 @@ static void sanitize(const char *in, char *out) {
 
 static void add(struct labels *ls, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void add(struct labels *ls, const char *key, const char *fmt, ...) {
-    if (ls->n == MAX_LABELS)
+    if (ls->n == ls->cap)
         return;
     char raw[256];
     va_list ap;
@@ -127,13 +129,35 @@ static void resource_labels(struct labels *ls, const struct gs_inventory *inv, c
     }
 }
 
+#define NVIDIA_PREFIX "nvidia.com/"
+#define OUR_PREFIX "gpuslice.io/"
+
+/* The labels as written: each nvidia.com/ key under gpuslice.io/, and with nvidia_names also as
+ * it is, except nvidia.com/mig.config*, the label NVIDIA's MIG manager acts on, which gpuslice
+ * never writes; other keys (resources of another domain) as they are. */
+static void rename_labels(const struct labels *in, struct labels *out, bool nvidia_names) {
+    for (unsigned i = 0; i < in->n; i++) {
+        const struct label *l = &in->l[i];
+        size_t np = strlen(NVIDIA_PREFIX);
+        if (strncmp(l->key, NVIDIA_PREFIX, np)) {
+            add(out, l->key, "%s", l->value);
+            continue;
+        }
+        char key[KEY_MAX];
+        snprintf(key, sizeof(key), "%s%.*s", OUR_PREFIX, KEY_MAX - (int)sizeof(OUR_PREFIX), l->key + np);
+        add(out, key, "%s", l->value);
+        if (nvidia_names && strncmp(l->key + np, "mig.config", 10))
+            add(out, l->key, "%s", l->value);
+    }
+}
+
 static int cmp_label(const void *a, const void *b) {
     return strcmp(((const struct label *)a)->key, ((const struct label *)b)->key);
 }
 
 int gs_labels_format(const struct gs_inventory *inv, const struct gs_policy *policy, const struct gs_plan *plan,
                      const char *mig_state, char *buf, size_t len) {
-    struct labels ls = { 0, calloc(MAX_LABELS, sizeof(struct label)) };
+    struct labels ls = { 0, MAX_LABELS, calloc(MAX_LABELS, sizeof(struct label)) };
     if (!ls.l)
         return -ENOMEM;
     for (unsigned i = 0; i < plan->n_resources; i++)
@@ -171,17 +195,24 @@ int gs_labels_format(const struct gs_inventory *inv, const struct gs_policy *pol
         add(&ls, "nvidia.com/cuda.runtime-version.full", "%d.%d", cmaj, cmin);
     }
 
-    qsort(ls.l, ls.n, sizeof(*ls.l), cmp_label);
+    struct labels out = { 0, 2 * MAX_LABELS, calloc(2 * MAX_LABELS, sizeof(struct label)) };
+    if (!out.l) {
+        free(ls.l);
+        return -ENOMEM;
+    }
+    rename_labels(&ls, &out, policy->labels_nvidia_names);
+    free(ls.l);
+    qsort(out.l, out.n, sizeof(*out.l), cmp_label);
     size_t off = 0;
     int rc = 0;
-    for (unsigned i = 0; i < ls.n; i++) {
-        int w = snprintf(buf + off, len - off, "%s=%s\n", ls.l[i].key, ls.l[i].value);
+    for (unsigned i = 0; i < out.n; i++) {
+        int w = snprintf(buf + off, len - off, "%s=%s\n", out.l[i].key, out.l[i].value);
         if (w < 0 || (size_t)w >= len - off) {
             rc = -ENOSPC;
             break;
         }
         off += (size_t)w;
     }
-    free(ls.l);
+    free(out.l);
     return rc < 0 ? rc : (int)off;
 }

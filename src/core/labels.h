@@ -1,6 +1,8 @@
 /* labels.h: the node labels gpuslice publishes through Node Feature Discovery's local source
- * (a features.d file of key=value lines), named like GPU Feature Discovery's so existing node
- * selectors keep working. Pure: built from the inventory, the policy and the plan. */
+ * (a features.d file of key=value lines): GPU Feature Discovery's names under gpuslice.io/
+ * (gpuslice.io/gpu.count, ...), so they do not collide with GFD's or instruct NVIDIA's MIG
+ * manager; with gpuslice.labels.nvidiaNames also GFD's nvidia.com/ names (never
+ * nvidia.com/mig.config). Pure: built from the inventory, the policy and the plan. */
 #ifndef GS_LABELS_H
 #define GS_LABELS_H
 

@@ -601,7 +601,7 @@ def test_agent_runs_with_rendered_pod(pods, name):
     deadline = time.monotonic() + 5
     while not os.path.exists(features) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "nvidia.com/gpu.count=2" in read(features).splitlines()
+    assert "gpuslice.io/gpu.count=2" in read(features).splitlines()
     pod.proc.send_signal(signal.SIGTERM)
     assert pod.proc.wait(10) == 0, pod.log()
 

@@ -982,19 +982,19 @@ def test_labels_time_slicing_then_reload(h):
     a = h.agent(node, ts_policy(4), resources=["nvidia.com/gpu"])
     _wait(lambda: os.path.exists(a.features), 5, "features file not written", a)
     l = _labels(a.features)
-    assert l["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
-    assert l["nvidia.com/gpu.count"] == "2" and l["nvidia.com/gpu.replicas"] == "4"
-    assert l["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
-    assert l["nvidia.com/gpu.memory"] == "15360" and l["nvidia.com/gpu.family"] == "turing"
-    assert l["nvidia.com/gpu.compute.major"] == "7" and l["nvidia.com/gpu.compute.minor"] == "5"
-    assert l["nvidia.com/mig.capable"] == "false" and l["nvidia.com/mig.strategy"] == "none"
-    assert l["nvidia.com/cuda.driver-version.full"] == "580.65.06"
-    assert l["nvidia.com/cuda.runtime-version.full"] == "13.0"
+    assert l["gpuslice.io/gpu.product"] == "Tesla-T4-SHARED"
+    assert l["gpuslice.io/gpu.count"] == "2" and l["gpuslice.io/gpu.replicas"] == "4"
+    assert l["gpuslice.io/gpu.sharing-strategy"] == "time-slicing"
+    assert l["gpuslice.io/gpu.memory"] == "15360" and l["gpuslice.io/gpu.family"] == "turing"
+    assert l["gpuslice.io/gpu.compute.major"] == "7" and l["gpuslice.io/gpu.compute.minor"] == "5"
+    assert l["gpuslice.io/mig.capable"] == "false" and l["gpuslice.io/mig.strategy"] == "none"
+    assert l["gpuslice.io/cuda.driver-version.full"] == "580.65.06"
+    assert l["gpuslice.io/cuda.runtime-version.full"] == "13.0"
     h.write("policy.yaml", WHOLE)
     a.signal(signal.SIGHUP)
-    _wait(lambda: _labels(a.features).get("nvidia.com/gpu.replicas") == "1", 5, "labels not updated on reload", a)
+    _wait(lambda: _labels(a.features).get("gpuslice.io/gpu.replicas") == "1", 5, "labels not updated on reload", a)
     l = _labels(a.features)
-    assert l["nvidia.com/gpu.product"] == "Tesla-T4" and l["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert l["gpuslice.io/gpu.product"] == "Tesla-T4" and l["gpuslice.io/gpu.sharing-strategy"] == "none"
 
 
 def test_labels_mig_layout_state(h):
@@ -1003,15 +1003,15 @@ def test_labels_mig_layout_state(h):
     a = h.agent(node, policy, resources=["nvidia.com/mig-1g.10gb", "nvidia.com/gpu"],
                 extra=["--mig-status-file", os.path.join(h.base, "mig.json")])
     _wait(lambda: os.path.exists(a.features) and
-          _labels(a.features).get("nvidia.com/mig.config.state") == "success", 10, "MIG state label", a)
+          _labels(a.features).get("gpuslice.io/mig.config.state") == "success", 10, "MIG state label", a)
     l = _labels(a.features)
-    assert l["nvidia.com/mig.config"] == "all-balanced" and l["nvidia.com/mig.strategy"] == "mixed"
-    assert l["nvidia.com/mig.capable"] == "true"
+    assert l["gpuslice.io/mig.config"] == "all-balanced" and l["gpuslice.io/mig.strategy"] == "mixed"
+    assert l["gpuslice.io/mig.capable"] == "true"
     # all-balanced on an H100-80GB: 2 x 1g.10gb, 1 x 2g.20gb, 1 x 3g.40gb per GPU, 4 H100s
-    assert l["nvidia.com/mig-1g.10gb.count"] == "8" and l["nvidia.com/mig-3g.40gb.count"] == "4"
-    assert l["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
-    assert l["nvidia.com/mig-1g.10gb.slices.gi"] == "1" and l["nvidia.com/mig-3g.40gb.slices.ci"] == "3"
-    assert l["nvidia.com/gpu.product"] == "NVIDIA-L4" and l["nvidia.com/gpu.count"] == "2"
+    assert l["gpuslice.io/mig-1g.10gb.count"] == "8" and l["gpuslice.io/mig-3g.40gb.count"] == "4"
+    assert l["gpuslice.io/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert l["gpuslice.io/mig-1g.10gb.slices.gi"] == "1" and l["gpuslice.io/mig-3g.40gb.slices.ci"] == "3"
+    assert l["gpuslice.io/gpu.product"] == "NVIDIA-L4" and l["gpuslice.io/gpu.count"] == "2"
     text = _scrape(a)
     mig = [k for k in _samples(text) if k.startswith("gpuslice_mig_device_memory_bytes{")]
     assert len(mig) == 16 and sum('GPU_I_PROFILE="1g.10gb"' in k for k in mig) == 8
@@ -1038,7 +1038,7 @@ def test_apply_labels_match_agent(h):
     assert p.returncode == 0, p.stderr
     with open(a.features) as f:
         assert p.stdout == f.read()
-    assert _labels(a.features)["nvidia.com/gpu.shared.product"] == "NVIDIA-L4"
+    assert _labels(a.features)["gpuslice.io/gpu.shared.product"] == "NVIDIA-L4"
 
 
 # ------------------------------------------------------------------------------- Prometheus metrics

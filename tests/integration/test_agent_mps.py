@@ -91,8 +91,8 @@ def test_daemon_per_gpu_with_environment_and_defaults(h):
         assert "get_default_active_thread_percentage" in cmds
     assert os.stat(os.path.join(root, "shm")).st_mode & 0o1777 == 0o1777
     labels = open(a.features).read()
-    assert "nvidia.com/mps.capable=true" in labels and "nvidia.com/gpu.sharing-strategy=mps" in labels
-    assert "nvidia.com/gpu.count=2" in labels and "nvidia.com/gpu.replicas=4" in labels
+    assert "gpuslice.io/mps.capable=true" in labels and "gpuslice.io/gpu.sharing-strategy=mps" in labels
+    assert "gpuslice.io/gpu.count=2" in labels and "gpuslice.io/gpu.replicas=4" in labels
     running = [f'gpuslice_mps_daemon_state{{UUID="{uuid}",state="running"}}' for uuid in u]
     _wait(lambda: all(_samples(_scrape(a)).get(k) == 1 for k in running), 5, "daemons not running in the metrics", a)
 

@@ -69,31 +69,31 @@ static void test_time_slicing(void **state) {
     fx_gpu(inv, H100, FX_HOPPER, 9, 0, 80);
     char *text = labels(inv, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
                              "    - name: nvidia.com/gpu\n      replicas: 4\n", NULL);
-    assert_string_equal(text, "nvidia.com/cuda.driver-version.full=550.54.15\n"
-                              "nvidia.com/cuda.driver-version.major=550\n"
-                              "nvidia.com/cuda.driver-version.minor=54\n"
-                              "nvidia.com/cuda.driver-version.revision=15\n"
-                              "nvidia.com/cuda.runtime-version.full=12.4\n"
-                              "nvidia.com/cuda.runtime-version.major=12\n"
-                              "nvidia.com/cuda.runtime-version.minor=4\n"
-                              "nvidia.com/gpu.compute.major=9\n"
-                              "nvidia.com/gpu.compute.minor=0\n"
-                              "nvidia.com/gpu.count=2\n"          /* GPUs, not the 8 replicas */
-                              "nvidia.com/gpu.family=hopper\n"
-                              "nvidia.com/gpu.memory=81920\n"     /* MiB */
-                              "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED\n"
-                              "nvidia.com/gpu.replicas=4\n"
-                              "nvidia.com/gpu.sharing-strategy=time-slicing\n"
-                              "nvidia.com/mig.capable=false\n"
-                              "nvidia.com/mig.strategy=none\n"
-                              "nvidia.com/mps.capable=false\n");
+    assert_string_equal(text, "gpuslice.io/cuda.driver-version.full=550.54.15\n"
+                              "gpuslice.io/cuda.driver-version.major=550\n"
+                              "gpuslice.io/cuda.driver-version.minor=54\n"
+                              "gpuslice.io/cuda.driver-version.revision=15\n"
+                              "gpuslice.io/cuda.runtime-version.full=12.4\n"
+                              "gpuslice.io/cuda.runtime-version.major=12\n"
+                              "gpuslice.io/cuda.runtime-version.minor=4\n"
+                              "gpuslice.io/gpu.compute.major=9\n"
+                              "gpuslice.io/gpu.compute.minor=0\n"
+                              "gpuslice.io/gpu.count=2\n"          /* GPUs, not the 8 replicas */
+                              "gpuslice.io/gpu.family=hopper\n"
+                              "gpuslice.io/gpu.memory=81920\n"     /* MiB */
+                              "gpuslice.io/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED\n"
+                              "gpuslice.io/gpu.replicas=4\n"
+                              "gpuslice.io/gpu.sharing-strategy=time-slicing\n"
+                              "gpuslice.io/mig.capable=false\n"
+                              "gpuslice.io/mig.strategy=none\n"
+                              "gpuslice.io/mps.capable=false\n");
     free(text);
     /* Renamed replicas (gpu.shared) keep the product name as it is. */
     text = labels(inv, "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
                        "    - name: nvidia.com/gpu\n      replicas: 2\n", NULL);
-    assert_true(fx_has_line(text, "nvidia.com/gpu.shared.product=NVIDIA-H100-80GB-HBM3"));
-    assert_true(fx_has_line(text, "nvidia.com/gpu.shared.replicas=2"));
-    assert_null(strstr(text, "nvidia.com/gpu.product"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.shared.product=NVIDIA-H100-80GB-HBM3"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.shared.replicas=2"));
+    assert_null(strstr(text, "gpuslice.io/gpu.product"));
     free(text);
     free(inv);
 }
@@ -103,22 +103,22 @@ static void test_no_gpus(void **state) {
     (void)state;
     struct gs_inventory *inv = fx_node("", 0);
     char *text = labels(inv, "version: v1\n", NULL);
-    assert_string_equal(text, "nvidia.com/mig.capable=false\nnvidia.com/mig.strategy=none\nnvidia.com/mps.capable=false\n");
+    assert_string_equal(text, "gpuslice.io/mig.capable=false\ngpuslice.io/mig.strategy=none\ngpuslice.io/mps.capable=false\n");
     free(text);
     /* A two-part driver version has revision 00; the CUDA version 13.0. */
     free(inv);
     inv = fx_node("580.65", 13000);
     text = labels(inv, "version: v1\n", NULL);
-    assert_string_equal(text, "nvidia.com/cuda.driver-version.full=580.65\n"
-                              "nvidia.com/cuda.driver-version.major=580\n"
-                              "nvidia.com/cuda.driver-version.minor=65\n"
-                              "nvidia.com/cuda.driver-version.revision=00\n"
-                              "nvidia.com/cuda.runtime-version.full=13.0\n"
-                              "nvidia.com/cuda.runtime-version.major=13\n"
-                              "nvidia.com/cuda.runtime-version.minor=0\n"
-                              "nvidia.com/mig.capable=false\n"
-                              "nvidia.com/mig.strategy=none\n"
-                              "nvidia.com/mps.capable=false\n");
+    assert_string_equal(text, "gpuslice.io/cuda.driver-version.full=580.65\n"
+                              "gpuslice.io/cuda.driver-version.major=580\n"
+                              "gpuslice.io/cuda.driver-version.minor=65\n"
+                              "gpuslice.io/cuda.driver-version.revision=00\n"
+                              "gpuslice.io/cuda.runtime-version.full=13.0\n"
+                              "gpuslice.io/cuda.runtime-version.major=13\n"
+                              "gpuslice.io/cuda.runtime-version.minor=0\n"
+                              "gpuslice.io/mig.capable=false\n"
+                              "gpuslice.io/mig.strategy=none\n"
+                              "gpuslice.io/mps.capable=false\n");
     free(text);
     free(inv);
 }
@@ -136,17 +136,17 @@ static void test_mig_mixed(void **state) {
     const char *mixed = "version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: all-balanced\n";
     char *text = labels(inv, mixed, NULL);
     const char *want[] = {
-        "nvidia.com/gpu.count=2", "nvidia.com/gpu.family=ada-lovelace", "nvidia.com/gpu.compute.major=8",
-        "nvidia.com/gpu.compute.minor=9", "nvidia.com/gpu.memory=24576", "nvidia.com/gpu.product=NVIDIA-L4",
-        "nvidia.com/gpu.replicas=1", "nvidia.com/gpu.sharing-strategy=none",
-        "nvidia.com/mig-1g.10gb.count=2", "nvidia.com/mig-1g.10gb.family=hopper",
-        "nvidia.com/mig-1g.10gb.memory=9856", "nvidia.com/mig-1g.10gb.multiprocessors=16",
-        "nvidia.com/mig-1g.10gb.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
-        "nvidia.com/mig-1g.10gb.replicas=1", "nvidia.com/mig-1g.10gb.sharing-strategy=none",
-        "nvidia.com/mig-1g.10gb.slices.ci=1", "nvidia.com/mig-1g.10gb.slices.gi=1",
-        "nvidia.com/mig-3g.40gb.count=1", "nvidia.com/mig-3g.40gb.memory=40192",
-        "nvidia.com/mig-3g.40gb.multiprocessors=60", "nvidia.com/mig-3g.40gb.slices.gi=3",
-        "nvidia.com/mig.capable=true", "nvidia.com/mig.config=all-balanced", "nvidia.com/mig.strategy=mixed",
+        "gpuslice.io/gpu.count=2", "gpuslice.io/gpu.family=ada-lovelace", "gpuslice.io/gpu.compute.major=8",
+        "gpuslice.io/gpu.compute.minor=9", "gpuslice.io/gpu.memory=24576", "gpuslice.io/gpu.product=NVIDIA-L4",
+        "gpuslice.io/gpu.replicas=1", "gpuslice.io/gpu.sharing-strategy=none",
+        "gpuslice.io/mig-1g.10gb.count=2", "gpuslice.io/mig-1g.10gb.family=hopper",
+        "gpuslice.io/mig-1g.10gb.memory=9856", "gpuslice.io/mig-1g.10gb.multiprocessors=16",
+        "gpuslice.io/mig-1g.10gb.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+        "gpuslice.io/mig-1g.10gb.replicas=1", "gpuslice.io/mig-1g.10gb.sharing-strategy=none",
+        "gpuslice.io/mig-1g.10gb.slices.ci=1", "gpuslice.io/mig-1g.10gb.slices.gi=1",
+        "gpuslice.io/mig-3g.40gb.count=1", "gpuslice.io/mig-3g.40gb.memory=40192",
+        "gpuslice.io/mig-3g.40gb.multiprocessors=60", "gpuslice.io/mig-3g.40gb.slices.gi=3",
+        "gpuslice.io/mig.capable=true", "gpuslice.io/mig.config=all-balanced", "gpuslice.io/mig.strategy=mixed",
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (!fx_has_line(text, want[i]))
@@ -159,12 +159,45 @@ static void test_mig_mixed(void **state) {
     for (size_t i = 0; i < 3; i++) {
         text = labels(inv, mixed, states[i][0]);
         char line[128];
-        snprintf(line, sizeof(line), "nvidia.com/mig.config.state=%s", states[i][1]);
+        snprintf(line, sizeof(line), "gpuslice.io/mig.config.state=%s", states[i][1]);
         assert_true(fx_has_line(text, line));
         free(text);
     }
     /* Without a layout in the policy, a state is not published. */
     text = labels(inv, "version: v1\nflags:\n  migStrategy: mixed\n", "applied");
+    assert_null(strstr(text, "nvidia.com/mig.config"));
+    assert_null(strstr(text, "gpuslice.io/mig.config"));
+    free(text);
+    free(inv);
+}
+
+/* gpuslice.io/ names only by default; gpuslice.labels.nvidiaNames adds GFD's nvidia.com/ names,
+ * except nvidia.com/mig.config, on which NVIDIA's MIG manager acts. */
+static void test_nvidia_names(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("550.54.15", 12040);
+    fx_gpu(inv, H100, FX_HOPPER, 9, 0, 80);
+    fx_gpu(inv, H100, FX_HOPPER, 9, 0, 80);
+    const char *mig = "version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  mig:\n    config: all-disabled\n";
+    char *text = labels(inv, mig, "applied");
+    assert_null(strstr(text, "nvidia.com/"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.count=2"));
+    assert_true(fx_has_line(text, "gpuslice.io/mig.config=all-disabled"));
+    assert_true(fx_has_line(text, "gpuslice.io/mig.config.state=success"));
+    free(text);
+    char both[512];
+    snprintf(both, sizeof(both), "%s  labels:\n    nvidiaNames: true\n", mig);
+    text = labels(inv, both, "applied");
+    static const char *const pairs[] = { "gpu.count=2", "gpu.product=NVIDIA-H100-80GB-HBM3", "gpu.replicas=1",
+                                         "mig.capable=false", "mig.strategy=mixed", "cuda.driver-version.full=550.54.15" };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        char a[128], b[128];
+        snprintf(a, sizeof(a), "gpuslice.io/%s", pairs[i]);
+        snprintf(b, sizeof(b), "nvidia.com/%s", pairs[i]);
+        if (!fx_has_line(text, a) || !fx_has_line(text, b))
+            fail_msg("no %s or %s in:\n%s", a, b, text);
+    }
+    assert_true(fx_has_line(text, "gpuslice.io/mig.config=all-disabled"));
     assert_null(strstr(text, "nvidia.com/mig.config"));
     free(text);
     free(inv);
@@ -177,11 +210,11 @@ static void test_mps(void **state) {
         fx_gpu(inv, "NVIDIA A100-SXM4-40GB", FX_AMPERE, 8, 0, 40);
     char *text = labels(inv, "version: v1\nsharing:\n  mps:\n    resources:\n"
                              "    - name: nvidia.com/gpu\n      replicas: 5\n", NULL);
-    assert_true(fx_has_line(text, "nvidia.com/gpu.count=3"));
-    assert_true(fx_has_line(text, "nvidia.com/gpu.replicas=5"));
-    assert_true(fx_has_line(text, "nvidia.com/gpu.sharing-strategy=mps"));
-    assert_true(fx_has_line(text, "nvidia.com/gpu.family=ampere"));
-    assert_true(fx_has_line(text, "nvidia.com/mps.capable=true"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.count=3"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.replicas=5"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.sharing-strategy=mps"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.family=ampere"));
+    assert_true(fx_has_line(text, "gpuslice.io/mps.capable=true"));
     free(text);
     free(inv);
 }
@@ -193,7 +226,7 @@ static void test_names_sanitized(void **state) {
     struct gs_inventory *inv = fx_node("550.54.15", 12040);
     fx_gpu(inv, "  (NVIDIA) A100/SXM4 \"40GB\" rev#2!! ", FX_AMPERE, 8, 0, 40);
     char *text = labels(inv, "version: v1\n", NULL);
-    assert_true(fx_has_line(text, "nvidia.com/gpu.product=NVIDIA--A100-SXM4--40GB--rev-2"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.product=NVIDIA--A100-SXM4--40GB--rev-2"));
     free(text);
     free(inv);
 
@@ -205,16 +238,16 @@ static void test_names_sanitized(void **state) {
     fx_gpu(inv, name, 99, 1, 0, 1); /* an architecture NVML added later */
     text = labels(inv, "version: v1\n", NULL);
     char want[128];
-    snprintf(want, sizeof(want), "nvidia.com/gpu.product=%.62s", name);
+    snprintf(want, sizeof(want), "gpuslice.io/gpu.product=%.62s", name);
     assert_true(fx_has_line(text, want));
-    assert_true(fx_has_line(text, "nvidia.com/gpu.family=undefined"));
+    assert_true(fx_has_line(text, "gpuslice.io/gpu.family=undefined"));
     free(text);
     free(inv);
 
     /* A driver version that is not a label value is still cut to one. */
     inv = fx_node("550.54.15 (beta)", 0);
     text = labels(inv, "version: v1\n", NULL);
-    assert_true(fx_has_line(text, "nvidia.com/cuda.driver-version.full=550.54.15--beta"));
+    assert_true(fx_has_line(text, "gpuslice.io/cuda.driver-version.full=550.54.15--beta"));
     free(text);
     free(inv);
 }
@@ -244,7 +277,7 @@ int main(void) {
         cmocka_unit_test(test_time_slicing),
         cmocka_unit_test(test_no_gpus),
         cmocka_unit_test(test_mig_mixed),
-        cmocka_unit_test(test_mps),
+        cmocka_unit_test(test_mps), cmocka_unit_test(test_nvidia_names),
         cmocka_unit_test(test_names_sanitized),
         cmocka_unit_test(test_buffer_too_small),
     };
