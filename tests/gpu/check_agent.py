@@ -50,11 +50,11 @@ def main(out):
     labels = dict(line.split("=", 1) for line in read(os.path.join(out, "features")).splitlines() if "=" in line)
     driver = gpus[0][4] if gpus else "?"
     want = {
-        "nvidia.com/cuda.driver-version.full": driver,
+        "gpuslice.io/cuda.driver-version.full": driver,
         "nvidia.com/gpu.shared.count": str(len(gpus)),
         "nvidia.com/gpu.shared.replicas": "4",
         "nvidia.com/gpu.shared.memory": gpus[0][3] if gpus else "?",
-        "nvidia.com/mig.strategy": "none",
+        "gpuslice.io/mig.strategy": "none",
     }
     for key, value in want.items():
         check(labels.get(key) == value, f"label {key}", f"'{labels.get(key)}', expected '{value}'")

@@ -152,10 +152,10 @@ else
     check FAIL mps_daemon_running "no running daemon in the metrics after 20 s: $(grep -h 'mps' "$mps/agent.log" | tail -n 2 | tr '\n' ' ')"
 fi
 grep -hE '^nvidia.com/(gpu.sharing-strategy|gpu.replicas|mps.capable)=' "$mps/features" 2>/dev/null | sed 's/^/# label: /'
-if grep -qx 'nvidia.com/gpu.sharing-strategy=mps' "$mps/features" 2>/dev/null; then
-    check PASS mps_label "nvidia.com/gpu.sharing-strategy=mps"
+if grep -qx 'gpuslice.io/gpu.sharing-strategy=mps' "$mps/features" 2>/dev/null; then
+    check PASS mps_label "gpuslice.io/gpu.sharing-strategy=mps"
 else
-    check FAIL mps_label "no nvidia.com/gpu.sharing-strategy=mps in $mps/features"
+    check FAIL mps_label "no gpuslice.io/gpu.sharing-strategy=mps in $mps/features"
 fi
 # What Allocate gives an MPS replica's container: the pipe directory and the thread percentage.
 probe() { # OUT [ENV...]: mps_client.py probe; prints the SM count it saw
