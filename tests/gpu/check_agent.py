@@ -51,9 +51,9 @@ def main(out):
     driver = gpus[0][4] if gpus else "?"
     want = {
         "gpuslice.io/cuda.driver-version.full": driver,
-        "nvidia.com/gpu.shared.count": str(len(gpus)),
-        "nvidia.com/gpu.shared.replicas": "4",
-        "nvidia.com/gpu.shared.memory": gpus[0][3] if gpus else "?",
+        "gpuslice.io/gpu.shared.count": str(len(gpus)),
+        "gpuslice.io/gpu.shared.replicas": "4",
+        "gpuslice.io/gpu.shared.memory": gpus[0][3] if gpus else "?",
         "gpuslice.io/mig.strategy": "none",
     }
     for key, value in want.items():
