@@ -1,6 +1,7 @@
 #!/bin/sh
 # replay_all.sh: every policy x trace x seed (42..51) through `gpuslice replay`, then the table of the
-# mean GPU allocation ratio at 100 % arrived workload next to the FGD paper's own numbers.
+# mean GPU allocation ratio at 100 % arrived workload next to the FGD paper's own numbers, the mean
+# power_at_100 (PWR's model), and gpuslice - FGD per seed (mean, min / max); missing runs are listed.
 # Usage: bench/replay_all.sh [TRACE_DIR] [RESULTS_DIR] [GPUSLICE] [OUT_DIR]
 #   TRACE_DIR    the alibaba-gpu-v2023 CSVs (default ../shared/traces/alibaba-gpu-v2023)
 #   RESULTS_DIR  the paper's expected results (default ../shared/traces/fgd-atc23-results)
@@ -8,6 +9,7 @@
 #        VARIANTS=DIR: where bench/make_variants.py wrote the variants the trace directory lacks
 #        (gpuspec10..33, cpu050..250; default build-variants); a trace missing from TRACE_DIR is
 #        read from there
+#        SUMMARY_ONLY=1: no replay, only the tables of the runs OUT_DIR already has
 set -eu
 TRACE_DIR=${1:-../shared/traces/alibaba-gpu-v2023}
 RESULTS_DIR=${2:-../shared/traces/fgd-atc23-results}
@@ -28,7 +30,7 @@ for tr in $TRACES; do
 done
 export OUT GPUSLICE TRACE_DIR VARIANTS
 # shellcheck disable=SC2016 # the single-quoted script is expanded by sh -c, per line of xargs
-for tr in $TRACES; do for p in $POLICIES; do for s in $SEEDS; do
+[ "${SUMMARY_ONLY:-0}" = 1 ] || for tr in $TRACES; do for p in $POLICIES; do for s in $SEEDS; do
     echo "$tr $p $s"
 done; done; done | xargs -P "$JOBS" -L 1 sh -c '
     f="$OUT/$0-$1-$2.csv" pods="$TRACE_DIR/openb_pod_list_$0.csv"
@@ -45,24 +47,64 @@ paper = {}
 for r in csv.DictReader(open(res + '/analysis_allo_discrete.csv')):
     if r['seed'] in seeds and r['100']:
         paper.setdefault((r['workload'], r['sc_policy']), []).append(float(r['100']))
+missing = []
 def mine(tr, p):
-    v = []
+    """allocation at 100 % arrived and power_at_100 (kW, from the .sum line) per seed; a missing
+    run is listed, not counted"""
+    v, w = {}, {}
     for s in seeds:
-        for r in csv.DictReader(open(f'{out}/{tr}-{p}-{s}.csv')):
+        f = f'{out}/{tr}-{p}-{s}.csv'
+        try:
+            rows = list(csv.DictReader(open(f)))
+            summ = open(f + '.sum').read().split()
+        except OSError:
+            missing.append((tr, p, s))
+            continue
+        for r in rows:
             if r['arrived_pct'] == '100' and r['gpu_alloc_pct']:
-                v.append(float(r['gpu_alloc_pct']))
-    return v
-print('| workload | policy | gpuslice replay (mean of %d seeds) | stdev | paper | error |' % len(seeds))
-print('|---|---|---|---|---|---|')
+                v[s] = float(r['gpu_alloc_pct'])
+        for kv in summ:
+            if kv.startswith('power_at_100='):
+                w[s] = float(kv.split('=')[1])
+    return v, w
+def fmt(x, f='%.2f'):
+    return f % x if x == x else '-'
+print('| workload | policy | gpuslice replay (mean of %d seeds) | stdev | paper | error | power_at_100 kW (mean) |' % len(seeds))
+print('|---|---|---|---|---|---|---|')
+got = {}
 for tr in traces:
     for p in pols:
-        m = mine(tr, p)
+        m, w = mine(tr, p)
+        got[(tr, p)] = m
         pp = paper.get(('openb_pod_list_' + tr, names.get(p, '')), [])
-        mm = st.mean(m) if m else float('nan')
-        sd = st.stdev(m) if len(m) > 1 else 0.0
+        mm = st.mean(m.values()) if m else float('nan')
+        sd = st.stdev(m.values()) if len(m) > 1 else 0.0
+        pw = fmt(st.mean(w.values()) if w else float('nan'), '%.1f')
+        n = '' if len(m) == len(seeds) else f' ({len(m)} seeds)'
         if pp:
             pm = st.mean(pp)
-            print(f'| {tr} | {p} | {mm:.2f} | {sd:.2f} | {pm:.2f} | {mm - pm:+.2f} |')
+            print(f'| {tr} | {p}{n} | {fmt(mm)} | {sd:.2f} | {pm:.2f} | {fmt(mm - pm, "%+.2f")} | {pw} |')
         else:
-            print(f'| {tr} | {p} | {mm:.2f} | {sd:.2f} | - | - |')
+            print(f'| {tr} | {p}{n} | {fmt(mm)} | {sd:.2f} | - | - | {pw} |')
+if 'fgd' in pols and 'gpuslice' in pols:
+    print()
+    print('| workload | FGD | gpuslice | gpuslice - FGD (mean) | min / max over seeds | seeds ahead |')
+    print('|---|---|---|---|---|---|')
+    for tr in traces:
+        f, g = got[(tr, 'fgd')], got[(tr, 'gpuslice')]
+        both = [s for s in seeds if s in f and s in g]
+        if not both:
+            print(f'| {tr} | - | - | - | - | - |')
+            continue
+        d = [g[s] - f[s] for s in both]
+        print(f'| {tr} | {st.mean(f[s] for s in both):.2f} | {st.mean(g[s] for s in both):.2f} | '
+              f'{st.mean(d):+.2f} | {min(d):+.2f} / {max(d):+.2f} | {sum(x > 0 for x in d)} of {len(both)} |')
+if missing:
+    cells = {}
+    for tr, p, s in missing:
+        cells.setdefault((tr, p), []).append(s)
+    print()
+    print('missing runs (%d): ' % len(missing) +
+          '; '.join(f'{tr} {p} ' + ('all seeds' if len(v) == len(seeds) else ' '.join(v))
+                    for (tr, p), v in cells.items()))
 PY
