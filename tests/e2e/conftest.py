@@ -1,0 +1,85 @@
+"""pytest fixtures of the e2e tests (see e2e.py): `cluster` (one per run: built and brought up
+by tests/e2e/build.sh and cluster.sh, taken down at the end, its logs printed for a failure) and
+`agent` (a factory: gpuslice's agent on a simulated node, stopped after the test, with the
+test's pods deleted). Nothing here skips: a machine that cannot run the cluster fails the tests
+with the reason (cluster.sh's own message and the tail of the failing component's log)."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e import CLUSTER_SH, GPUSLICE, NS, Agent, Cluster, E2EError, wait  # noqa: E402
+
+_failed = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _failed.append(report.nodeid)
+
+
+def _tails(dir, lines=40):
+    out = []
+    for log in sorted(glob.glob(os.path.join(dir, "logs", "*.log"))):
+        with open(log, errors="replace") as f:
+            tail = f.read().splitlines()[-lines:]
+        out.append(f"---- {log} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    assert os.geteuid() == 0, "the e2e cluster needs root (the kubelet and containerd make cgroups and mounts)"
+    assert os.access(GPUSLICE, os.X_OK), f"GPUSLICE={GPUSLICE}: not the built binary"
+    reuse = os.environ.get("GS_E2E_DIR")
+    if reuse:
+        c = Cluster(reuse)
+        c.cluster("status")
+        yield c
+        return
+    dir = tempfile.mkdtemp(prefix="gse2e.", dir="/tmp")  # short: unix socket paths live under it
+    p = subprocess.run(["bash", CLUSTER_SH, "up", dir], capture_output=True, text=True, timeout=1500)
+    if p.returncode != 0:
+        msg = f"cluster.sh up {dir}: exit {p.returncode}\n{p.stderr[-6000:]}\n{_tails(dir)}"
+        subprocess.run(["bash", CLUSTER_SH, "down", dir], capture_output=True, timeout=300)
+        pytest.fail(msg, pytrace=False)
+    c = Cluster(dir)
+    c.kubectl("create", "namespace", NS)
+    wait(lambda: c.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode == 0,
+         60, f"the default service account of {NS}")
+    yield c
+    d = subprocess.run(["bash", CLUSTER_SH, "down", dir], capture_output=True, text=True, timeout=300)
+    if _failed:
+        print(f"\n==== e2e: {len(_failed)} failed; cluster logs kept in {dir}/logs\n{_tails(dir)}")
+    print(d.stderr)
+    if not _failed and not os.environ.get("GS_E2E_KEEP"):
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+@pytest.fixture
+def agent(cluster):
+    """agent(NODE, POLICY_TEXT, extra=()) starts gpuslice's agent; stopped after the test, and the
+    test's pods deleted while it still serves (so the kubelet releases their devices)."""
+    agents = []
+
+    def start(node, policy, extra=()):
+        a = Agent(cluster, node, policy, extra)
+        agents.append(a)
+        return a
+
+    yield start
+    try:
+        cluster.delete_pods()
+    finally:
+        for a in agents:
+            try:
+                a.stop()
+            except E2EError as e:
+                print(e)
+        for a in agents:
+            print(f"---- agent log {a.log_path}\n{a.log()[-4000:]}")

@@ -1,0 +1,291 @@
+"""The harness of the e2e tests: a one-node Kubernetes cluster (tests/e2e/cluster.sh, real
+kube-apiserver, scheduler, controller-manager, kubelet, containerd 2 and runc) and gpuslice's
+agent on a simulated node, started as a host process that registers with the real kubelet.
+
+Everything goes through the real components: the Node's capacity and allocatable are read from
+the API server with kubectl, pods are created there and scheduled by kube-scheduler, admitted and
+run by the kubelet and containerd; what a container saw comes back through the API server as its
+termination message (the container writes /dev/termination-log). Every wait is bounded; on a
+failure the waits say what they saw and the logs under the cluster's DIR/logs are kept.
+
+Environment (set by meson, tests/e2e/meson.build): GPUSLICE, GPUSLICE_SIM_LIB, GS_GUARD_LIB,
+GS_SOURCE_ROOT; GS_E2E_DIR reuses a cluster that is already up (cluster.sh up DIR), for work on
+the tests; GS_E2E_KEEP=1 keeps the cluster's directory after the run."""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
+GUARD_LIB = os.environ.get("GS_GUARD_LIB", "")
+CLUSTER_SH = os.path.join(ROOT, "tests", "e2e", "cluster.sh")
+NODES = os.path.join(ROOT, "examples", "nodes")
+NS = "gs-e2e"
+POLL_MS = 200
+
+
+class E2EError(AssertionError):
+    pass
+
+
+def wait(pred, timeout, what, interval=0.25):
+    """pred() until it returns a true value (returned), at most timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = pred()
+            if last and not isinstance(last, Exception):  # an exception returned: why not yet
+                return last
+        except E2EError as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise E2EError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def read_env(path):
+    env = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^(?:export )?([A-Z0-9_]+)=(.*)$", line.strip())
+            if m:
+                env[m.group(1)] = m.group(2)
+    return env
+
+
+class Cluster:
+    def __init__(self, dir):
+        self.dir = dir
+        env = read_env(os.path.join(dir, "env"))
+        self.kubeconfig = env["KUBECONFIG"]
+        self.bin = env["PATH"].replace(":$PATH", "")
+        self.node_name = env["GS_E2E_NODE"]
+        self.kubelet_dir = env["GS_E2E_KUBELET_DIR"]
+        self.cdi_dir = env["GS_E2E_CDI_DIR"]
+        self.image = env["GS_E2E_TEST_IMAGE"]
+        self.port_base = int(env["GS_E2E_PORT_BASE"])
+        self.env = dict(os.environ, PATH=self.bin + ":" + os.environ.get("PATH", ""), KUBECONFIG=self.kubeconfig)
+
+    # ------------------------------------------------------------------ kubectl
+
+    def kubectl(self, *args, input=None, check=True, timeout=60):
+        p = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True,
+                           timeout=timeout, env=self.env)
+        if check and p.returncode != 0:
+            raise E2EError(f"kubectl {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def get(self, *args):
+        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+
+    def node(self):
+        return self.get("node", self.node_name)
+
+    def resources(self, field="allocatable", prefix=("nvidia.com/", "gpuslice.")):
+        """The node's extended resources (capacity or allocatable) as {name: int}."""
+        st = self.node()["status"].get(field, {})
+        return {k: int(v) for k, v in st.items() if k.startswith(prefix)}
+
+    def nonzero(self, field="allocatable"):
+        return {k: v for k, v in self.resources(field).items() if v}
+
+    def wait_allocatable(self, want, timeout=60, field="allocatable"):
+        """Waits until the node's nonzero extended allocatable (or capacity) is exactly want."""
+        return wait(lambda: self.nonzero(field) == want or E2EError(f"{field} {self.nonzero(field)}"),
+                    timeout, f"{field} {want}")
+
+    # ------------------------------------------------------------------ pods
+
+    def pod_yaml(self, name, resources, script, restart="Never"):
+        limits = "".join(f"\n          {k}: {v}" for k, v in resources.items())
+        return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  hostNetwork: true
+  dnsPolicy: Default
+  restartPolicy: {restart}
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  enableServiceLinks: false
+  containers:
+  - name: main
+    image: {self.image}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", {json.dumps(script)}]
+    terminationMessagePolicy: File
+    resources:
+      limits:{limits or " {}"}
+"""
+
+    def create_pod(self, name, resources, script, restart="Never"):
+        self.kubectl("apply", "-f", "-", input=self.pod_yaml(name, resources, script, restart))
+
+    def pod(self, name):
+        return self.get("pod", "-n", NS, name)
+
+    def wait_phase(self, name, phases, timeout=90):
+        def check():
+            p = self.pod(name)
+            ph = p["status"].get("phase")
+            if ph in phases:
+                return p
+            if ph in ("Failed", "Succeeded") and ph not in phases:
+                raise E2EError(f"pod {name} is {ph}: {json.dumps(p['status'])[:2000]}")
+            return E2EError(f"phase {ph}, conditions {p['status'].get('conditions')}")
+        return wait(check, timeout, f"pod {name} {phases}")
+
+    def termination_message(self, name, timeout=90):
+        p = self.wait_phase(name, ("Succeeded", "Failed"), timeout)
+        st = p["status"]["containerStatuses"][0]["state"].get("terminated", {})
+        return p["status"]["phase"], st.get("exitCode"), st.get("message", "")
+
+    def run_pod(self, name, resources, script, timeout=90):
+        """Runs SCRIPT in a pod with RESOURCES; returns what it wrote to /dev/termination-log.
+        The pod must succeed."""
+        self.create_pod(name, resources, script + "\n")
+        phase, code, msg = self.termination_message(name, timeout)
+        if phase != "Succeeded":
+            raise E2EError(f"pod {name}: {phase}, exit {code}\n{msg}")
+        return msg
+
+    def delete_pods(self, timeout=90):
+        self.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=1", "--wait=false")
+        wait(lambda: not self.get("pods", "-n", NS)["items"], timeout, "the test pods to be gone")
+
+    def events(self, name):
+        ev = self.get("events", "-n", NS, "--field-selector", f"involvedObject.name={name}")
+        return [e.get("message", "") for e in ev["items"]]
+
+    # ------------------------------------------------------------------ the cluster's processes
+
+    def cluster(self, *args, timeout=300):
+        p = subprocess.run(["bash", CLUSTER_SH, *args, self.dir], capture_output=True, text=True,
+                           timeout=timeout, env=self.env)
+        if p.returncode != 0:
+            raise E2EError(f"cluster.sh {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def pid(self, name):
+        with open(os.path.join(self.dir, "run", f"{name}.pid")) as f:
+            return int(f.read().split()[0])
+
+    def log(self, name):
+        with open(os.path.join(self.dir, "logs", f"{name}.log"), errors="replace") as f:
+            return f.read()
+
+
+def proc_start(pid):
+    """Field 22 of /proc/PID/stat, or None when PID is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+class Agent:
+    """gpuslice's agent on a simulated node, a host process with the real kubelet's sockets.
+    Its pid is in DIR/run/agent.pid, so `cluster.sh down` stops it too."""
+
+    count = 0
+
+    def __init__(self, cluster, node, policy_text, extra=()):
+        Agent.count += 1
+        self.c = cluster
+        self.node = node if os.path.isabs(node) else os.path.join(NODES, node)
+        os.makedirs(os.path.join(cluster.dir, "agent"), exist_ok=True)
+        self.base = tempfile.mkdtemp(prefix=f"{Agent.count}.", dir=os.path.join(cluster.dir, "agent"))
+        self.sim_state = os.path.join(self.base, "sim")
+        self.policy = os.path.join(self.base, "policy.yaml")
+        self.guard_root = os.path.join(self.base, "guard")
+        self.metrics = f"127.0.0.1:{cluster.port_base + 402}"
+        self.extra = list(extra)
+        self.write_policy(policy_text)
+        self.proc = None
+        self.start()
+
+    def write_policy(self, text):
+        tmp = self.policy + ".new"  # replaced whole, as the kubelet updates a ConfigMap volume
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.rename(tmp, self.policy)
+
+    def sim(self, *args, check=True):
+        p = subprocess.run([GPUSLICE, "--sim", self.node, "--sim-state", self.sim_state, *args],
+                           capture_output=True, text=True, timeout=60)
+        if check and p.returncode != 0:
+            raise E2EError(f"gpuslice {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def apply_json(self):
+        """What `gpuslice apply` says the policy advertises: {resource: healthy devices}."""
+        out = json.loads(self.sim("apply", "--config", self.policy, "--json").stdout)
+        return {r["name"]: sum(1 for d in r["devices"] if d["health"] == "Healthy") for r in out["resources"]}
+
+    def start(self):
+        args = [GPUSLICE, "--sim", self.node, "--sim-state", self.sim_state, "agent",
+                "--config", self.policy,
+                "--kubelet-dir", os.path.join(self.c.kubelet_dir, "device-plugins"),
+                "--pod-resources-socket", os.path.join(self.c.kubelet_dir, "pod-resources", "kubelet.sock"),
+                "--cdi-root", self.c.cdi_dir, "--guard-root", self.guard_root,
+                "--mig-status-file", os.path.join(self.base, "mig-status.json"),
+                "--features-file", os.path.join(self.base, "features"),
+                "--metrics-address", self.metrics, "--poll-interval-ms", str(POLL_MS), *self.extra]
+        env = dict(os.environ)
+        if GUARD_LIB:
+            env["GPUSLICE_GUARD_LIB"] = GUARD_LIB
+        self.log_path = os.path.join(self.c.dir, "logs", f"agent-{os.path.basename(self.base)}.log")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)
+        with open(os.path.join(self.c.dir, "run", "agent.pid"), "w") as f:
+            f.write(f"{self.proc.pid} {proc_start(self.proc.pid)}\n")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=10):
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise E2EError(f"agent still running {timeout} s after SIGTERM\n{self.log()[-4000:]}")
+        try:
+            os.unlink(os.path.join(self.c.dir, "run", "agent.pid"))
+        except FileNotFoundError:
+            pass
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def scrape(self):
+        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def samples(self):
+        out = {}
+        for line in self.scrape().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+        return out
+
+    def uuids(self):
+        return [g["uuid"] for g in json.loads(self.sim("inspect", "--json").stdout)["gpus"]]
