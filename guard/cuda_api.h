@@ -91,6 +91,12 @@ typedef struct CUmemAllocationProp_st {
     } allocFlags;
 } CUmemAllocationProp;
 
+/* cuMemCreate's size and cuMemMap's address, size and offset are multiples of this (cuda.h). */
+typedef enum CUmemAllocationGranularity_flags_enum {
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1,
+} CUmemAllocationGranularity_flags;
+
 _Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
 _Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
@@ -121,6 +127,10 @@ _Static_assert(sizeof(CUlaunchConfig) == 56 && offsetof(CUlaunchConfig, hStream)
        unsigned long long flags),                                                                              \
       (handle, size, prop, flags))                                                                             \
     X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                                           \
+    X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
+                 unsigned long long flags),                                                                    \
+      (ptr, size, offset, handle, flags))                                                                      \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))                                                 \
     X(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream), (dptr, bytesize, hStream))     \
     X(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),    \
       (dptr, bytesize, pool, hStream))                                                                         \
@@ -161,6 +171,8 @@ typedef CUresult (*cuDeviceGet_fn)(CUdevice *device, int ordinal);
 typedef CUresult (*cuGetProcAddress_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 typedef CUresult (*cuGetProcAddress_v2_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                            CUdriverProcAddressQueryResult *symbolStatus);
+typedef CUresult (*cuMemGetAllocationGranularity_fn)(size_t *granularity, const CUmemAllocationProp *prop,
+                                                   CUmemAllocationGranularity_flags option);
 /* The compute pacer times the container's kernels with events (CU_EVENT_DEFAULT = 0: timing on). */
 #define CU_EVENT_DEFAULT 0
 typedef CUresult (*cuEventCreate_fn)(CUevent *phEvent, unsigned int Flags);

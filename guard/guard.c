@@ -572,7 +572,10 @@ struct entry {
     uint32_t kind;
     int32_t dev;
     uint64_t bytes;
+    uint32_t maps;      /* K_HANDLE: its live mappings (cuMemMap); MAPS_LOST: not known, held till exit */
+    uint32_t released;  /* K_HANDLE: released while mapped, its bytes held until the last unmap */
 };
+#define MAPS_LOST UINT32_MAX
 
 static pthread_mutex_t g_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *g_table;
@@ -614,31 +617,40 @@ static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t byte
     return true;
 }
 
-static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
-    pthread_mutex_lock(&g_table_lock);
-    bool found = false;
+/* The entry of (key, kind) in the table or the overflow list, or NULL; under g_table_lock. */
+static struct entry *table_find_locked(uint64_t key, uint32_t kind) {
     for (size_t j = g_cap ? slot_of(key, kind, g_cap) : 0, n = 0; g_cap && n < g_cap; j = (j + 1) & (g_cap - 1), n++) {
         if (g_table[j].key == 0)
             break;
-        if (g_table[j].key == key && g_table[j].kind == kind) {
-            *dev = g_table[j].dev;
-            *bytes = g_table[j].bytes;
-            g_table[j].key = 1;
-            g_count--;
-            g_deleted++;
-            found = true;
-            break;
-        }
+        if (g_table[j].key == key && g_table[j].kind == kind)
+            return &g_table[j];
     }
-    for (unsigned i = 0; !found && i < OVERFLOW_ENTRIES; i++)
-        if (g_overflow[i].key == key && g_overflow[i].kind == kind) {
-            *dev = g_overflow[i].dev;
-            *bytes = g_overflow[i].bytes;
-            g_overflow[i].key = 0;
-            found = true;
-        }
+    for (unsigned i = 0; i < OVERFLOW_ENTRIES; i++)
+        if (g_overflow[i].key == key && g_overflow[i].kind == kind)
+            return &g_overflow[i];
+    return NULL;
+}
+
+static void table_remove_locked(struct entry *e) {
+    if (e >= g_overflow && e < g_overflow + OVERFLOW_ENTRIES) {
+        e->key = 0;
+        return;
+    }
+    e->key = 1;
+    g_count--;
+    g_deleted++;
+}
+
+static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
+    pthread_mutex_lock(&g_table_lock);
+    struct entry *e = table_find_locked(key, kind);
+    if (e) {
+        *dev = e->dev;
+        *bytes = e->bytes;
+        table_remove_locked(e);
+    }
     pthread_mutex_unlock(&g_table_lock);
-    return found;
+    return e != NULL;
 }
 
 /* Remembers an allocation. When the table cannot grow (no memory), the entry goes into the
@@ -765,6 +777,36 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     TRACKED_FREE(dptr, K_PTR, real_cuMemFree_v2(dptr));
 }
 
+/* ---- virtual memory management: cuMemCreate, cuMemMap, cuMemUnmap, cuMemRelease ---------------- *
+ *
+ * The driver frees a handle's memory when the handle is released AND its last mapping is unmapped,
+ * in either order. So each handle's entry counts its mappings, the mappings are remembered (address,
+ * size, handle: cuMemUnmap names an address range, which may hold several whole mappings), and the
+ * bytes come back at whichever of the release and the last unmap comes last. */
+struct vmm_map {
+    CUdeviceptr ptr;
+    uint64_t size;
+    CUmemGenericAllocationHandle handle;
+};
+static struct vmm_map *g_maps; /* under g_table_lock */
+static size_t g_n_maps, g_cap_maps;
+
+/* cuMemCreate's size as the driver holds it: a multiple of the allocation granularity (cuda.h
+ * requires one; if a driver rounds instead of refusing, the rounded size is what it holds). */
+static uint64_t vmm_size(uint64_t size, const CUmemAllocationProp *prop) {
+    static _Atomic(cuMemGetAllocationGranularity_fn) granularity_fn;
+    cuMemGetAllocationGranularity_fn fn = atomic_load_explicit(&granularity_fn, memory_order_relaxed);
+    if (!fn && g_libcuda) {
+        fn = (cuMemGetAllocationGranularity_fn)cuda_sym("cuMemGetAllocationGranularity");
+        atomic_store_explicit(&granularity_fn, fn, memory_order_relaxed);
+    }
+    size_t g = 0;
+    if (!fn || fn(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || g == 0 || size % g == 0 ||
+        size > UINT64_MAX - g)
+        return size;
+    return size + (g - size % g);
+}
+
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                             unsigned long long flags) {
     GUARDED_BEGIN(cuMemCreate);
@@ -773,20 +815,95 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
     if (st_ != G_READY)
         return real_cuMemCreate(handle, size, prop, flags);
     int dev = prop->location.id >= 0 && prop->location.id < GS_GUARD_MAX_DEVICES ? prop->location.id : 0;
-    if (!reserve(dev, size))
+    uint64_t n = vmm_size(size, prop);
+    if (!reserve(dev, n))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real_cuMemCreate(handle, size, prop, flags);
     if (r != CUDA_SUCCESS) {
-        unreserve(dev, size);
+        unreserve(dev, n);
         return r;
     }
-    table_put(*handle, K_HANDLE, dev, size);
+    table_put(*handle, K_HANDLE, dev, n);
     return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags) {
+    FREE_BEGIN(cuMemMap);
+    CUresult r = real_cuMemMap(ptr, size, offset, handle, flags);
+    if (r != CUDA_SUCCESS || st_ != G_READY)
+        return r;
+    pthread_mutex_lock(&g_table_lock);
+    struct entry *e = table_find_locked(handle, K_HANDLE);
+    if (e && e->maps != MAPS_LOST) {
+        if (g_n_maps == g_cap_maps) {
+            size_t cap = g_cap_maps ? g_cap_maps * 2 : 64;
+            struct vmm_map *m = realloc(g_maps, cap * sizeof(*m));
+            if (m) {
+                g_maps = m;
+                g_cap_maps = cap;
+            }
+        }
+        if (g_n_maps < g_cap_maps) {
+            g_maps[g_n_maps++] = (struct vmm_map){ ptr, size, handle };
+            e->maps++;
+        } else {
+            e->maps = MAPS_LOST; /* no memory to remember the mapping: counted until the process is dead */
+        }
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    return r;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    FREE_BEGIN(cuMemUnmap);
+    CUresult r = real_cuMemUnmap(ptr, size);
+    if (r != CUDA_SUCCESS || st_ != G_READY)
+        return r;
+    pthread_mutex_lock(&g_table_lock);
+    for (size_t i = 0; i < g_n_maps;) {
+        struct vmm_map m = g_maps[i];
+        if (m.ptr < ptr || m.ptr - ptr >= size) {
+            i++;
+            continue;
+        }
+        g_maps[i] = g_maps[--g_n_maps];
+        struct entry *e = table_find_locked(m.handle, K_HANDLE);
+        if (e && e->maps != MAPS_LOST && --e->maps == 0 && e->released) {
+            int dev = e->dev;
+            uint64_t n = e->bytes;
+            table_remove_locked(e);
+            unreserve(dev, n); /* the lock order is always the table's, then the region's */
+        }
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    return r;
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     FREE_BEGIN(cuMemRelease);
-    TRACKED_FREE(handle, K_HANDLE, real_cuMemRelease(handle));
+    if (st_ != G_READY)
+        return real_cuMemRelease(handle);
+    CUresult r = real_cuMemRelease(handle);
+    if (r != CUDA_SUCCESS)
+        return r;
+    FAULT("free.driver");
+    pthread_mutex_lock(&g_table_lock);
+    struct entry *e = table_find_locked(handle, K_HANDLE);
+    if (e && e->released)
+        e = NULL; /* a reference cuMemRetainAllocationHandle took: the mappings still hold it */
+    int dev = 0;
+    uint64_t n = 0;
+    if (e && e->maps == 0) {
+        dev = e->dev;
+        n = e->bytes;
+        table_remove_locked(e);
+    } else if (e) {
+        e->released = 1; /* still mapped: the driver keeps the memory until the last unmap */
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    unreserve(dev, n);
+    return r;
 }
 
 /* Memory pools and their devices: an allocation from a pool is charged to the pool's device, not
@@ -1468,6 +1585,8 @@ static const struct hook hooks[] = {
     { "cuMemFree", "cuMemFree_v2", 3020, FN(cuMemFree_v2), NULL },
     { "cuMemCreate", "cuMemCreate", 0, FN(cuMemCreate), NULL },
     { "cuMemRelease", "cuMemRelease", 0, FN(cuMemRelease), NULL },
+    { "cuMemMap", "cuMemMap", 0, FN(cuMemMap), NULL },
+    { "cuMemUnmap", "cuMemUnmap", 0, FN(cuMemUnmap), NULL },
     { "cuMemAllocAsync", "cuMemAllocAsync", 0, FN(cuMemAllocAsync), FN(cuMemAllocAsync_ptsz), 11020 },
     { "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, FN(cuMemAllocFromPoolAsync),
       FN(cuMemAllocFromPoolAsync_ptsz), 11020 },
@@ -1768,6 +1887,9 @@ static void after_fork_child(void) {
         g_table = NULL;
         g_cap = g_count = g_deleted = 0;
         memset(g_overflow, 0, sizeof(g_overflow));
+        free(g_maps); /* and so are its mappings */
+        g_maps = NULL;
+        g_n_maps = g_cap_maps = 0;
         /* A slot when the child first allocates: most children exec at once, and a slot taken now
          * would name the pid until the exec'd program dies. */
     }

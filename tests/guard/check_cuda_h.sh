@@ -54,6 +54,7 @@ int main(void)
     V(CU_AD_FORMAT_SIGNED_INT8) V(CU_AD_FORMAT_SIGNED_INT16) V(CU_AD_FORMAT_SIGNED_INT32) V(CU_AD_FORMAT_HALF)
     V(CU_AD_FORMAT_FLOAT)
     V(CU_MEM_LOCATION_TYPE_INVALID) V(CU_MEM_LOCATION_TYPE_DEVICE) V(CU_MEM_ALLOCATION_TYPE_PINNED)
+    V(CU_MEM_ALLOC_GRANULARITY_MINIMUM) V(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     return 0;
 }
 EOC
@@ -89,6 +90,8 @@ for inc in "${incs[@]}"; do
 GS_CUDA_HOOKED_FUNCTIONS(CHECK)
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxGetDevice), cuCtxGetDevice_fn), "cuCtxGetDevice");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuDeviceGet), cuDeviceGet_fn), "cuDeviceGet");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuMemGetAllocationGranularity), cuMemGetAllocationGranularity_fn),
+               "cuMemGetAllocationGranularity");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventCreate), cuEventCreate_fn), "cuEventCreate");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventRecord), cuEventRecord_fn), "cuEventRecord");
 _Static_assert(__builtin_types_compatible_p(__typeof__(&cuEventQuery), cuEventQuery_fn), "cuEventQuery");

@@ -17,6 +17,13 @@
  * them leave. FAKE_CUDA_EXIT_DELAY_MS=N makes a process that exits take N ms after its atexit
  * handlers before it is gone, holding its memory meanwhile (the real driver's teardown).
  *
+ * Virtual memory management as cuda.h documents it: cuMemCreate's size must be a multiple of the
+ * granularity (cuMemGetAllocationGranularity, minimum and recommended: FAKE_CUDA_GRANULARITY_KIB,
+ * default 1024; current GPUs say 2 MiB, which the VMM tests set; else CUDA_ERROR_INVALID_VALUE); cuMemMap maps a live handle into a range cuMemAddressReserve gave out
+ * (address, size and offset multiples of the granularity, within the handle); cuMemUnmap takes
+ * whole mappings; and a handle's memory is freed only when it is released AND its last mapping
+ * is unmapped (fakeCudaUsedBytes and the shared ground truth hold it until then).
+ *
  * Time model: each device of the process is a GPU that runs kernels one after another in real
  * (CLOCK_MONOTONIC) time: a launch takes gridX*gridY*gridZ microseconds of GPU time and starts
  * when the previous one ends (launches return at once, as the real driver's queue does). Events
@@ -60,6 +67,8 @@
 #define FK_MIPMAP_BASE 0x3d0000000000ULL
 #define FK_CTX_BASE 0xc7000ULL
 #define FK_POOL_BASE 0xb0000ULL
+#define FK_VA_BASE 0x600000000000ULL   /* cuMemAddressReserve's ranges */
+#define FK_MAX_RANGES 4096             /* reservations and mappings per process */
 
 /* Every exported driver function: S(name, base name for cuGetProcAddress, version it appeared in,
  * per-thread-default-stream variant?). */
@@ -88,6 +97,11 @@
     S(cuMemFree_v2, "cuMemFree", 3020, 0)                                                                  \
     S(cuMemCreate, "cuMemCreate", 10020, 0)                                                                \
     S(cuMemRelease, "cuMemRelease", 10020, 0)                                                              \
+    S(cuMemMap, "cuMemMap", 10020, 0)                                                                      \
+    S(cuMemUnmap, "cuMemUnmap", 10020, 0)                                                                  \
+    S(cuMemAddressReserve, "cuMemAddressReserve", 10020, 0)                                                \
+    S(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                                      \
+    S(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)                            \
     S(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0)                                                        \
     S(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1)                                                   \
     S(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0)                                        \
@@ -161,6 +175,11 @@ EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstrea
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream);
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                    unsigned long long flags);
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                              CUmemAllocationGranularity_flags option);
 EXPORT CUresult cuArrayCreate(CUarray *pHandle, const void *pAllocateArray);
 EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const void *pAllocateArray);
 EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
@@ -207,6 +226,8 @@ struct fk_alloc {
     uint64_t size;
     int dev;                           /* -1: not device memory (cuMemCreate on the host) */
     int kind;
+    unsigned maps;                     /* K_HANDLE: mappings of it (cuMemMap) */
+    bool released;                     /* K_HANDLE: released, its memory held by its mappings */
 };
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -218,6 +239,7 @@ static uint64_t others_bytes; /* FAKE_GPU_OTHERS_MIB */
 static struct fake_shared *shared; /* FAKE_CUDA_SHARED */
 static int shared_fd = -1;
 static unsigned exit_delay_ms;
+static uint64_t vmm_granularity = 1ULL << 20; /* FAKE_CUDA_GRANULARITY_KIB */
 
 static _Atomic int initialized;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -271,6 +293,12 @@ static void read_config(void)
             abort();
         }
         shared = p;
+    }
+    s = getenv("FAKE_CUDA_GRANULARITY_KIB");
+    if (s && *s) {
+        unsigned long long v = strtoull(s, NULL, 10);
+        if (v >= 4 && (v & (v - 1)) == 0)
+            vmm_granularity = (uint64_t)v << 10;
     }
     s = getenv("FAKE_CUDA_SLOWDOWN");
     if (s && *s) {
@@ -451,7 +479,13 @@ static CUresult release(int kind, uint64_t key, CUresult unknown)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_allocs; i++) {
-        if (allocs[i].key == key && allocs[i].kind == kind) {
+        if (allocs[i].key == key && allocs[i].kind == kind && !allocs[i].released) {
+            if (allocs[i].maps) { /* the mappings keep the memory until the last is unmapped */
+                allocs[i].released = true;
+                pthread_mutex_unlock(&lock);
+                atomic_fetch_add(&frees, 1);
+                return CUDA_SUCCESS;
+            }
             int dev = allocs[i].dev;
             uint64_t size = allocs[i].size;
             if (dev >= 0)
@@ -799,7 +833,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
                             unsigned long long flags)
 {
     HIT(cuMemCreate);
-    if (!handle || !prop || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+    if (!handle || !prop || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || size % vmm_granularity)
         return CUDA_ERROR_INVALID_VALUE;
     int dev = -1;
     if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -820,6 +854,151 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     HIT(cuMemRelease);
     return release(K_HANDLE, handle, CUDA_ERROR_INVALID_VALUE);
+}
+
+/* Address reservations and mappings (under `lock`). */
+struct fk_range {
+    uint64_t ptr, size, handle;
+};
+static struct fk_range reservations[FK_MAX_RANGES], mappings[FK_MAX_RANGES];
+static unsigned n_reservations, n_mappings;
+static uint64_t next_va = FK_VA_BASE;
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                              CUmemAllocationGranularity_flags option)
+{
+    HIT(cuMemGetAllocationGranularity);
+    if (!granularity || !prop || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && !valid_device(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *granularity = vmm_granularity;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                    unsigned long long flags)
+{
+    HIT(cuMemAddressReserve);
+    (void)alignment;
+    (void)addr; /* a hint */
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ptr || !size || size % vmm_granularity || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (n_reservations < FK_MAX_RANGES) {
+        reservations[n_reservations++] = (struct fk_range){ next_va, size, 0 };
+        *ptr = next_va;
+        next_va += size + vmm_granularity; /* a gap: ranges never touch */
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    HIT(cuMemAddressFree);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n_reservations; i++)
+        if (reservations[i].ptr == ptr && reservations[i].size == size) {
+            bool mapped = false;
+            for (unsigned j = 0; j < n_mappings; j++)
+                mapped |= mappings[j].ptr >= ptr && mappings[j].ptr < ptr + size;
+            if (!mapped) { /* the driver refuses to free a range still mapped */
+                reservations[i] = reservations[--n_reservations];
+                r = CUDA_SUCCESS;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static struct fk_alloc *find_handle(uint64_t handle)
+{
+    for (size_t i = 0; i < n_allocs; i++)
+        if (allocs[i].key == handle && allocs[i].kind == K_HANDLE)
+            return &allocs[i];
+    return NULL;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags)
+{
+    HIT(cuMemMap);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!size || flags || ptr % vmm_granularity || size % vmm_granularity || offset % vmm_granularity)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    struct fk_alloc *a = find_handle(handle);
+    if (a && !a->released) {
+        bool reserved = false, overlaps = false;
+        for (unsigned i = 0; i < n_reservations; i++)
+            reserved |= ptr >= reservations[i].ptr && ptr + size <= reservations[i].ptr + reservations[i].size;
+        for (unsigned i = 0; i < n_mappings; i++)
+            overlaps |= ptr < mappings[i].ptr + mappings[i].size && mappings[i].ptr < ptr + size;
+        if (!reserved || overlaps || offset > a->size || size > a->size - offset || n_mappings == FK_MAX_RANGES) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            mappings[n_mappings++] = (struct fk_range){ ptr, size, handle };
+            a->maps++;
+            r = CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* Unmaps whole mappings only; a handle released earlier is freed with its last mapping. */
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    HIT(cuMemUnmap);
+    if (!ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    unsigned inside = 0;
+    for (unsigned i = 0; i < n_mappings; i++) {
+        const struct fk_range *m = &mappings[i];
+        bool in = m->ptr >= ptr && m->ptr + m->size <= ptr + size;
+        if (!in && m->ptr < ptr + size && ptr < m->ptr + m->size) { /* a sub-range of a mapping */
+            pthread_mutex_unlock(&lock);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        inside += in;
+    }
+    if (!size || !inside) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t freed[FK_MAX_DEVICES] = { 0 };
+    for (unsigned i = 0; i < n_mappings;) {
+        if (!(mappings[i].ptr >= ptr && mappings[i].ptr + mappings[i].size <= ptr + size)) {
+            i++;
+            continue;
+        }
+        struct fk_alloc *a = find_handle(mappings[i].handle);
+        mappings[i] = mappings[--n_mappings];
+        if (a && --a->maps == 0 && a->released) {
+            if (a->dev >= 0) {
+                used[a->dev] -= a->size;
+                freed[a->dev] += a->size;
+            }
+            *a = allocs[--n_allocs];
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    for (int d = 0; d < FK_MAX_DEVICES; d++)
+        if (freed[d])
+            shared_account(d, -(int64_t)freed[d]);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)

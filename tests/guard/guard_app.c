@@ -41,6 +41,11 @@ CUresult cuDeviceGetCount(int *count);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
@@ -727,6 +732,86 @@ static int mode_cross_device(int argc, char **argv)
     return 0;
 }
 
+/* ---- vmm SIZE: cuMemCreate / cuMemMap / cuMemRelease / cuMemUnmap in the orders programs use
+ * (PyTorch's expandable segments release a handle while it stays mapped). SIZE is a multiple of
+ * the granularity; OTHER (a plain allocation between) follows as the second argument. Each step
+ * prints STEP.res, STEP.fake (the driver's live bytes), STEP.region and STEP.free (cuMemGetInfo). */
+
+static void vmm_report(const char *step, CUresult r)
+{
+    size_t fr = 0, tot = 0;
+    cuMemGetInfo_v2(&fr, &tot);
+    kv2(step, "res", r);
+    kv2(step, "fake", (long long)fakeCudaUsedBytes(device));
+    kv2(step, "region", region_used());
+    kv2(step, "free", (long long)fr);
+}
+
+static int mode_vmm(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    size_t size = (size_t)parse_size(argv[0]), other = (size_t)parse_size(argv[1]);
+    setup();
+    CUmemAllocationProp prop = { 0 };
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    size_t gran = 0;
+    kv("granularity.res", cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    kv("granularity", (long long)gran);
+    CUmemGenericAllocationHandle h = 0, h2 = 0;
+    CUdeviceptr va = 0, va2 = 0, p = 0;
+    kv("reserve.res", cuMemAddressReserve(&va, 2 * size, 0, 0, 0));
+    kv("reserve2.res", cuMemAddressReserve(&va2, size, 0, 0, 0));
+
+    /* 1. create, map, release while mapped: the memory stays until the unmap */
+    vmm_report("create", cuMemCreate(&h, size, &prop, 0));
+    vmm_report("map", cuMemMap(va, size, 0, h, 0));
+    vmm_report("release_mapped", cuMemRelease(h));
+    CUresult r = cuMemAlloc_v2(&p, other); /* would fit if the release had given the bytes back */
+    vmm_report("other_while_mapped", r);
+    if (r == CUDA_SUCCESS)
+        cuMemFree_v2(p);
+    vmm_report("unmap_last", cuMemUnmap(va, size));
+    r = cuMemAlloc_v2(&p, other);
+    vmm_report("other_after_unmap", r);
+    if (r == CUDA_SUCCESS)
+        cuMemFree_v2(p);
+
+    /* 2. unmapped first, released last: the release frees */
+    vmm_report("create2", cuMemCreate(&h, size, &prop, 0));
+    vmm_report("map2", cuMemMap(va, size, 0, h, 0));
+    vmm_report("unmap2", cuMemUnmap(va, size));
+    vmm_report("release2", cuMemRelease(h));
+
+    /* 3. one handle mapped twice: freed with the second unmap */
+    vmm_report("create3", cuMemCreate(&h, size, &prop, 0));
+    vmm_report("map3a", cuMemMap(va, size, 0, h, 0));
+    vmm_report("map3b", cuMemMap(va2, size, 0, h, 0));
+    vmm_report("release3", cuMemRelease(h));
+    vmm_report("unmap3a", cuMemUnmap(va, size));
+    vmm_report("unmap3b", cuMemUnmap(va2, size));
+
+    /* 4. two handles side by side in one range, released, then unmapped by one call */
+    vmm_report("create4a", cuMemCreate(&h, size, &prop, 0));
+    vmm_report("create4b", cuMemCreate(&h2, size, &prop, 0));
+    vmm_report("map4a", cuMemMap(va, size, 0, h, 0));
+    vmm_report("map4b", cuMemMap(va + size, size, 0, h2, 0));
+    vmm_report("release4a", cuMemRelease(h));
+    vmm_report("release4b", cuMemRelease(h2));
+    vmm_report("unmap4", cuMemUnmap(va, 2 * size));
+
+    /* 5. a size that is not a multiple of the granularity: refused, nothing counted */
+    vmm_report("create_unaligned", cuMemCreate(&h, size + gran / 2, &prop, 0));
+
+    kv("free_va.res", cuMemAddressFree(va, 2 * size));
+    kv("free_va2.res", cuMemAddressFree(va2, size));
+    kv("unknown_frees", (long long)fakeCudaUnknownFrees());
+    teardown();
+    return 0;
+}
+
 /* ---- fork SIZE CHILD_SIZE: holds SIZE, forks; the child allocates CHILD_SIZE and exits normally. */
 
 static int mode_fork(int argc, char **argv)
@@ -1113,7 +1198,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
                         "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace, churn, repl, "
-                        "cross-device, fork, exec-swap, nvml)\n");
+                        "cross-device, fork, exec-swap, nvml, vmm)\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1156,6 +1241,8 @@ int main(int argc, char **argv)
         rc = mode_exec_swap(rest, args);
     else if (strcmp(mode, "nvml") == 0)
         rc = mode_nvml(rest, args);
+    else if (strcmp(mode, "vmm") == 0)
+        rc = mode_vmm(rest, args);
     else
         rc = 2;
     if (rc == 2)

@@ -1618,6 +1618,62 @@ static void test_cross_device_and_streams(void **state)
     assert_int_equal(region_used(f, 1), 0);
 }
 
+/* Virtual memory management (issue 17): the driver frees a handle's memory when it is released and
+ * its last mapping unmapped, whichever comes last; the quota follows the memory. 16 MiB handles
+ * under a 48 MiB quota: while a released handle is still mapped, a 40 MiB allocation (which would
+ * fit had the release given the bytes back, as the guard did before) is refused. */
+static void test_vmm_release_while_mapped(void **state)
+{
+    struct fx *f = *state;
+    const long long size = 16 * MIB, quota = 48 * MIB;
+    limits(f, (unsigned long long)quota);
+    static const char *const env[] = { "FAKE_CUDA_GRANULARITY_KIB=2048", NULL };
+    struct child *c = run_env(f, env, "vmm", "16M", "40M", (const char *)NULL);
+    expect_eq(c, "granularity.res", 0);
+    expect_eq(c, "granularity", 2 * MIB);
+    expect_eq(c, "reserve.res", 0);
+    static const struct { const char *step; int res; long long held; } steps[] = {
+        { "create", 0, 1 },          { "map", 0, 1 },           { "release_mapped", 0, 1 },
+        { "other_while_mapped", OOM, 1 },                        { "unmap_last", 0, 0 },
+        { "create2", 0, 1 },         { "map2", 0, 1 },          { "unmap2", 0, 1 },       { "release2", 0, 0 },
+        { "create3", 0, 1 },         { "map3a", 0, 1 },         { "map3b", 0, 1 },        { "release3", 0, 1 },
+        { "unmap3a", 0, 1 },         { "unmap3b", 0, 0 },
+        { "create4a", 0, 1 },        { "create4b", 0, 2 },      { "map4a", 0, 2 },        { "map4b", 0, 2 },
+        { "release4a", 0, 2 },       { "release4b", 0, 2 },     { "unmap4", 0, 0 },
+        { "create_unaligned", 1 /* CUDA_ERROR_INVALID_VALUE */, 0 },
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        const char *s = steps[i].step;
+        expect_eq(c, keyf("%s.res", s), steps[i].res);
+        expect_eq(c, keyf("%s.fake", s), steps[i].held * size);   /* the driver's truth */
+        expect_eq(c, keyf("%s.region", s), steps[i].held * size); /* the guard follows it */
+        expect_eq(c, keyf("%s.free", s), quota - steps[i].held * size);
+    }
+    expect_eq(c, "other_after_unmap.res", 0);
+    expect_eq(c, "free_va.res", 0);
+    expect_eq(c, "free_va2.res", 0);
+    expect_eq(c, "unknown_frees", 0);
+    assert_int_equal(region_used(f, 0), 0);
+}
+
+/* cuMemCreate counts what the driver holds, a multiple of the granularity: exactly the quota in
+ * 2 MiB handles fits, one more is refused, and a size the driver refuses counts nothing. */
+static void test_vmm_granularity(void **state)
+{
+    struct fx *f = *state;
+    limits(f, 6 * MIB);
+    static const char *const env[] = { "FAKE_CUDA_GRANULARITY_KIB=2048", NULL };
+    struct child *c = run_env(f, env, "vmm", "2M", "6M", (const char *)NULL);
+    expect_eq(c, "granularity", 2 * MIB);
+    expect_eq(c, "create.region", 2 * MIB);
+    expect_eq(c, "other_while_mapped.res", OOM); /* 2 MiB still mapped: 6 MiB does not fit */
+    expect_eq(c, "other_after_unmap.res", 0);
+    expect_eq(c, "create4b.region", 4 * MIB);
+    expect_eq(c, "create_unaligned.res", 1);
+    expect_eq(c, "create_unaligned.region", 0);
+    expect_eq(c, "create_unaligned.fake", 0);
+}
+
 /* fork after init: the child shares the container's quota (the parent's bytes count), gets a slot
  * of its own, and its exit gives back nothing of the parent's. */
 static void test_fork_after_init(void **state)
@@ -1739,6 +1795,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_child_cannot_swap_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sealed_fd_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_device_and_streams, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vmm_release_while_mapped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vmm_granularity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_after_init, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlopen_late, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_view_matches_cuda, setup, teardown),
