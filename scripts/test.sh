@@ -42,5 +42,21 @@ ninja -C build-fuzz
 meson test -C build-fuzz --suite fuzz --print-errorlogs || status=1
 record build-fuzz/meson-logs/testlog.json
 
+echo "== e2e (gpuslice in a one-node Kubernetes on loopback; docs/e2e.md)"
+# builds the cluster's parts once (cached by version; progress on the terminal), then the suite
+if bash tests/e2e/build.sh >/dev/null; then
+  rm -f build/tests/e2e/junit.xml
+  meson test -C build --setup e2e --suite e2e --print-errorlogs || status=1
+  if [ -f build/tests/e2e/junit.xml ]; then  # every pytest case, not the one meson test
+    junit() { sed -n "s/.*<testsuite [^>]*$1=\"\([0-9]*\)\".*/\1/p" build/tests/e2e/junit.xml | head -1; }
+    t=$(junit tests); f=$(junit failures); e=$(junit errors); sk=$(junit skipped)
+    passed=$((passed + ${t:-0} - ${f:-0} - ${e:-0} - ${sk:-0})); failed=$((failed + ${f:-0} + ${e:-0}))
+  else
+    echo "e2e: no results (build/tests/e2e/junit.xml missing)"; failed=$((failed + 1)); status=1
+  fi
+else
+  echo "e2e: tests/e2e/build.sh failed"; failed=$((failed + 1)); status=1
+fi
+
 echo "tests: $passed passed, $failed failed"
 exit $status
