@@ -86,6 +86,8 @@ static void gc_cdi_transient(struct agent *a, const struct pr_list *l) {
  * left (the record is written last before the answer, so no container was given it): it goes
  * once older than the grace period, and than this, whatever PodResources says. */
 #define INCOMPLETE_MIN_AGE_MS 10000ULL
+/* A guard directory being removed: renamed to this prefix + its name, removed whatever its content. */
+#define GONE_PREFIX ".gone-"
 
 /* The kubelet never calls Allocate again for a restarted container, so a container's guard files
  * live as long as its pod; they are removed once PodResources no longer assigns their devices.
@@ -106,6 +108,12 @@ void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
     struct dirent *e;
     time_t now = time(NULL);
     while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, GONE_PREFIX, strlen(GONE_PREFIX))) { /* decided before: finish it */
+            int r = gs_remove_tree_at(dirfd(d), e->d_name);
+            if (r < 0 && r != -ENOENT)
+                log_warn("Cannot remove the guard files %s/%s: %s", a->o->guard_root, e->d_name, strerror(-r));
+            continue;
+        }
         if (e->d_name[0] != 'a')
             continue;
         char dir[PATH_MAX];
@@ -141,8 +149,16 @@ void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
                 continue;
             why = "a pod that is gone";
         }
-        if ((r = gs_remove_tree_at(dirfd(d), e->d_name)) < 0)
-            log_warn("Cannot remove the guard files of %s, %s: %s", why, dir, strerror(-r));
+        /* Renamed first, so that a removal the container disturbs (it can still write the state
+         * directory) is finished at the next pass instead of the directory looking incomplete
+         * (its devices record may be gone already) and waiting INCOMPLETE_MIN_AGE_MS again. */
+        char gone[NAME_MAX + 1];
+        const char *name = e->d_name;
+        if (snprintf(gone, sizeof(gone), "%s%s", GONE_PREFIX, e->d_name) < (int)sizeof(gone) &&
+            renameat(dirfd(d), e->d_name, dirfd(d), gone) == 0)
+            name = gone;
+        if ((r = gs_remove_tree_at(dirfd(d), name)) < 0)
+            log_warn("Cannot remove the guard files of %s, %s: %s (again at the next pass)", why, dir, strerror(-r));
         else
             log_info("Removed the guard files of %s: %s", why, dir);
     }

@@ -57,7 +57,8 @@ def test_refuse_while_nvidia_serves_then_take_over(h):
     a.wait_log(r"nvidia.com/gpu is no longer served by nvidia-gpu.sock .*: gpuslice registers it", timeout=5)
     reg = h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
     assert reg.endpoint == OURS
-    assert ids(h.latest(GPU)) == sorted(node.uuids())
+    # the first ListAndWatch message of the new registration may follow Register by a moment
+    h.kubelet.wait_for(GPU, lambda devs: sorted(d.id for d in devs) == sorted(node.uuids()), timeout=5)
 
 
 def test_withdraws_when_nvidia_starts_later(h):
