@@ -22,6 +22,7 @@
 #include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -568,7 +569,7 @@ static void unreserve(int dev, uint64_t n) {
 enum kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP, K_CTX };
 
 struct entry {
-    uint64_t key;       /* 0 = empty, 1 = deleted */
+    uint64_t key;       /* 0 = empty */
     uint32_t kind;
     int32_t dev;
     uint64_t bytes;
@@ -577,9 +578,29 @@ struct entry {
 };
 #define MAPS_LOST UINT32_MAX
 
-static pthread_mutex_t g_table_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The table's lock: held for a few dozen instructions (a lookup, an insert, a rare growth), so a
+ * spinlock that yields when it waits long is cheaper than a mutex (which cost ~50 instructions per
+ * allocation and per free). Per process: a SIGKILL cannot leave it held for anyone else. */
+static _Atomic int g_table_lock;
+
+static void table_lock(void) {
+    for (unsigned spins = 0; atomic_exchange_explicit(&g_table_lock, 1, memory_order_acquire);) {
+        while (atomic_load_explicit(&g_table_lock, memory_order_relaxed))
+            if (++spins >= 64) { /* the holder may be preempted */
+                sched_yield();
+                spins = 0;
+            }
+    }
+}
+
+static void table_unlock(void) {
+    atomic_store_explicit(&g_table_lock, 0, memory_order_release);
+}
+
+/* Open addressing with linear probing and backward-shift deletion: no tombstones, so an
+ * allocation and free cycle never makes the table rebuild itself. */
 static struct entry *g_table;
-static size_t g_cap, g_count, g_deleted; /* deleted entries stay as tombstones until a rebuild */
+static size_t g_cap, g_count;
 /* Where entries go when the table cannot grow (see table_put). */
 #define OVERFLOW_ENTRIES 64
 static struct entry g_overflow[OVERFLOW_ENTRIES];
@@ -591,13 +612,13 @@ static size_t slot_of(uint64_t key, uint32_t kind, size_t cap) {
 }
 
 static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
-    if ((g_count + g_deleted + 1) * 2 > g_cap) {
-        size_t cap = g_cap ? ((g_count + 1) * 4 > g_cap ? g_cap * 2 : g_cap) : 1024;
+    if ((g_count + 1) * 2 > g_cap) {
+        size_t cap = g_cap ? g_cap * 2 : 1024;
         struct entry *t = calloc(cap, sizeof(*t));
         if (!t)
             return false;
         for (size_t i = 0; i < g_cap; i++) {
-            if (g_table[i].key <= 1)
+            if (!g_table[i].key)
                 continue;
             size_t j = slot_of(g_table[i].key, g_table[i].kind, cap);
             while (t[j].key)
@@ -607,10 +628,9 @@ static bool table_put_locked(uint64_t key, uint32_t kind, int dev, uint64_t byte
         free(g_table);
         g_table = t;
         g_cap = cap;
-        g_deleted = 0;
     }
     size_t j = slot_of(key, kind, g_cap);
-    while (g_table[j].key > 1)
+    while (g_table[j].key)
         j = (j + 1) & (g_cap - 1);
     g_table[j] = (struct entry){ key, kind, dev, bytes };
     g_count++;
@@ -636,20 +656,29 @@ static void table_remove_locked(struct entry *e) {
         e->key = 0;
         return;
     }
-    e->key = 1;
+    /* Backward shift: each later entry of the run that may sit in the hole moves into it. */
+    size_t hole = (size_t)(e - g_table), mask = g_cap - 1;
+    for (size_t k = (hole + 1) & mask; g_table[k].key; k = (k + 1) & mask) {
+        size_t home = slot_of(g_table[k].key, g_table[k].kind, g_cap);
+        /* it stays if its home is cyclically within (hole, k] */
+        if (hole < k ? home > hole && home <= k : home > hole || home <= k)
+            continue;
+        g_table[hole] = g_table[k];
+        hole = k;
+    }
+    g_table[hole].key = 0;
     g_count--;
-    g_deleted++;
 }
 
 static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
-    pthread_mutex_lock(&g_table_lock);
+    table_lock();
     struct entry *e = table_find_locked(key, kind);
     if (e) {
         *dev = e->dev;
         *bytes = e->bytes;
         table_remove_locked(e);
     }
-    pthread_mutex_unlock(&g_table_lock);
+    table_unlock();
     return e != NULL;
 }
 
@@ -659,14 +688,14 @@ static bool table_take(uint64_t key, uint32_t kind, int *dev, uint64_t *bytes) {
  * allocation is never live and uncounted. */
 
 static void table_put(uint64_t key, uint32_t kind, int dev, uint64_t bytes) {
-    pthread_mutex_lock(&g_table_lock);
+    table_lock();
     bool ok = table_put_locked(key, kind, dev, bytes);
     for (unsigned i = 0; !ok && i < OVERFLOW_ENTRIES; i++)
-        if (g_overflow[i].key <= 1) {
+        if (!g_overflow[i].key) {
             g_overflow[i] = (struct entry){ key, kind, dev, bytes };
             ok = true;
         }
-    pthread_mutex_unlock(&g_table_lock);
+    table_unlock();
     if (!ok && !atomic_fetch_add(&g_overflow_lost, 1))
         glog("out of memory: an allocation of %llu bytes stays counted until the process exits",
              (unsigned long long)bytes);
@@ -833,7 +862,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
     CUresult r = real_cuMemMap(ptr, size, offset, handle, flags);
     if (r != CUDA_SUCCESS || st_ != G_READY)
         return r;
-    pthread_mutex_lock(&g_table_lock);
+    table_lock();
     struct entry *e = table_find_locked(handle, K_HANDLE);
     if (e && e->maps != MAPS_LOST) {
         if (g_n_maps == g_cap_maps) {
@@ -851,7 +880,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
             e->maps = MAPS_LOST; /* no memory to remember the mapping: counted until the process is dead */
         }
     }
-    pthread_mutex_unlock(&g_table_lock);
+    table_unlock();
     return r;
 }
 
@@ -860,7 +889,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     CUresult r = real_cuMemUnmap(ptr, size);
     if (r != CUDA_SUCCESS || st_ != G_READY)
         return r;
-    pthread_mutex_lock(&g_table_lock);
+    table_lock();
     for (size_t i = 0; i < g_n_maps;) {
         struct vmm_map m = g_maps[i];
         if (m.ptr < ptr || m.ptr - ptr >= size) {
@@ -876,7 +905,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
             unreserve(dev, n); /* the lock order is always the table's, then the region's */
         }
     }
-    pthread_mutex_unlock(&g_table_lock);
+    table_unlock();
     return r;
 }
 
@@ -888,7 +917,7 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (r != CUDA_SUCCESS)
         return r;
     FAULT("free.driver");
-    pthread_mutex_lock(&g_table_lock);
+    table_lock();
     struct entry *e = table_find_locked(handle, K_HANDLE);
     if (e && e->released)
         e = NULL; /* a reference cuMemRetainAllocationHandle took: the mappings still hold it */
@@ -901,7 +930,7 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     } else if (e) {
         e->released = 1; /* still mapped: the driver keeps the memory until the last unmap */
     }
-    pthread_mutex_unlock(&g_table_lock);
+    table_unlock();
     unreserve(dev, n);
     return r;
 }
@@ -1880,12 +1909,12 @@ static void after_fork_child(void) {
         g_slot = NULL;
         for (unsigned d = 0; d < GS_GUARD_MAX_DEVICES; d++)
             atomic_store(&g_ctx_refs[d], 0);
-        pthread_mutex_init(&g_table_lock, NULL);
+        atomic_store(&g_table_lock, 0); /* another thread of the parent may have held it */
         pthread_mutex_init(&g_pace_lock, NULL);
         g_n_inflight = 0; /* the parent's timed launches are the parent's */
         free(g_table); /* the parent's allocations are the parent's */
         g_table = NULL;
-        g_cap = g_count = g_deleted = 0;
+        g_cap = g_count = 0;
         memset(g_overflow, 0, sizeof(g_overflow));
         free(g_maps); /* and so are its mappings */
         g_maps = NULL;
