@@ -1,10 +1,16 @@
 /* test_util.c: size and integer parsing (used for every size that comes from outside), bounded
- * copies, atomic file writes and bounded reads. */
+ * copies, atomic file writes and bounded reads, tree removal racing a symbolic link swap. */
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -142,6 +148,107 @@ static void test_read_file_refuses_special_files(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- the guard GC's symbolic link race (issue 17 point 8) ------------------------------------------
+ *
+ * A container can swap a directory of its state tree for a symbolic link while the root-owned GC
+ * removes the tree. The window is between the walk learning that an entry is a directory and the
+ * walk opening it: the old remove_tree (src/agent/cleanup.c before e4281be) did lstat, then
+ * opendir by name, which follows a link swapped in meanwhile and deletes what it points to. This
+ * test binary defines opendir and openat, the calls the old and the new walk make to open a
+ * directory, so it can make the swap at exactly that moment, every time: when either is asked to
+ * open race_dir, race_dir is renamed away and replaced by a link to race_target first. */
+static char race_dir[PATH_MAX], race_target[PATH_MAX];
+static int race_swaps;
+
+static void race_swap(void) {
+    char moved[PATH_MAX + 8];
+    snprintf(moved, sizeof(moved), "%s.moved", race_dir);
+    if (rename(race_dir, moved) == 0 && symlink(race_target, race_dir) == 0)
+        race_swaps++;
+    race_dir[0] = '\0'; /* once */
+}
+
+/* Whether (fd, name) names race_dir. */
+static bool names_race_dir(int fd, const char *name) {
+    if (!race_dir[0] || !name)
+        return false;
+    if (name[0] == '/' || fd == AT_FDCWD)
+        return !strcmp(name, race_dir);
+    char link[64], dir[PATH_MAX], path[PATH_MAX + 256];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, dir, sizeof(dir) - 1);
+    if (n <= 0)
+        return false;
+    dir[n] = '\0';
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return !strcmp(path, race_dir);
+}
+
+DIR *opendir(const char *name) {
+    static DIR *(*real)(const char *);
+    if (!real)
+        real = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+    if (names_race_dir(AT_FDCWD, name))
+        race_swap();
+    return real(name);
+}
+
+int openat(int fd, const char *name, int flags, ...) {
+    static int (*real)(int, const char *, int, ...);
+    if (!real)
+        real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
+    unsigned mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    if (names_race_dir(fd, name))
+        race_swap();
+    return real(fd, name, flags, mode);
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void test_remove_tree_link_swapped_in(void **state) {
+    (void)state;
+    char root[] = "/tmp/gs-gc-race-XXXXXX", tree[64], sub[80], outside[64], victim[80], file[96];
+    assert_non_null(mkdtemp(root));
+    snprintf(tree, sizeof(tree), "%s/tree", root);
+    snprintf(sub, sizeof(sub), "%s/state", tree);
+    snprintf(file, sizeof(file), "%s/region", sub);
+    snprintf(outside, sizeof(outside), "%s/outside", root);
+    snprintf(victim, sizeof(victim), "%s/victim", outside);
+    assert_int_equal(mkdir(tree, 0755), 0);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(mkdir(outside, 0755), 0);
+    assert_int_equal(gs_write_file_atomic(file, "r", 1, false), 0);
+    assert_int_equal(gs_write_file_atomic(victim, "v", 1, false), 0);
+
+    snprintf(race_dir, sizeof(race_dir), "%s", sub);
+    snprintf(race_target, sizeof(race_target), "%s", outside);
+    race_swaps = 0;
+    int r = gs_remove_tree(tree);
+    race_dir[0] = '\0';
+    assert_int_equal(race_swaps, 1); /* the walk opened the directory, and the link was swapped in then */
+    /* Nothing outside the tree was touched: the old walk deleted the victim here. */
+    assert_true(exists(victim));
+    assert_true(exists(outside));
+    /* What the race left (the link, the moved directory) goes on the next pass, still inside. */
+    if (r < 0)
+        assert_int_equal(gs_remove_tree(tree), 0);
+    assert_false(exists(tree));
+    assert_true(exists(victim));
+
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),
@@ -149,6 +256,7 @@ int main(void) {
         cmocka_unit_test(test_strlcpy),
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_read_file_refuses_special_files),
+        cmocka_unit_test(test_remove_tree_link_swapped_in),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
