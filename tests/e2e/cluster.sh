@@ -419,22 +419,32 @@ restart_kubelet() {
     wait_for "the kubelet's healthz" 60 curl -sf "http://127.0.0.1:$P_HEALTHZ/healthz"
 }
 
-# The containers of the node: killed through containerd, then their shims by pid.
+# The containers of the node: killed and deleted through containerd (a shim exits with its last
+# task); what is left once containerd is gone (it died first): the containers' init processes by
+# the pids in their bundles, then this containerd's shims (their command line names its socket).
 containers_down() {
-    local sock=$dir/containerd/containerd.sock t f pid
+    local sock=$dir/containerd/containerd.sock t f pid p
     if alive containerd; then
         for t in $(ctr --address "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
             ctr --address "$sock" -n k8s.io tasks kill -s KILL "$t" >/dev/null 2>&1 || true
         done
         sleep 1
+        for t in $(ctr --address "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+            ctr --address "$sock" -n k8s.io tasks delete -f "$t" >/dev/null 2>&1 || true
+        done
     fi
     stop containerd 15
-    # shims outlive containerd: each bundle directory has the shim's pid
-    for f in "$dir"/containerd/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
+    for f in "$dir"/containerd/state/io.containerd.runtime.v2.task/*/*/init.pid; do
         [ -f "$f" ] || continue
         pid=$(cat "$f")
-        if [ -n "$pid" ] && grep -qa containerd-shim "/proc/$pid/cmdline" 2>/dev/null; then
-            kill -KILL "$pid" 2>/dev/null && say "shim stopped (pid $pid)"
+        # only a process whose root is this cluster's container root (a pid may have been reused)
+        case $(readlink "/proc/$pid/root" 2>/dev/null) in
+        "$dir"/*) kill -KILL "$pid" 2>/dev/null && say "container init stopped (pid $pid)" ;;
+        esac
+    done
+    for p in /proc/[0-9]*; do
+        if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q "containerd-shim-runc-v2 .*-address $sock\( \|\$\)"; then
+            kill -KILL "${p#/proc/}" 2>/dev/null && say "shim stopped (pid ${p#/proc/})"
         fi
     done
 }
@@ -450,6 +460,7 @@ unmount_all() {
 down() {
     local f name
     [ -d "$dir/run" ] || { say "nothing to stop in $dir"; return 0; }
+    [ -f "$dir/env" ] && PATH=$(env_path):$PATH
     # what a harness started and recorded here (the agent) first, then the node, then the rest
     for f in "$dir"/run/*.pid; do
         [ -f "$f" ] || continue
