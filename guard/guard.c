@@ -913,22 +913,40 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     FREE_BEGIN(cuMemRelease);
     if (st_ != G_READY)
         return real_cuMemRelease(handle);
-    CUresult r = real_cuMemRelease(handle);
-    if (r != CUDA_SUCCESS)
-        return r;
-    FAULT("free.driver");
-    table_lock();
-    struct entry *e = table_find_locked(handle, K_HANDLE);
-    if (e && e->released)
-        e = NULL; /* a reference cuMemRetainAllocationHandle took: the mappings still hold it */
+    /* An unmapped handle is taken out of the table before the driver frees it (as every free
+     * does), so that a handle value the driver hands out again at once is not confused with it. */
     int dev = 0;
     uint64_t n = 0;
-    if (e && e->maps == 0) {
+    table_lock();
+    struct entry *e = table_find_locked(handle, K_HANDLE);
+    bool taken = e && !e->released && e->maps == 0;
+    if (taken) {
         dev = e->dev;
         n = e->bytes;
         table_remove_locked(e);
-    } else if (e) {
-        e->released = 1; /* still mapped: the driver keeps the memory until the last unmap */
+    }
+    table_unlock();
+    CUresult r = real_cuMemRelease(handle);
+    if (taken) {
+        FAULT("free.driver");
+        if (r == CUDA_SUCCESS)
+            unreserve(dev, n);
+        else
+            table_put(handle, K_HANDLE, dev, n);
+        return r;
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Still mapped: the driver keeps the memory until the last unmap, which gives the bytes back.
+     * A handle already released (a reference cuMemRetainAllocationHandle took) changes nothing. */
+    table_lock();
+    e = table_find_locked(handle, K_HANDLE);
+    if (e && !e->released && e->maps == 0) { /* unmapped meanwhile, by another thread */
+        dev = e->dev;
+        n = e->bytes;
+        table_remove_locked(e);
+    } else if (e && !e->released) {
+        e->released = 1;
     }
     table_unlock();
     unreserve(dev, n);
