@@ -40,6 +40,9 @@ def cluster():
     if reuse:
         c = Cluster(reuse)
         c.cluster("status")
+        c.kubectl("create", "namespace", NS, check=False)
+        wait(lambda: c.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode == 0,
+             60, f"the default service account of {NS}")
         yield c
         return
     dir = tempfile.mkdtemp(prefix="gse2e.", dir="/tmp")  # short: unix socket paths live under it

@@ -192,6 +192,20 @@ def proc_start(pid):
         return None
 
 
+def terminate(proc, timeout):
+    """SIGTERM, then SIGKILL after timeout seconds; True if it exited on SIGTERM."""
+    if proc.poll() is not None:
+        return True
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        return False
+
+
 class Agent:
     """gpuslice's agent on a simulated node, a host process with the real kubelet's sockets.
     Its pid is in DIR/run/agent.pid, so `cluster.sh down` stops it too."""
@@ -258,14 +272,8 @@ class Agent:
             return f.read()
 
     def stop(self, timeout=10):
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise E2EError(f"agent still running {timeout} s after SIGTERM\n{self.log()[-4000:]}")
+        if self.proc is not None and not terminate(self.proc, timeout):
+            raise E2EError(f"agent still running {timeout} s after SIGTERM\n{self.log()[-4000:]}")
         try:
             os.unlink(os.path.join(self.c.dir, "run", "agent.pid"))
         except FileNotFoundError:

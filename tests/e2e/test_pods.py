@@ -135,3 +135,22 @@ def test_mig_pod_sees_its_instance(cluster, agent):
     assert any(p.startswith("/dev/nvidia-caps/") for p in want), want
     for path, (major, minor) in want.items():
         assert seen["node"].get(path) == ("character special file", major, minor), (path, seen["node"])
+
+
+def test_mps_pod_sees_its_pipe_and_thread_percentage(cluster, agent):
+    """MPS, 4 replicas per T4 (the stand-in control daemon): the container has the MPS pipe
+    directory mounted and its share of the GPU's threads (25 %), through the Allocate answer and
+    the per-allocation CDI spec containerd injects."""
+    fake = os.environ.get("FAKE_MPS_CONTROL", "")
+    assert fake and os.access(fake, os.X_OK), f"FAKE_MPS_CONTROL={fake!r}: not the built stand-in"
+    root = os.path.join(cluster.dir, "mps-pods")
+    os.makedirs(root, exist_ok=True)
+    policy = (f"version: v1\nflags:\n  mpsRoot: {root}\n  plugin:\n    deviceListStrategy: cdi-cri\n"
+              f"sharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+    agent("t4x2.yaml", policy, extra=["--cdi-hook", "", "--mps-control", fake])
+    cluster.wait_allocatable({"nvidia.com/gpu": 8}, timeout=60)
+    seen = parse(cluster.run_pod("mps", {"nvidia.com/gpu": 1}, SHOW))
+    _check_promised(cluster, "mps", seen, "nvidia.com/gpu")
+    pipe = seen["env"].get("CUDA_MPS_PIPE_DIRECTORY")
+    assert pipe and pipe in seen["mount"], (pipe, sorted(seen["mount"]))
+    assert seen["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25", seen["env"]
