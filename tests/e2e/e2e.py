@@ -102,7 +102,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ pods
 
-    def pod_yaml(self, name, resources, script, restart="Never"):
+    def pod_yaml(self, name, resources, script, restart="Never", image=None):
         limits = "".join(f"\n          {k}: {v}" for k, v in resources.items())
         return f"""apiVersion: v1
 kind: Pod
@@ -118,7 +118,7 @@ spec:
   enableServiceLinks: false
   containers:
   - name: main
-    image: {self.image}
+    image: {image or self.image}
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", {json.dumps(script)}]
     terminationMessagePolicy: File
@@ -126,8 +126,8 @@ spec:
       limits:{limits or " {}"}
 """
 
-    def create_pod(self, name, resources, script, restart="Never"):
-        self.kubectl("apply", "-f", "-", input=self.pod_yaml(name, resources, script, restart))
+    def create_pod(self, name, resources, script, restart="Never", image=None):
+        self.kubectl("apply", "-f", "-", input=self.pod_yaml(name, resources, script, restart, image))
 
     def pod(self, name):
         return self.get("pod", "-n", NS, name)
@@ -148,10 +148,10 @@ spec:
         st = p["status"]["containerStatuses"][0]["state"].get("terminated", {})
         return p["status"]["phase"], st.get("exitCode"), st.get("message", "")
 
-    def run_pod(self, name, resources, script, timeout=90):
+    def run_pod(self, name, resources, script, timeout=90, image=None):
         """Runs SCRIPT in a pod with RESOURCES; returns what it wrote to /dev/termination-log.
         The pod must succeed."""
-        self.create_pod(name, resources, script + "\n")
+        self.create_pod(name, resources, script + "\n", image=image)
         phase, code, msg = self.termination_message(name, timeout)
         if phase != "Succeeded":
             raise E2EError(f"pod {name}: {phase}, exit {code}\n{msg}")
@@ -167,11 +167,12 @@ spec:
 
     # ------------------------------------------------------------------ the cluster's processes
 
-    def cluster(self, *args, timeout=300):
-        p = subprocess.run(["bash", CLUSTER_SH, *args, self.dir], capture_output=True, text=True,
+    def cluster(self, cmd, *args, timeout=300):
+        """cluster.sh CMD DIR ARGS..."""
+        p = subprocess.run(["bash", CLUSTER_SH, cmd, self.dir, *args], capture_output=True, text=True,
                            timeout=timeout, env=self.env)
         if p.returncode != 0:
-            raise E2EError(f"cluster.sh {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+            raise E2EError(f"cluster.sh {cmd} {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
         return p
 
     def pid(self, name):
