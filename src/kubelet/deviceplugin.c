@@ -774,14 +774,15 @@ static void register_done(struct dp_call *c, bool ok) {
         p->reg = R_DONE;
         p->backoff_ms = BACKOFF_MIN_MS;
         log_info("Registered %s with the kubelet (endpoint %s)", p->resource, p->endpoint);
-        /* Sent while no kubelet.sock existed, it can only have reached the new kubelet. */
-        ino_t now = kubelet_ino(p->m);
-        if (p->reregister && p->reg_ino && now != p->reg_ino) {
+        /* A kubelet.sock was created while this Register was in flight: it may have reached the
+         * old kubelet (the inode cannot tell: a new socket often gets the old one's number), so
+         * register again, with the new one. */
+        if (p->reregister) {
             call_free(c);
-            register_start(p); /* that was the old kubelet: register with the new one */
+            register_start(p);
             return;
         }
-        p->reg_ino = now;
+        p->reg_ino = kubelet_ino(p->m);
     } else {
         char details[256];
         gs_grpc_details(c->status_details, details, sizeof(details));
@@ -1025,14 +1026,15 @@ void dp_manager_kubelet_restarted(struct dp_manager *m) {
             restart_plugin(p);
             continue;
         }
+        /* Called for a kubelet.sock that was just created: a new kubelet, whatever its inode
+         * (unlink then bind often reuses the old number, and comparing them missed restarts). */
         if (p->reg == R_WAIT) {
             p->backoff_ms = BACKOFF_MIN_MS;
             register_start(p);
-        } else if (p->reg_ino != ino) {
-            if (p->reg == R_IN_FLIGHT)
-                p->reregister = true;
-            else
-                register_start(p);
+        } else if (p->reg == R_IN_FLIGHT) {
+            p->reregister = true;
+        } else {
+            register_start(p);
         }
     }
     pthread_mutex_unlock(&m->lock);
