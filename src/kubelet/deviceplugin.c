@@ -84,7 +84,7 @@ struct dp_plugin {
     enum reg_state reg;
     unsigned long long reg_at_ns;    /* R_WAIT: when to try */
     struct dp_call *reg_call;        /* R_IN_FLIGHT */
-    ino_t reg_ino;                   /* kubelet.sock's inode when Register was sent: which kubelet */
+    unsigned long long reg_ino;      /* kubelet.sock's identity when Register was sent: which kubelet */
     bool reregister;                 /* a new kubelet appeared while Register was in flight */
     unsigned backoff_ms;
 };
@@ -700,9 +700,16 @@ static void dispatch(struct dp_call *c) {
 
 /* ---- registration --------------------------------------------------------------------------- */
 
-static ino_t kubelet_ino(const struct dp_manager *m) {
+/* Which kubelet.sock: its inode number and change time together (0: none). The number alone
+ * does not tell: a kubelet that restarts unlinks its socket and binds a new one, which often gets
+ * the old number, and the agent then took the new kubelet for the one it had registered with. */
+static unsigned long long kubelet_ino(const struct dp_manager *m) {
     struct stat st;
-    return stat(m->kubelet_sock, &st) == 0 ? st.st_ino : 0;
+    if (stat(m->kubelet_sock, &st) < 0)
+        return 0;
+    unsigned long long id = (unsigned long long)st.st_ino * 0x9E3779B97F4A7C15ULL;
+    id ^= (unsigned long long)st.st_ctim.tv_sec * 1000000000ULL + (unsigned long long)st.st_ctim.tv_nsec;
+    return id ? id : 1;
 }
 
 static void register_start(struct dp_plugin *p) {
@@ -774,15 +781,14 @@ static void register_done(struct dp_call *c, bool ok) {
         p->reg = R_DONE;
         p->backoff_ms = BACKOFF_MIN_MS;
         log_info("Registered %s with the kubelet (endpoint %s)", p->resource, p->endpoint);
-        /* A kubelet.sock was created while this Register was in flight: it may have reached the
-         * old kubelet (the inode cannot tell: a new socket often gets the old one's number), so
-         * register again, with the new one. */
-        if (p->reregister) {
+        /* Sent while no kubelet.sock existed, it can only have reached the new kubelet. */
+        unsigned long long now = kubelet_ino(p->m);
+        if (p->reregister && p->reg_ino && now != p->reg_ino) {
             call_free(c);
-            register_start(p);
+            register_start(p); /* that was the old kubelet: register with the new one */
             return;
         }
-        p->reg_ino = kubelet_ino(p->m);
+        p->reg_ino = now;
     } else {
         char details[256];
         gs_grpc_details(c->status_details, details, sizeof(details));
@@ -1017,7 +1023,7 @@ static void restart_plugin(struct dp_plugin *p) {
  * kubelet exactly once: Register calls are tagged with the inode of the kubelet.sock they went to. */
 void dp_manager_kubelet_restarted(struct dp_manager *m) {
     pthread_mutex_lock(&m->lock);
-    ino_t ino = kubelet_ino(m);
+    unsigned long long ino = kubelet_ino(m);
     for (struct dp_plugin *p = m->plugins; ino && p; p = p->next) {
         if (p->state != P_RUNNING || p->restart_when_stopped || p->remove_when_stopped)
             continue; /* starting again: it registers then */
@@ -1026,15 +1032,14 @@ void dp_manager_kubelet_restarted(struct dp_manager *m) {
             restart_plugin(p);
             continue;
         }
-        /* Called for a kubelet.sock that was just created: a new kubelet, whatever its inode
-         * (unlink then bind often reuses the old number, and comparing them missed restarts). */
         if (p->reg == R_WAIT) {
             p->backoff_ms = BACKOFF_MIN_MS;
             register_start(p);
-        } else if (p->reg == R_IN_FLIGHT) {
-            p->reregister = true;
-        } else {
-            register_start(p);
+        } else if (p->reg_ino != ino) {
+            if (p->reg == R_IN_FLIGHT)
+                p->reregister = true;
+            else
+                register_start(p);
         }
     }
     pthread_mutex_unlock(&m->lock);
