@@ -32,6 +32,8 @@ class NvidiaPlugin:
         os.makedirs(cdi, exist_ok=True)
         env = dict(os.environ, GPUSLICE_SIM_NODE=node, GPUSLICE_SIM_STATE=state,
                    LD_LIBRARY_PATH=os.path.join(root, LIB_DIR), SIM_ROOT=root, KUBELET_DIR=kdir, CDI_DIR=cdi)
+        if os.environ.get("GS_SANITIZER_PRELOAD"):   # a sanitized simulator: its runtimes first
+            env.update(LD_PRELOAD=os.environ["GS_SANITIZER_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
         self.log_path = os.path.join(cluster.dir, "logs", "nvidia-device-plugin.log")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
