@@ -200,8 +200,10 @@ int gs_yaml_load(struct gs_yaml *y, const char *name, const char *text, size_t l
 }
 
 int gs_yaml_read_file(const char *path, char **text, size_t *len, char *err, size_t errlen) {
-    int r = gs_read_file(path, GS_YAML_MAX_SIZE, text, len);
-    if (r < 0 && err && errlen > 0) {
+    /* gs_read_file_ex: a FIFO, socket or device at the path is refused, never waited on, and
+     * said as such ("PATH: a FIFO, not a regular file"). */
+    int r = gs_read_file_ex(path, GS_YAML_MAX_SIZE, 0, text, len, err, errlen);
+    if (r < 0 && r != -EINVAL && err && errlen > 0) { /* -EINVAL: not a regular file, said by it */
         char buf[128];
         snprintf(err, errlen, "%s: %s", path, r == -EFBIG ? "file is larger than 1 MiB" : strerror_r(-r, buf, sizeof(buf)));
     }

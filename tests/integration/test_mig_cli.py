@@ -742,3 +742,13 @@ mig-configs:
         assert (f"{layouts}:7:20: mig-configs.custom[1].devices[1]: GPU 9 is not on this node (it has 6 GPUs: 0-5)"
                 in p.stderr), p.stderr
     assert show(sim) == before
+
+
+def test_layout_file_that_is_a_fifo_is_refused_clearly(tmp_path):
+    """A FIFO given as the layout file is refused at once and named as a FIFO (it said only
+    'Invalid argument'); nothing waits on it."""
+    fifo = tmp_path / "layouts.yaml"
+    os.mkfifo(fifo)
+    p = subprocess.run([GPUSLICE, "--sim", NODE, "--sim-state", str(tmp_path / "s"), "mig", "plan", "-f", str(fifo),
+                        "-c", "x"], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 1 and f"{fifo}: a FIFO, not a regular file" in p.stderr, p.stderr
