@@ -70,27 +70,36 @@ nvmlComputeInstance_t ci_handle(unsigned g, unsigned gi, unsigned ci) {
     return (nvmlComputeInstance_t)&ci_handles[g][gi][ci];
 }
 
-nvmlReturn_t resolve_device(nvmlDevice_t d, struct dev_ref *ref) {
+/* The GPU a handle names, in the current state (ref zeroed first). */
+static nvmlReturn_t ref_gpu(const struct sim_handle *h, struct dev_ref *ref) {
     memset(ref, 0, sizeof(*ref));
-    const struct sim_handle *h = as_handle(d, H_GPU);
-    if (!h)
-        h = as_handle(d, H_MIG);
     if (!h || h->gpu >= sim_st->n_gpus)
         return NVML_ERROR_INVALID_ARGUMENT;
     ref->gpu = &sim_st->gpus[h->gpu];
     ref->index = h->gpu;
-    if (ref->gpu->lost)
-        return NVML_ERROR_GPU_IS_LOST;
-    if (h->kind == H_MIG) {
-        struct sim_gi *gi = &ref->gpu->gis[h->gi];
-        if (!ref->gpu->mig_current || !gi->used || !gi->cis[h->ci].used)
-            return NVML_ERROR_INVALID_ARGUMENT; /* the MIG device was destroyed */
-        ref->gi = gi;
-        ref->ci = &gi->cis[h->ci];
-        ref->gi_id = h->gi;
-        ref->ci_id = h->ci;
-    }
+    return ref->gpu->lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+/* The compute instance (and its GPU instance) a MIG-device or CI handle names, if it still exists. */
+static nvmlReturn_t ref_ci(const struct sim_handle *h, struct dev_ref *ref) {
+    struct sim_gi *gi = &ref->gpu->gis[h->gi];
+    if (!ref->gpu->mig_current || !gi->used || !gi->cis[h->ci].used)
+        return NVML_ERROR_INVALID_ARGUMENT; /* destroyed */
+    ref->gi = gi;
+    ref->ci = &gi->cis[h->ci];
+    ref->gi_id = h->gi;
+    ref->ci_id = h->ci;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t resolve_device(nvmlDevice_t d, struct dev_ref *ref) {
+    const struct sim_handle *h = as_handle(d, H_GPU);
+    if (!h)
+        h = as_handle(d, H_MIG);
+    nvmlReturn_t r = ref_gpu(h, ref);
+    if (r == NVML_SUCCESS && h->kind == H_MIG)
+        r = ref_ci(h, ref);
+    return r;
 }
 
 nvmlReturn_t resolve_gpu(nvmlDevice_t d, struct dev_ref *ref) {
@@ -110,14 +119,10 @@ nvmlReturn_t resolve_mig_gpu(nvmlDevice_t d, struct dev_ref *ref) {
 }
 
 nvmlReturn_t resolve_gi(nvmlGpuInstance_t g, struct dev_ref *ref) {
-    memset(ref, 0, sizeof(*ref));
     const struct sim_handle *h = as_handle(g, H_GI);
-    if (!h || h->gpu >= sim_st->n_gpus)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    ref->gpu = &sim_st->gpus[h->gpu];
-    ref->index = h->gpu;
-    if (ref->gpu->lost)
-        return NVML_ERROR_GPU_IS_LOST;
+    nvmlReturn_t r = ref_gpu(h, ref);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!ref->gpu->mig_current || !ref->gpu->gis[h->gi].used)
         return NVML_ERROR_INVALID_ARGUMENT;
     ref->gi = &ref->gpu->gis[h->gi];
@@ -126,22 +131,9 @@ nvmlReturn_t resolve_gi(nvmlGpuInstance_t g, struct dev_ref *ref) {
 }
 
 nvmlReturn_t resolve_ci(nvmlComputeInstance_t c, struct dev_ref *ref) {
-    memset(ref, 0, sizeof(*ref));
     const struct sim_handle *h = as_handle(c, H_CI);
-    if (!h || h->gpu >= sim_st->n_gpus)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    ref->gpu = &sim_st->gpus[h->gpu];
-    ref->index = h->gpu;
-    if (ref->gpu->lost)
-        return NVML_ERROR_GPU_IS_LOST;
-    struct sim_gi *gi = &ref->gpu->gis[h->gi];
-    if (!ref->gpu->mig_current || !gi->used || !gi->cis[h->ci].used)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    ref->gi = gi;
-    ref->ci = &gi->cis[h->ci];
-    ref->gi_id = h->gi;
-    ref->ci_id = h->ci;
-    return NVML_SUCCESS;
+    nvmlReturn_t r = ref_gpu(h, ref);
+    return r == NVML_SUCCESS ? ref_ci(h, ref) : r;
 }
 
 nvmlReturn_t resolve_mig_device_out(nvmlDevice_t d, struct dev_ref *ref, const void *out) {
