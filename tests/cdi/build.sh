@@ -5,21 +5,19 @@
 # command and its module proxy, and prints the binary's path. Rebuilt only when the version or
 # the sources change (a stamp of their checksums). Fails when go is missing.
 set -eu
+# shellcheck source=/dev/null # tests/lib/peercache.sh, linted on its own
+. "$(dirname "$0")/../lib/peercache.sh"
 version=${1:?usage: build.sh VERSION (e.g. v0.5.4, v1.1.2)}
 src=$(cd "$(dirname "$0")/validate" && pwd)
-cache=${GPUSLICE_PEERS_CACHE:-${HOME:-/tmp}/.cache/gpuslice-peers}/cdi-$version
-command -v go >/dev/null 2>&1 || { echo "build.sh: go is not installed (needed to build the CDI reference library)" >&2; exit 1; }
+cache=$(peer_dir "cdi-$version")
+peer_need_go build.sh "the CDI reference library"
 case $version in
 v0.[0-5].*) old=1; mods=$src/v0.5; module=github.com/container-orchestrated-devices/container-device-interface ;;
 *) old=0; mods=$src; module=tags.cncf.io/container-device-interface ;;
 esac
 stamp=$(cat "$src/main.go" "$mods/go.mod" "$mods/go.sum" | cksum)
-if [ -x "$cache/validate" ] && [ "$(cat "$cache/stamp" 2>/dev/null)" = "$version $stamp" ]; then
-    echo "$cache/validate"
-    exit 0
-fi
-mkdir -p "$cache"
-work=$(mktemp -d "$cache/build.XXXXXX")
+peer_cached "$cache" validate "$version $stamp" && exit 0
+work=$(peer_workdir "$cache")
 trap 'rm -rf "$work"' EXIT
 cp "$mods/go.mod" "$mods/go.sum" "$work/"
 if [ "$old" = 1 ]; then
@@ -33,6 +31,4 @@ fi
     go mod tidy >&2
     CGO_ENABLED=0 go build -o "$cache/validate.new" . >&2
 )
-mv "$cache/validate.new" "$cache/validate"
-echo "$version $stamp" >"$cache/stamp"
-echo "$cache/validate"
+peer_install "$cache" validate "$version $stamp"

@@ -8,17 +8,15 @@
 # throwaway module requires it with `go get` and builds the command from there. Fails when go is
 # missing.
 set -eu
+# shellcheck source=/dev/null # tests/lib/peercache.sh, linted on its own
+. "$(dirname "$0")/../lib/peercache.sh"
 version=${1:-v0.18.0}
 module=github.com/NVIDIA/k8s-device-plugin
-command -v go >/dev/null 2>&1 || { echo "build-nvdp.sh: go is not installed (needed to build NVIDIA's device plugin)" >&2; exit 1; }
-cache=${GPUSLICE_PEERS_CACHE:-${HOME:-/tmp}/.cache/gpuslice-peers}/nvidia-device-plugin-$version
+peer_need_go build-nvdp.sh "NVIDIA's device plugin"
+cache=$(peer_dir "nvidia-device-plugin-$version")
 stamp="$version $(cksum <"$0")"
-if [ -x "$cache/nvidia-device-plugin" ] && [ "$(cat "$cache/stamp" 2>/dev/null)" = "$stamp" ]; then
-    echo "$cache/nvidia-device-plugin"
-    exit 0
-fi
-mkdir -p "$cache"
-work=$(mktemp -d "$cache/build.XXXXXX")
+peer_cached "$cache" nvidia-device-plugin "$stamp" && exit 0
+work=$(peer_workdir "$cache")
 trap 'rm -rf "$work"' EXIT
 (
     cd "$work"
@@ -28,6 +26,4 @@ trap 'rm -rf "$work"' EXIT
     CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
         go build -o "$cache/nvidia-device-plugin.new" "$module/cmd/nvidia-device-plugin" >&2
 )
-mv "$cache/nvidia-device-plugin.new" "$cache/nvidia-device-plugin"
-echo "$stamp" >"$cache/stamp"
-echo "$cache/nvidia-device-plugin"
+peer_install "$cache" nvidia-device-plugin "$stamp"
