@@ -34,6 +34,7 @@ case $dir in /*) ;; *) echo "cluster.sh: DIR must be an absolute path (got '${di
 
 NODE=${GS_E2E_NODE:-gs-e2e-node}
 base=${GS_E2E_PORT_BASE:-16000}
+CGROOT=gs-e2e-$base
 P_ETCD=$((base + 379)) P_PEER=$((base + 380)) P_API=$((base + 443)) P_KCM=$((base + 257))
 P_SCHED=$((base + 259)) P_KUBELET=$((base + 250)) P_HEALTHZ=$((base + 248))
 PAUSE_IMAGE=gpuslice.local/pause:e2e
@@ -277,6 +278,8 @@ authentication:
 authorization: {mode: Webhook}
 containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
 cgroupDriver: cgroupfs
+# a cgroup root per cluster, so two clusters on one machine never share (or clean up) /kubepods
+cgroupRoot: /$CGROOT
 # this machine kind's cgroups are v1 (hybrid): kubelets from 1.35 refuse them unless told
 failCgroupV1: false
 failSwapOn: false
@@ -391,7 +394,31 @@ EOF
     say "cluster up in $(( $(date +%s) - t0 )) s: export KUBECONFIG=$dir/admin.kubeconfig"
 }
 
+# The kubelet's cgroup root, made in every cgroup hierarchy (cpuset's cpus and mems from the top).
+cgroot_make() {
+    local h
+    for h in /sys/fs/cgroup/*/; do
+        [ -d "$h" ] || continue
+        mkdir -p "$h$CGROOT"
+        if [ -f "${h}cpuset.cpus" ]; then
+            [ -n "$(cat "$h$CGROOT/cpuset.cpus")" ] || cat "${h}cpuset.cpus" >"$h$CGROOT/cpuset.cpus"
+            [ -n "$(cat "$h$CGROOT/cpuset.mems")" ] || cat "${h}cpuset.mems" >"$h$CGROOT/cpuset.mems"
+        fi
+    done
+}
+
+# The cgroup root removed, deepest first, once its processes are gone (down).
+cgroot_remove() {
+    local h
+    for h in /sys/fs/cgroup/*/; do
+        [ -d "$h$CGROOT" ] || continue
+        find "$h$CGROOT" -depth -type d -exec rmdir {} + 2>/dev/null ||
+            say "cgroup $h$CGROOT not removed (processes left in it?)"
+    done
+}
+
 kubelet_start() {
+    cgroot_make
     # DIR/kubelet shared, so the kubelet's pod mounts (in its namespace) reach containerd's.
     if ! mountpoint -q "$dir/kubelet"; then
         mount --bind "$dir/kubelet" "$dir/kubelet"
@@ -480,6 +507,7 @@ down() {
     stop kube-apiserver 20
     stop etcd
     unmount_all
+    cgroot_remove
     say "cluster down (logs kept in $dir/logs)"
 }
 
