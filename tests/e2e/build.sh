@@ -10,6 +10,8 @@
 # only when its go.mod or go.sum changes (a stamp of their checksums) or a binary is missing.
 # runc and the CNI plugins are Debian's (scripts/deps.sh). Progress goes to stderr; the last line
 # on stdout is the bin directories, colon-separated, to put in front of PATH.
+# Arguments name the parts to build (k8s etcd containerd helm; default: all), e.g.
+# `build.sh helm` for the chart tests of tests/deploy, which need only Helm.
 # GOCACHE and GOMODCACHE are go's own (shared with every other go build of the machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +20,10 @@ cache=${GPUSLICE_PEERS_CACHE:-${HOME:-/tmp}/.cache/gpuslice-peers}
 jobs=${GPUSLICE_BUILD_JOBS:-2}
 
 say() { echo "[e2e build] $*" >&2; }
-command -v go >/dev/null 2>&1 || { say "go is not installed (needed to build the cluster's parts)"; exit 1; }
+wanted=" ${*:-k8s etcd containerd helm} "
+for w in $wanted; do
+    case $w in k8s | etcd | containerd | helm) ;; *) say "no part $w (parts: k8s etcd containerd helm)"; exit 2 ;; esac
+done
 
 # version MODULEDIR REQUIRED-MODULE: the version the tools module requires.
 version() {
@@ -43,6 +48,7 @@ progress() {
 part() {
     local name=$1 mod=$2 module=$3 ldflags=$4; shift 4
     local ver dir stamp spec bin pkg missing=0 t0
+    case $wanted in *" $name "*) ;; *) return ;; esac
     ver=$(version "$mod" "$module")
     [ -n "$ver" ] || { say "$tools/$mod/go.mod requires no $module"; exit 1; }
     dir=$cache/$name-$ver
@@ -53,6 +59,7 @@ part() {
         bindirs="${bindirs:+$bindirs:}$dir/bin"
         return
     fi
+    command -v go >/dev/null 2>&1 || { say "go is not installed (needed to build $name $ver)"; exit 1; }
     mkdir -p "$dir/bin"
     rm -f "$dir/stamp"
     t0=$(date +%s)
