@@ -1,0 +1,61 @@
+/* slices.h: what gpuslice's DRA driver publishes: the node's ResourceSlice objects
+ * (resource.k8s.io/v1, Kubernetes 1.36) as JSON, a pure function of the inventory and the policy
+ * (docs/dra.md). No I/O: the REST client (src/kube/) creates or updates the objects.
+ *
+ * One pool per node (pool name = node name), every slice of it with the same generation and
+ * resourceSliceCount. Per GPU, by the policy's mode (src/core/plan.h resolves it; DRA ignores
+ * flags.migStrategy):
+ *   whole         one device "gpu-<index>" (type "gpu", sharing "exclusive"), capacity memory;
+ *   time-slicing  one device "gpu-<index>", allowMultipleAllocations, consumable capacities
+ *   / mps         memory (1Gi steps) and compute (percent 1..100; MPS: clients, at most 48),
+ *                 sharing "time-slicing" / "mps";
+ *   MIG mode      its existing MIG devices as ordinary devices (type "mig"), and, unless the policy
+ *                 has a gpuslice.mig.config layout, every profile placement on free memory slices
+ *                 as an on-demand device consuming the GPU's shared counters (counter set
+ *                 "gpu-<index>-counter-set": compute-slices, memory-slice-<n>, profile-<id>), in
+ *                 slices of their own (sharedCounters and devices never share a slice).
+ * Device names:
+ *   "gpu-<index>"                           a GPU (whole or shared)
+ *   "gpu-<index>-mig-<profile>-<id>-<start>" a MIG placement (existing or on demand); profile
+ *                                           without dots or '+' ("3g40gb", "1g10gbme"), id the
+ *                                           GI profile ID, start the placement start
+ *   "...-<start>-ci<ci>"                    an existing compute instance smaller than its GI */
+#ifndef GS_DRA_SLICES_H
+#define GS_DRA_SLICES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/policy.h"
+#include "core/inventory.h"
+
+#define GS_DRA_DRIVER_DEFAULT "gpu.gpuslice.io"
+#define GS_DRA_MAX_DEVICES_PER_SLICE 128          /* ResourceSliceMaxDevices */
+#define GS_DRA_MAX_COUNTER_DEVICES_PER_SLICE 64   /* ...WithAdvancedFeatures (consumesCounters) */
+#define GS_DRA_MAX_COUNTER_SETS_PER_SLICE 8       /* ResourceSliceMaxCounterSets */
+#define GS_DRA_MEMORY_STEP (1ULL << 30)           /* shared GPUs: memory requests in 1 GiB steps */
+#define GS_DRA_DEVICE_NAME_MAX 64                 /* a DNS label: at most 63 characters */
+
+/* The node's ResourceSlices: *slices_out is a new JSON array of complete ResourceSlice objects
+ * (apiVersion, kind, metadata.name "<node>-<driver>-<k>", spec), at least one (an empty pool is a
+ * slice without devices). `generation` is spec.pool.generation of every slice (the caller bumps
+ * it whenever the content changes). Returns 0, -EINVAL (a node or driver name Kubernetes would
+ * refuse, a device name or attribute that cannot be written, too many counters), or -ENOMEM; the
+ * error is one line in err. */
+int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *policy, const char *node,
+                        const char *driver, long long generation, json_t **slices_out, char *err, size_t errlen);
+
+/* What a device name of ours names (for prepare). */
+struct gs_dra_device_ref {
+    unsigned gpu;            /* NVML index of the GPU */
+    bool mig;                /* a MIG placement: profile_id and start are set */
+    unsigned profile_id;     /* GI profile ID */
+    unsigned start;          /* placement start (memory slice) */
+    int ci;                  /* -1, or the compute instance ID of a "-ci<ci>" name */
+};
+
+/* Parses a device name of the form above. Returns 0 or -EINVAL (not one of ours). */
+int gs_dra_device_parse(const char *name, struct gs_dra_device_ref *out);
+
+#endif
