@@ -19,7 +19,11 @@
 
 #define MAX_SOCKETS 64
 
+#define MAX_NVIDIA 16
+
 struct scan {
+    unsigned n_nvidia;             /* the resources listening nvidia-*.sock serve, ours or not */
+    char nvidia[MAX_NVIDIA][GS_RESOURCE_NAME_MAX];
     unsigned n_other;
     char other[AGENT_COEXIST_BY_MAX]; /* the other plugins' listening sockets, ", "-separated */
 };
@@ -57,11 +61,14 @@ static void scan_sockets(const char *dir, const struct gs_plan *plan, struct age
         char path[PATH_MAX], resource[GS_RESOURCE_NAME_MAX];
         if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
             continue;
-        if (k == GS_KL_SOCK_NVIDIA &&
-            (gs_kl_nvidia_resource(e->d_name, resource, sizeof(resource)) < 0 || !gs_plan_resource(plan, resource)))
+        if (k == GS_KL_SOCK_NVIDIA && gs_kl_nvidia_resource(e->d_name, resource, sizeof(resource)) < 0)
             continue;
         int err;
         if (gs_kl_socket_probe(path, &err) != GS_KL_SOCK_LISTENING)
+            continue;
+        if (k == GS_KL_SOCK_NVIDIA && s->n_nvidia < MAX_NVIDIA)
+            gs_strlcpy(s->nvidia[s->n_nvidia++], resource, sizeof(s->nvidia[0]));
+        if (k == GS_KL_SOCK_NVIDIA && !gs_plan_resource(plan, resource))
             continue;
         if (k == GS_KL_SOCK_NVIDIA) {
             char by[AGENT_COEXIST_BY_MAX];
@@ -154,6 +161,91 @@ static void drop(struct gs_plan *plan, unsigned i) {
     plan->n_resources--;
 }
 
+/* share: which GPUs the other plugins' devices name. A device is the other's when its resource is
+ * one a listening nvidia-*.sock serves or one another plugin serves (found above), or when other
+ * sockets listen and its resource is not gpuslice's: not in the plan and not under the domains
+ * gpuslice's resource names use (the checkpoint keeps what gpuslice registered under another
+ * policy, which must not count as another plugin's). */
+struct foreign_gpus {
+    const struct gs_inventory *inv;
+    const struct gs_plan *plan;
+    const struct agent_coexist *found;
+    const struct scan *s;
+    struct agent_coexist *out;
+};
+
+static bool nvidia_serves(const struct scan *s, const char *resource) {
+    for (unsigned i = 0; i < s->n_nvidia; i++)
+        if (!strcmp(s->nvidia[i], resource))
+            return true;
+    return false;
+}
+
+static bool ours_by_name(const struct gs_plan *plan, const char *resource) {
+    return gs_plan_resource(plan, resource) || !strncmp(resource, "nvidia.com/", 11) ||
+           !strncmp(resource, "gpuslice.io/", 12);
+}
+
+static void foreign_device(const char *resource, const char *id, void *ctx) {
+    struct foreign_gpus *f = ctx;
+    bool theirs = conflict_of(f->found, resource) || nvidia_serves(f->s, resource) ||
+                  (f->s->n_other && !ours_by_name(f->plan, resource));
+    int g = theirs ? gs_inventory_gpu_of_device_id(f->inv, id) : -1;
+    if (g >= 0 && f->inv->gpus[g].index < GS_MAX_GPUS)
+        f->out->gpu[f->inv->gpus[g].index] = true;
+}
+
+static void scan_gpus(const char *dir, const struct gs_inventory *inv, const struct gs_plan *plan,
+                      const struct scan *s, struct agent_coexist *found) {
+    char path[PATH_MAX], err[256];
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    if (!found->n && !s->n_nvidia && !s->n_other)
+        return;
+    if (snprintf(path, sizeof(path), "%s/%s", dir, GS_KL_CHECKPOINT_NAME) >= (int)sizeof(path) ||
+        gs_read_file(path, GS_KL_CHECKPOINT_MAX, &text, &len) < 0)
+        return;
+    struct foreign_gpus f = { inv, plan, found, s, found };
+    if (gs_kl_checkpoint_each(text, len, foreign_device, &f, err, sizeof(err)) < 0) {
+        log_warn("Cannot read %s: %s; which GPUs the other device plugin serves is not known", path, err);
+        return;
+    }
+}
+
+static void log_gpu_changes(const struct gs_inventory *inv, const struct agent_coexist *old,
+                            const struct agent_coexist *now) {
+    for (unsigned i = 0; i < inv->n_gpus; i++) {
+        unsigned g = inv->gpus[i].index;
+        if (g >= GS_MAX_GPUS)
+            continue;
+        if (now->gpu[g] && !old->gpu[g])
+            log_warn("GPU %u (%s) is served by another device plugin (the kubelet's checkpoint registers its "
+                     "devices): gpuslice leaves it out of every resource it serves "
+                     "(gpuslice.coexistence.otherPlugin: share)",
+                     g, inv->gpus[i].uuid);
+        else if (!now->gpu[g] && old->gpu[g])
+            log_info("GPU %u (%s) is no longer served by another device plugin: gpuslice serves it", g,
+                     inv->gpus[i].uuid);
+    }
+}
+
+/* Removes the devices of the other's GPUs from every resource; resources left empty go. */
+static void drop_gpus(const struct gs_inventory *inv, struct gs_plan *plan, const struct agent_coexist *c) {
+    for (unsigned i = plan->n_resources; i-- > 0;) {
+        struct gs_resource *r = &plan->resources[i];
+        unsigned k = 0;
+        for (unsigned d = 0; d < r->n_devices; d++)
+            if (!(r->devices[d].gpu < GS_MAX_GPUS && c->gpu[r->devices[d].gpu]))
+                r->devices[k++] = r->devices[d];
+        r->n_devices = k;
+        if (!k)
+            drop(plan, i);
+    }
+    for (unsigned i = 0; i < inv->n_gpus && i < plan->n_gpus; i++)
+        if (inv->gpus[i].index < GS_MAX_GPUS && c->gpu[inv->gpus[i].index])
+            plan->gpus[i].resource = NULL;
+}
+
 void agent_coexist_apply(struct agent *a, struct gs_plan *plan) {
     struct agent_coexist *found = calloc(1, sizeof(*found));
     if (!found)
@@ -162,11 +254,18 @@ void agent_coexist_apply(struct agent *a, struct gs_plan *plan) {
     scan_sockets(a->o->kubelet_dir, plan, found, &s);
     if (s.n_other)
         scan_checkpoint(a->o->kubelet_dir, plan, &s, found);
-    bool refuse = a->policy->other_plugin == GS_OTHER_REFUSE;
+    bool share = a->policy->other_plugin == GS_OTHER_SHARE;
+    bool refuse = a->policy->other_plugin == GS_OTHER_REFUSE || share;
+    if (share)
+        scan_gpus(a->o->kubelet_dir, a->inv, plan, &s, found);
     log_changes(&a->coexist, found, refuse);
+    if (share)
+        log_gpu_changes(a->inv, &a->coexist, found);
     a->coexist = *found;
     free(found);
     for (unsigned i = plan->n_resources; refuse && i-- > 0;)
         if (conflict_of(&a->coexist, plan->resources[i].name))
             drop(plan, i);
+    if (share)
+        drop_gpus(a->inv, plan, &a->coexist);
 }

@@ -2,7 +2,10 @@
  * ours) that serves a resource gpuslice would serve. Checked at every replan (the start, the loop's
  * tick, a kubelet restart, a policy reload): each such resource is named in a warning, and under
  * gpuslice.coexistence.otherPlugin: refuse (the default) left out of the plan, so that gpuslice
- * does not register it while the other serves it and takes it over when the other goes. */
+ * does not register it while the other serves it and takes it over when the other goes. Under
+ * share, the same, and also every GPU the other plugin's devices name (the kubelet's checkpoint)
+ * is left out of every resource gpuslice serves: gpuslice serves only the GPUs the other does not,
+ * under resource names the other does not register. */
 #ifndef GS_AGENT_COEXIST_H
 #define GS_AGENT_COEXIST_H
 
@@ -13,6 +16,7 @@ struct agent;
 #define AGENT_COEXIST_BY_MAX 256
 
 struct agent_coexist {
+    bool gpu[GS_MAX_GPUS];         /* share: GPUs (NVML index) another plugin's devices name */
     unsigned n;                    /* resources another plugin serves, as last checked */
     struct {
         char resource[GS_RESOURCE_NAME_MAX];

@@ -63,7 +63,7 @@ static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod",
 
 /* Same order as the enums in policy.h. */
 static const char *const mig_values[] = { "none", "single", "mixed", NULL };
-static const char *const other_plugin_values[] = { "refuse", "warn", NULL };
+static const char *const other_plugin_values[] = { "refuse", "warn", "share", NULL };
 static const char *const id_values[] = { "uuid", "index", NULL };
 static const char *const alloc_values[] = { "distributed", "packed", "fragmentation", NULL };
 static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };

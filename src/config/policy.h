@@ -72,7 +72,7 @@ enum gs_mig_strategy { GS_MIG_NONE = 0, GS_MIG_SINGLE, GS_MIG_MIXED };
 enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED, GS_ALLOC_FRAGMENTATION };
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
 /* gpuslice.coexistence.otherPlugin: beside another plugin serving one of our resources. */
-enum gs_other_plugin { GS_OTHER_REFUSE = 0, GS_OTHER_WARN };
+enum gs_other_plugin { GS_OTHER_REFUSE = 0, GS_OTHER_WARN, GS_OTHER_SHARE };
 enum gs_list_strategy {
     GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3
 };

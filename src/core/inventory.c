@@ -34,6 +34,24 @@ const struct gs_gi_profile *gs_gpu_profile_by_name(const struct gs_gpu *g, const
     return NULL;
 }
 
+/* True if id is uuid, or uuid followed by "::". */
+static bool names_uuid(const char *id, const char *uuid) {
+    size_t n = strlen(uuid);
+    return n && !strncmp(id, uuid, n) && (id[n] == '\0' || !strncmp(id + n, "::", 2));
+}
+
+int gs_inventory_gpu_of_device_id(const struct gs_inventory *inv, const char *id) {
+    for (unsigned g = 0; g < inv->n_gpus; g++) {
+        const struct gs_gpu *gpu = &inv->gpus[g];
+        if (names_uuid(id, gpu->uuid))
+            return (int)g;
+        for (unsigned m = 0; m < gpu->n_mig; m++)
+            if (names_uuid(id, gpu->mig[m].uuid))
+                return (int)g;
+    }
+    return -1;
+}
+
 const char *gs_arch_name(unsigned arch) {
     switch (arch) {
     case 2: return "kepler";

@@ -101,6 +101,11 @@ int gs_mig_profile_name(unsigned slices, unsigned long long mem_mib, unsigned lo
 const struct gs_gi_profile *gs_gpu_profile_by_id(const struct gs_gpu *g, unsigned id);
 const struct gs_gi_profile *gs_gpu_profile_by_name(const struct gs_gpu *g, const char *name);
 
+/* The GPU a device plugin's device ID names: its GPU UUID or one of its MIG devices' UUIDs, alone
+ * or followed by "::" and a replica suffix ("GPU-x", "GPU-x::3", "MIG-y", "MIG-y::1"; the IDs
+ * NVIDIA's plugin and gpuslice give). Returns the GPU's position in inv->gpus, or -1. */
+int gs_inventory_gpu_of_device_id(const struct gs_inventory *inv, const char *id);
+
 /* The NVML architecture number's name: "turing", "ampere", "ada", "hopper", ... or "unknown". */
 const char *gs_arch_name(unsigned arch);
 

@@ -84,6 +84,25 @@ int gs_kl_checkpoint_foreign(const char *text, size_t len, const char *resource,
     return r;
 }
 
+int gs_kl_checkpoint_each(const char *text, size_t len, void (*fn)(const char *resource, const char *id, void *ctx),
+                          void *ctx, char *err, size_t errlen) {
+    json_t *root, *reg;
+    int r = registered(text, len, &root, &reg, err, errlen);
+    const char *key;
+    json_t *ids, *id;
+    size_t i;
+    if (r == 0 && reg) {
+        json_object_foreach(reg, key, ids) {
+            json_array_foreach(ids, i, id) {
+                if (json_is_string(id))
+                    fn(key, json_string_value(id), ctx);
+            }
+        }
+    }
+    json_decref(root);
+    return r;
+}
+
 static bool has_suffix(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);

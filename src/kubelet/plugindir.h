@@ -27,6 +27,11 @@ int gs_kl_checkpoint_parse(const char *text, size_t len, char (*names)[GS_KL_RES
 int gs_kl_checkpoint_foreign(const char *text, size_t len, const char *resource, const char *const *ours,
                              size_t n_ours, char *first, size_t firstlen, char *err, size_t errlen);
 
+/* Calls fn(resource, id, ctx) for every device ID the checkpoint registers (non-string IDs are
+ * skipped). Returns 0, or -EINVAL (err: why) as above. */
+int gs_kl_checkpoint_each(const char *text, size_t len, void (*fn)(const char *resource, const char *id, void *ctx),
+                          void *ctx, char *err, size_t errlen);
+
 /* What a file name in the device-plugins directory is. */
 enum gs_kl_socket_kind {
     GS_KL_SOCK_NONE,    /* not a *.sock name (the checkpoint, ...) */

@@ -2,7 +2,8 @@
 emulator's self-test plugin on nvidia-gpu.sock, registering nvidia.com/gpu), and a plugin of
 another name whose resource only the kubelet's checkpoint tells. Under
 gpuslice.coexistence.otherPlugin: refuse (the default) gpuslice does not register a resource the
-other serves, and does once it is gone; under warn both register, with a warning.
+other serves, and does once it is gone; under warn both register, with a warning; under share
+gpuslice also leaves out every GPU the other's devices name, under any resource name.
 
 Run: /usr/bin/python3 -m pytest -q tests/integration/test_agent_coexist.py"""
 import json
@@ -11,7 +12,7 @@ import socket
 import stat
 import time
 
-from agent_harness import POLL_MS, T4X2, WHOLE, h, ids  # noqa: F401 (h: the fixture)
+from agent_harness import POLL_MS, T4X2, WHOLE, h, ids, ts_policy  # noqa: F401 (h: the fixture)
 from test_emulator import FakePlugin
 
 GPU = "nvidia.com/gpu"
@@ -135,3 +136,66 @@ def test_stale_nvidia_socket_is_no_conflict(h):
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
     a = h.agent(node, WHOLE, resources=[GPU])
     assert "served by" not in a.log()
+
+
+SHARE = "gpuslice:\n  coexistence:\n    otherPlugin: share\n"
+SHARED = "nvidia.com/gpu.shared"
+
+
+def test_share_serves_only_the_gpus_the_other_does_not(h):
+    """NVIDIA's plugin serves GPU 0 whole as nvidia.com/gpu; gpuslice time-slices under a name of
+    its own (renameByDefault). Under share it advertises GPU 1's replicas only (GPU 0's would be
+    the same GPU counted twice, under another name); refuse, which compares names only, would
+    advertise both. When NVIDIA's plugin goes, GPU 0 comes back."""
+    node = h.node(T4X2)
+    u0, u1 = node.uuids()
+    other = fake(h, devices=(u0,))
+    checkpoint(h, {GPU: [u0]})
+    try:
+        a = h.agent(node, ts_policy(2, rename=True) + SHARE)
+        a.wait_log(r"GPU 0 \(%s\) is served by another device plugin .*leaves it out" % u0, timeout=10)
+        h.kubelet.wait_for(SHARED, lambda devs: sorted(d.id for d in devs) == [f"{u1}::0", f"{u1}::1"],
+                           timeout=10)
+        assert ours(h) == [], "gpuslice registered nvidia.com/gpu, which NVIDIA's plugin serves"
+        polls(4)
+        assert a.alive()
+        assert sorted(d.id for d in h.latest(SHARED)) == [f"{u1}::0", f"{u1}::1"]
+    finally:
+        gone(other)
+    a.wait_log(r"GPU 0 \(%s\) is no longer served by another device plugin: gpuslice serves it" % u0, timeout=10)
+    h.kubelet.wait_for(SHARED, lambda devs: sorted(d.id for d in devs) ==
+                       sorted(f"{u}::{r}" for u in (u0, u1) for r in (0, 1)), timeout=10)
+
+
+def test_refuse_compares_names_only(h):
+    """The same node under refuse: the renamed resource does not collide by name, so both GPUs'
+    replicas are advertised (the warning is about nvidia.com/gpu only). The share test above fails
+    without its GPU check; this one pins what refuse does."""
+    node = h.node(T4X2)
+    u0, u1 = node.uuids()
+    other = fake(h, devices=(u0,))
+    checkpoint(h, {GPU: [u0]})
+    try:
+        a = h.agent(node, ts_policy(2, rename=True))
+        h.kubelet.wait_for(SHARED, lambda devs: len(devs) == 4, timeout=10)
+        assert "leaves it out" not in a.log()
+    finally:
+        gone(other)
+
+
+def test_share_other_plugin_of_another_name_by_its_devices(h):
+    """A plugin of another name (vendor-gpu.sock) registering a resource gpuslice does not serve
+    (example.com/gpu) with GPU 1's UUID, as the checkpoint says: under share gpuslice serves GPU 0
+    only, whole, under nvidia.com/gpu. Device IDs that name no GPU (dev-0) are ignored."""
+    node = h.node(T4X2)
+    u0, u1 = node.uuids()
+    other = FakePlugin(h.kdir, resource="example.com/gpu", endpoint="vendor-gpu.sock", devices=(u1,)).serve()
+    other.register()
+    checkpoint(h, {"example.com/gpu": [u1], "example.com/fpga": ["dev-0"]})
+    try:
+        a = h.agent(node, WHOLE + SHARE)
+        a.wait_log(r"GPU 1 \(%s\) is served by another device plugin" % u1, timeout=10)
+        h.kubelet.wait_for(GPU, lambda devs: sorted(d.id for d in devs) == [u0], timeout=10)
+        assert "GPU 0 (" not in a.log()
+    finally:
+        gone(other)

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,6 +163,27 @@ static void test_checkpoint_foreign_nvidia_resource(void **state) {
     assert_int_equal(gs_kl_nvidia_resource("nvidia-gpu.sock", r, 8), -EINVAL);
 }
 
+struct seen { char text[256]; };
+
+static void collect(const char *resource, const char *id, void *ctx) {
+    struct seen *s = ctx;
+    size_t n = strlen(s->text);
+    snprintf(s->text + n, sizeof(s->text) - n, "%s=%s;", resource, id);
+}
+
+/* coexistence under share: every registered device ID. */
+static void test_checkpoint_each(void **state) {
+    (void)state;
+    char err[256];
+    struct seen s = { "" };
+    const char *cp = "{\"Data\":{\"RegisteredDevices\":{\"a/x\":[\"GPU-a\",7,\"GPU-b::1\"],\"b/y\":null,"
+                     "\"c/z\":[\"MIG-m\"]}},\"Checksum\":1}";
+    assert_int_equal(gs_kl_checkpoint_each(cp, strlen(cp), collect, &s, err, sizeof(err)), 0);
+    assert_string_equal(s.text, "a/x=GPU-a;a/x=GPU-b::1;c/z=MIG-m;");
+    assert_int_equal(gs_kl_checkpoint_each("{}", 2, collect, &s, err, sizeof(err)), -EINVAL);
+
+}
+
 static void test_socket_kind_capeff(void **state) {
     (void)state;
     assert_int_equal(gs_kl_socket_kind("kubelet.sock"), GS_KL_SOCK_KUBELET);
@@ -214,6 +236,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
         cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint), cmocka_unit_test(test_checkpoint_foreign_nvidia_resource),
+        cmocka_unit_test(test_checkpoint_each),
         cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -748,6 +748,24 @@ static void test_single_profiles_warning(void **state) {
     free(inv);
 }
 
+/* The GPU a device plugin's device ID names (coexistence under otherPlugin: share). */
+static void test_gpu_of_device_id(void **state) {
+    (void)state;
+    static struct gs_inventory inv;
+    inv.n_gpus = 2;
+    snprintf(inv.gpus[0].uuid, sizeof(inv.gpus[0].uuid), "GPU-a");
+    snprintf(inv.gpus[1].uuid, sizeof(inv.gpus[1].uuid), "GPU-ab");
+    inv.gpus[1].n_mig = 1;
+    snprintf(inv.gpus[1].mig[0].uuid, sizeof(inv.gpus[1].mig[0].uuid), "MIG-m");
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "GPU-a"), 0);
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "GPU-a::3"), 0);
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "GPU-ab"), 1); /* not GPU-a's: a longer UUID */
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "MIG-m::1"), 1);
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "GPU-a:3"), -1);
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, "GPU-"), -1);
+    assert_int_equal(gs_inventory_gpu_of_device_id(&inv, ""), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
@@ -757,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_mps),             cmocka_unit_test(test_mig_time_slicing),
         cmocka_unit_test(test_quota_larger_than_gpu), cmocka_unit_test(test_single_mixed_node),
         cmocka_unit_test(test_single_profiles_warning),
+        cmocka_unit_test(test_gpu_of_device_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

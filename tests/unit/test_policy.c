@@ -913,8 +913,8 @@ static const struct bad_case bad_cases[] = {
     { "exclusiveProcess bad", "gpuslice:\n  mps:\n    exclusiveProcess: EXCLUSIVE_PROCESS\n",
       "t.yaml:3:23: gpuslice.mps.exclusiveProcess: invalid value 'EXCLUSIVE_PROCESS'; expected true or false (or "
       "yes/no)" },
-    { "otherPlugin bad", "gpuslice:\n  coexistence:\n    otherPlugin: share\n",
-      "t.yaml:3:18: gpuslice.coexistence.otherPlugin: invalid value 'share'; expected one of: refuse, warn" },
+    { "otherPlugin bad", "gpuslice:\n  coexistence:\n    otherPlugin: yield\n",
+      "t.yaml:3:18: gpuslice.coexistence.otherPlugin: invalid value 'yield'; expected one of: refuse, warn, share" },
     { "coexistence unknown key", "gpuslice:\n  coexistence:\n    other: warn\n",
       "t.yaml:3:5: gpuslice.coexistence.other: unknown key 'other'; allowed keys: otherPlugin" },
     { "labels nvidiaNames bad", "gpuslice:\n  labels:\n    nvidiaNames: both\n",
