@@ -223,10 +223,18 @@ static void check_kubelet(struct doc *d) {
 
     struct plugins p = { .d = d };
     gs_doc_list_dir(d->kubelet_dir, 4096, on_entry, &p);
-    if (p.n_nvidia_live)
+    if (p.n_nvidia_live && d->policy_ok && d->policy.other_plugin == GS_OTHER_SHARE)
+        ADD(d, "plugin.competing", GS_DOC_WARN,
+            "give gpuslice's resources names NVIDIA's plugin does not register (renameByDefault, MIG devices); "
+            "docs/operator.md",
+            "NVIDIA's device plugin serves on this node: %s; under gpuslice.coexistence.otherPlugin: share gpuslice "
+            "leaves out its resource names and the GPUs its devices name",
+            p.nvidia);
+    else if (p.n_nvidia_live)
         ADD(d, "plugin.competing", GS_DOC_FAIL,
             "turn NVIDIA's device plugin off on this node (GPU Operator: devicePlugin.enabled=false; docs/operator.md), "
-            "or set gpuslice.coexistence.otherPlugin: warn and give the two plugins different resource names",
+            "or set gpuslice.coexistence.otherPlugin: share (gpuslice serves only the GPUs it does not) and give the "
+            "two plugins different resource names",
             "NVIDIA's device plugin serves on this node: %s; two plugins advertising nvidia.com/gpu double-count the "
             "GPUs", p.nvidia);
     else if (p.n_nvidia_stale)

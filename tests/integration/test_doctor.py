@@ -152,6 +152,10 @@ def test_nvidia_plugin_socket(node):
     f = only(node.findings(expect_rc=1), "plugin.competing")[0]
     assert f["status"] == "fail" and "nvidia-gpu.sock (listening)" in f["message"]
     assert "devicePlugin.enabled=false" in f["fix"]
+    share = node.tmp / "share-policy.yaml"
+    share.write_text("version: v1\ngpuslice:\n  coexistence:\n    otherPlugin: share\n")
+    f = only(node.findings(expect_rc=0, policy=share), "plugin.competing")[0]
+    assert f["status"] == "warn" and "otherPlugin: share" in f["message"], f
 
 
 def test_checkpoint_names_registered_resources(node):
