@@ -23,9 +23,9 @@ import tempfile
 
 import pytest
 
-import helmlite
+import helmchart
 
-ROOT = helmlite.ROOT
+ROOT = helmchart.ROOT
 BUILD = os.environ.get("GS_BUILD_ROOT") or os.path.join(ROOT, "build")
 GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(BUILD, "gpuslice")
 SANITIZED = os.environ.get("GS_SANITIZED") == "1"
@@ -307,7 +307,7 @@ def test_image_layout_finds_its_libraries():
         preload = [line.split("=", 1)[1] for line in p.stdout.splitlines() if line.startswith("LD_PRELOAD=")]
         assert [os.path.realpath(x) for x in preload] == [img + "/usr/lib/gpuslice/libgpuslice-guard.so"]
     # The chart's init container copies the guard from the image.
-    objs = [d for _, _, d in helmlite.render()]
+    objs = [d for _, _, d in helmchart.render()]
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
     init = next(c for c in ds["spec"]["template"]["spec"]["initContainers"] if c["name"] == "install-guard")
     src = shlex.split(init["command"][2])[1]
@@ -320,7 +320,7 @@ def test_chart_installs_the_image_cdi_hook():
     """The chart's install-cdi-hook init container copies the image's gpuslice-cdi-hook, a file the
     image has, and the agent names the installed copy."""
     layout = image_layout()
-    ds = next(d for _, _, d in helmlite.render() if d["kind"] == "DaemonSet")
+    ds = next(d for _, _, d in helmchart.render() if d["kind"] == "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
     init = next(c for c in spec["initContainers"] if c["name"] == "install-cdi-hook")
     words = shlex.split(init["command"][2])

@@ -1,13 +1,15 @@
 """Tests of the Helm chart (deploy/helm/gpuslice) and the plain manifests (deploy/manifests).
 
-No Helm and no cluster here: the chart is rendered by helmlite.py (this directory), which
-implements exactly the template constructs the chart uses; the objects are checked against the
-Kubernetes API types (k8s_schema.py, Debian's python3-kubernetes); and the DaemonSet's container
-is run for real: the same arguments, environment and init container, given to the real gpuslice on
+No cluster here: the chart is rendered by the real Helm (`helm template`, helmchart.py in this
+directory; helm is built by tests/e2e/build.sh helm, cached) and linted by it (`helm lint
+--strict`); the objects are checked against the Kubernetes API types (k8s_schema.py, Debian's
+python3-kubernetes); and the DaemonSet's container is run for real: the same arguments, environment and init container, given to the real gpuslice on
 a simulated node, with every path the pod mounts redirected into a temporary directory, against
 the kubelet emulator of tests/integration.
 
-Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT; GS_HELM (a
+helm binary instead of the one build.sh builds), optional."""
+import difflib
 import os
 import re
 import shlex
@@ -22,14 +24,15 @@ import urllib.request
 import pytest
 import yaml
 
-import helmlite
+import helmchart
 import k8s_schema
 
-ROOT = helmlite.ROOT
+ROOT = helmchart.ROOT
 GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
 SIM_LIB = os.environ.get("GPUSLICE_SIM_LIB") or os.path.join(os.path.dirname(GPUSLICE), "sim", "libgpuslice-nvml-sim.so")
 GUARD_LIB = os.path.join(os.path.dirname(GPUSLICE), "guard", "libgpuslice-guard.so")
-MANIFESTS = os.path.join(ROOT, "deploy", "manifests", "gpuslice.yaml")
+MANIFESTS = helmchart.MANIFESTS
+REGENERATE = "regenerate it: scripts/render-manifests.sh"
 DEPLOY_MD = os.path.join(ROOT, "docs", "deploy.md")
 T4X2 = os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")
 TS_POLICY = os.path.join(ROOT, "examples", "workloads", "time-slicing", "policy.yaml")
@@ -65,7 +68,7 @@ def agent_container(objs):
 
 
 def default_objects():
-    return objects(helmlite.render())
+    return objects(helmchart.render())
 
 
 # ------------------------------------------------------------------------------------------ (a) rendering
@@ -75,22 +78,32 @@ def test_default_render_equals_plain_manifests():
         plain = [d for d in yaml.safe_load_all(f) if d is not None]
     rendered = default_objects()
     ns = plain[0]
-    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == helmlite.NAMESPACE
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == helmchart.NAMESPACE
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert [o["kind"] for o in plain[1:]] == [o["kind"] for o in rendered]
     for got, want in zip(plain[1:], rendered):
-        assert got == want, (f"deploy/manifests/gpuslice.yaml differs from the chart's {want['kind']}; regenerate: "
-                             "/usr/bin/python3 tests/deploy/helmlite.py --manifests > deploy/manifests/gpuslice.yaml")
+        assert got == want, f"deploy/manifests/gpuslice.yaml differs from the chart's {want['kind']}; {REGENERATE}"
+
+
+def test_plain_manifests_are_what_the_script_renders():
+    """deploy/manifests/gpuslice.yaml is, to the byte, what scripts/render-manifests.sh writes with
+    the real Helm: a chart change without regenerating the file fails here."""
+    want = helmchart.rendered_manifests()
+    got = read(MANIFESTS)
+    diff = "".join(difflib.unified_diff(got.splitlines(True), want.splitlines(True), "deploy/manifests/gpuslice.yaml",
+                                        "scripts/render-manifests.sh -", n=1))
+    assert got == want, f"deploy/manifests/gpuslice.yaml is not what the chart renders; {REGENERATE}\n{diff[:4000]}"
+    assert want.count("\n# Source: gpuslice/templates/") == len(default_objects())
 
 
 def test_default_render_kinds_and_order():
     assert [o["kind"] for o in default_objects()] == ["ServiceAccount", "ConfigMap", "Service", "DaemonSet"]
-    notes = helmlite.render(notes=True)
+    notes = helmchart.notes()
     assert "kubectl -n gpuslice-system logs ds/gpuslice -c agent" in notes
 
 
 def test_chart_metadata_matches_project_version():
-    chart, values = helmlite.load_chart()
+    chart, values = helmchart.load_chart()
     assert chart["apiVersion"] == "v2" and chart["name"] == "gpuslice" and chart["type"] == "application"
     version = re.search(r"version\s*:\s*'([^']+)'", read(os.path.join(ROOT, "meson.build"))).group(1)
     assert chart["appVersion"] == version, "Chart.yaml appVersion is the agent's version (meson.build)"
@@ -99,47 +112,51 @@ def test_chart_metadata_matches_project_version():
 
 
 def test_service_monitor_enabled():
-    objs = objects(helmlite.render({"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}))
+    objs = objects(helmchart.render({"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}))
     assert "ServiceMonitor" not in [o["kind"] for o in default_objects()]
     assert [o["kind"] for o in objs][-1] == "ServiceMonitor", "unknown kinds come last, as helm template orders them"
     sm, svc = find(objs, "ServiceMonitor"), find(objs, "Service")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
-    assert sm["metadata"]["namespace"] == helmlite.NAMESPACE
+    assert sm["metadata"]["namespace"] == helmchart.NAMESPACE
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert sm["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
     sel = sm["spec"]["selector"]["matchLabels"]
     assert all(svc["metadata"]["labels"].get(k) == v for k, v in sel.items()), "the ServiceMonitor selects the Service"
-    assert sm["spec"]["namespaceSelector"]["matchNames"] == [helmlite.NAMESPACE]
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [helmchart.NAMESPACE]
     assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
     assert any(p["name"] == "metrics" for p in svc["spec"]["ports"])
 
 
 def test_unprivileged():
-    objs = objects(helmlite.render({"securityContext": {"privileged": False}, "runtimeClassName": "nvidia"}))
+    objs = objects(helmchart.render({"securityContext": {"privileged": False}, "runtimeClassName": "nvidia"}))
     sc = agent_container(objs)["securityContext"]
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert sc["readOnlyRootFilesystem"] is True
     assert pod_spec(objs)["hostPID"] is True, "the guard reconcile needs the host's processes either way"
-    assert "Unprivileged" in helmlite.render({"securityContext": {"privileged": False}}, notes=True)
+    assert "Unprivileged" in helmchart.notes({"securityContext": {"privileged": False}})
     default_sc = agent_container(default_objects())["securityContext"]
     assert default_sc["privileged"] is True and "allowPrivilegeEscalation" not in default_sc, \
         "privileged with allowPrivilegeEscalation false is refused by the API server"
 
 
 def test_custom_node_selector_replaces_default_with_null():
-    # Helm merges maps: a user replaces the default label by setting it to null.
-    sel = {"nvidia.com/gpu.present": None, "feature.node.kubernetes.io/pci-10de.present": "true"}
-    spec = pod_spec(objects(helmlite.render({"nodeSelector": sel})))
+    # Helm merges maps: a null deletes a key of the chart's values.yaml (the affinity's nodeAffinity
+    # below); the default nodeSelector is empty, so the user's labels are the selector. A null for a
+    # key values.yaml does not have is not deleted: Helm keeps it, and renders it as null.
+    sel = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    spec = pod_spec(objects(helmchart.render({"nodeSelector": sel})))
     assert spec["nodeSelector"] == {"feature.node.kubernetes.io/pci-10de.present": "true"}
-    merged = pod_spec(objects(helmlite.render({"nodeSelector": {"gpu": "yes"}})))
+    kept = pod_spec(objects(helmchart.render({"nodeSelector": {"nvidia.com/gpu.present": None, **sel}})))
+    assert kept["nodeSelector"] == {"nvidia.com/gpu.present": None, **sel}
+    merged = pod_spec(objects(helmchart.render({"nodeSelector": {"gpu": "yes"}})))
     assert merged["nodeSelector"] == {"gpu": "yes"}  # the default selects nothing: the affinity does
-    assert "nodeSelector" not in pod_spec(objects(helmlite.render({"nodeSelector": None})))
+    assert "nodeSelector" not in pod_spec(objects(helmchart.render({"nodeSelector": None})))
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
-    assert pod_spec(objects(helmlite.render({"affinity": aff})))["affinity"] == aff  # the terms list replaces the default's
-    assert "affinity" not in pod_spec(objects(helmlite.render({"affinity": {"nodeAffinity": None}})))
+    assert pod_spec(objects(helmchart.render({"affinity": aff})))["affinity"] == aff  # the terms list replaces the default's
+    assert "affinity" not in pod_spec(objects(helmchart.render({"affinity": {"nodeAffinity": None}})))
 
 
 def _node_matches(spec, labels):
@@ -169,7 +186,7 @@ def test_default_node_selection_without_nfd_or_gfd():
     assert not _node_matches(spec, {"kubernetes.io/os": "linux"})
     assert not _node_matches(spec, {"gpuslice.io/gpu": "false"})
     # a cluster with NFD: its label only
-    nfd = pod_spec(objects(helmlite.render({"affinity": None,
+    nfd = pod_spec(objects(helmchart.render({"affinity": None,
                                              "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"}})))
     assert _node_matches(nfd, {"feature.node.kubernetes.io/pci-10de.present": "true"})
     assert not _node_matches(nfd, {"gpuslice.io/gpu": "true"})
@@ -188,10 +205,10 @@ def test_doctor_init_container():
         assert _arg(first, flag) == _arg(agent, flag), flag  # the doctor checks what the agent uses
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["containerd-config"]["hostPath"] == {"path": "/etc/containerd", "type": "Directory"}
-    off = pod_spec(objects(helmlite.render({"doctor": {"enabled": False}})))
+    off = pod_spec(objects(helmchart.render({"doctor": {"enabled": False}})))
     assert [c["name"] for c in off["initContainers"]] == ["install-guard", "install-cdi-hook"]
     assert "containerd-config" not in {v["name"] for v in off["volumes"]}
-    none = pod_spec(objects(helmlite.render({"doctor": {"containerdConfigDir": ""}})))
+    none = pod_spec(objects(helmchart.render({"doctor": {"containerdConfigDir": ""}})))
     assert _arg(none["initContainers"][0], "--containerd-config") == ""
     assert "containerd-config" not in {v["name"] for v in none["volumes"]}
 
@@ -221,10 +238,10 @@ def test_runtime_class_instead_of_driver_root():
     vol = {v["name"]: v for v in pod_spec(default)["volumes"]}["driver-root"]
     assert vol["hostPath"]["path"] == "/"
     assert "dev" in [v["name"] for v in pod_spec(default)["volumes"]]
-    nodev = pod_spec(objects(helmlite.render({"hostPaths": {"dev": ""}})))
+    nodev = pod_spec(objects(helmchart.render({"hostPaths": {"dev": ""}})))
     assert "dev" not in [v["name"] for v in nodev["volumes"]]
     assert "dev" not in [m["name"] for m in nodev["containers"][0]["volumeMounts"]]
-    rc = objects(helmlite.render({"runtimeClassName": "nvidia", "driver": {"root": "/run/nvidia/driver"}}))
+    rc = objects(helmchart.render({"runtimeClassName": "nvidia", "driver": {"root": "/run/nvidia/driver"}}))
     spec, c = pod_spec(rc), agent_container(rc)
     assert spec["runtimeClassName"] == "nvidia"
     assert "--nvml-lib" not in c["args"]
@@ -232,14 +249,14 @@ def test_runtime_class_instead_of_driver_root():
     assert "driver-root" not in [m["name"] for m in c["volumeMounts"]]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
-    other = objects(helmlite.render({"driver": {"root": "/run/nvidia/driver", "nvmlLibrary": "/usr/lib64/libnvidia-ml.so.1"}}))
+    other = objects(helmchart.render({"driver": {"root": "/run/nvidia/driver", "nvmlLibrary": "/usr/lib64/libnvidia-ml.so.1"}}))
     args = agent_container(other)["args"]
     assert args[args.index("--nvml-lib") + 1] == "/driver-root/usr/lib64/libnvidia-ml.so.1"
     assert {v["name"]: v for v in pod_spec(other)["volumes"]}["driver-root"]["hostPath"]["path"] == "/run/nvidia/driver"
 
 
 def test_metrics_port_everywhere():
-    objs = objects(helmlite.render({"metrics": {"port": 9500}}))
+    objs = objects(helmchart.render({"metrics": {"port": 9500}}))
     c = agent_container(objs)
     assert c["args"][c["args"].index("--metrics-address") + 1] == ":9500"
     assert c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
@@ -250,7 +267,7 @@ def test_agent_options_and_policy_values():
     over = {"agent": {"logLevel": "debug", "pollIntervalMs": 500, "mpsControl": "/driver-root/usr/bin/nvidia-cuda-mps-control",
                       "extraArgs": ["--guard-grace-ms", "300000"]},
             "policy": "version: v1\nflags:\n  migStrategy: mixed\n", "kubeletDir": "/var/lib/k0s/kubelet"}
-    objs = objects(helmlite.render(over))
+    objs = objects(helmchart.render(over))
     args = agent_container(objs)["args"]
     assert args[:2] == ["--log-level", "debug"]
     assert args[args.index("--poll-interval-ms") + 1] == "500"
@@ -261,28 +278,6 @@ def test_agent_options_and_policy_values():
     vols = {v["name"]: v["hostPath"]["path"] for v in pod_spec(objs)["volumes"] if "hostPath" in v}
     assert vols["device-plugins"] == "/var/lib/k0s/kubelet/device-plugins"
     assert vols["pod-resources"] == "/var/lib/k0s/kubelet/pod-resources"
-
-
-def test_helmlite_semantics():
-    ctx = helmlite.Context({"a": {"b": 1000000, "s": "x", "e": [], "t": True, "l": ["p", "q"]}},
-                           {"name": "c", "version": "1", "appVersion": "2"}, "r", "ns")
-    r = lambda text: helmlite.render_text(text, ctx)  # noqa: E731
-    assert r("a {{ .Values.a.b }} {{ 9402 }} {{ .Values.a.s | quote }}") == 'a 1e+06 9402 "x"'
-    assert [helmlite.go_number(v) for v in (2000, 120000, 0.5, 123456789, 1.5e-5)] == \
-        ["2000", "120000", "0.5", "1.23456789e+08", "1.5e-05"]
-    assert r("x\n  {{- if .Values.a.e }}yes{{ else }}no{{ end -}}  \n y") == "xnoy"
-    assert r("{{ if not .Values.a.missing }}m{{ end }}") == "m"
-    assert r("k:{{- toYaml .Values.a.l | nindent 2 }}") == "k:\n  - p\n  - q"
-    assert r("{{ .Values.a.s | indent 3 }}|{{ .Release.Name }}/{{ .Release.Namespace }}/{{ .Chart.AppVersion }}") == \
-        "   x|r/ns/2"
-    assert r("{{/* note */}}z") == "z"
-    for bad in ("{{ .Values.a.missing }}", "{{ range .Values.a.l }}{{ end }}", "{{ include \"x\" . }}",
-                "{{ .Values.a.s | upper }}", "{{ if .Values.a.t }}", "{{ end }}", "{{ .Files.Get \"x\" }}",
-                "{{ else if .Values.a.t }}"):
-        with pytest.raises(helmlite.TemplateError):
-            r(bad)
-    assert helmlite.merge_values({"m": {"a": 1, "b": 2}, "l": [1]}, {"m": {"a": None, "c": 3}, "l": [2]}) == \
-        {"m": {"b": 2, "c": 3}, "l": [2]}
 
 
 # ------------------------------------------------------------------------------------------ (b) structure
@@ -296,8 +291,16 @@ RENDERS = {
 
 
 @pytest.mark.parametrize("name", sorted(RENDERS))
+def test_helm_lint_strict(name):
+    """`helm lint --strict`: the chart is well formed, and renders without a warning under each value set."""
+    out = helmchart.lint(RENDERS[name])
+    assert "1 chart(s) linted, 0 chart(s) failed" in out, out
+    assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
 def test_objects_validate_against_kubernetes_api(name):
-    for obj in objects(helmlite.render(RENDERS[name])):
+    for obj in objects(helmchart.render(RENDERS[name])):
         if obj["kind"] == "ServiceMonitor":
             continue  # a CRD: checked in test_service_monitor_enabled
         assert k8s_schema.validate(obj) == [], obj["kind"]
@@ -312,9 +315,9 @@ def test_plain_manifests_validate_against_kubernetes_api():
 
 @pytest.mark.parametrize("name", sorted(RENDERS))
 def test_objects_are_consistent(name):
-    objs = objects(helmlite.render(RENDERS[name]))
+    objs = objects(helmchart.render(RENDERS[name]))
     for o in objs:
-        assert o["metadata"]["namespace"] == helmlite.NAMESPACE, o["kind"]
+        assert o["metadata"]["namespace"] == helmchart.NAMESPACE, o["kind"]
         assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
     ds, svc, sa, cm = (find(objs, k) for k in ("DaemonSet", "Service", "ServiceAccount", "ConfigMap"))
     spec = ds["spec"]["template"]["spec"]
@@ -422,13 +425,13 @@ def test_host_paths_are_agent_defaults_or_documented():
         assert mounts[name]["mountPath"] == {v["name"]: v for v in spec["volumes"]}[name]["hostPath"]["path"], name
     policy_h = read(os.path.join(ROOT, "src", "config", "policy.h"))
     mps_default = re.search(r'#define GS_MPS_ROOT_DEFAULT "([^"]+)"', policy_h).group(1)
-    assert helmlite.load_chart()[1]["hostPaths"]["mpsRoot"] == mps_default, "flags.mpsRoot's default"
+    assert helmchart.load_chart()[1]["hostPaths"]["mpsRoot"] == mps_default, "flags.mpsRoot's default"
 
 
 def test_every_value_is_documented():
     """Every value of values.yaml has a row in docs/deploy.md's values table; a value the templates
     pass through toYaml (a Kubernetes object) is one row."""
-    tdir = os.path.join(helmlite.CHART, "templates")
+    tdir = os.path.join(helmchart.CHART, "templates")
     templates = "".join(read(os.path.join(tdir, f)) for f in sorted(os.listdir(tdir)))
     verbatim = set(re.findall(r"toYaml \.Values\.([\w.]+)", templates))
     assert {"nodeSelector", "resources", "tolerations"} <= verbatim
@@ -441,7 +444,7 @@ def test_every_value_is_documented():
                 yield prefix + k
 
     doc = read(DEPLOY_MD)
-    keys = list(leaves(helmlite.load_chart()[1]))
+    keys = list(leaves(helmchart.load_chart()[1]))
     assert "hostPaths.mpsRoot" in keys and "resources" in keys
     for key in keys:
         assert f"\n| `{key}` |" in doc, f"value {key} is not in docs/deploy.md's values table"
@@ -457,7 +460,7 @@ class RenderedPod:
     mounts redirected under a temporary directory standing for the host."""
 
     def __init__(self, overrides=None, node=T4X2):
-        self.objs = objects(helmlite.render(overrides))
+        self.objs = objects(helmchart.render(overrides))
         self.spec = pod_spec(self.objs)
         self.base = tempfile.mkdtemp(prefix="gs-d-", dir="/tmp")
         self.image = os.path.join(self.base, "image")
@@ -586,7 +589,7 @@ def pods():
 def test_agent_runs_with_rendered_pod(pods, name):
     pod = pods(RENDERS[name])
     pod.run_init_containers()
-    lib = pod.host(helmlite.load_chart()[1]["hostPaths"]["guardLib"] + "/libgpuslice-guard.so")
+    lib = pod.host(helmchart.load_chart()[1]["hostPaths"]["guardLib"] + "/libgpuslice-guard.so")
     assert os.path.isfile(lib), "the init container installs the guard library on the host"
     assert not os.path.exists(lib.replace("libgpuslice-guard.so", ".libgpuslice-guard.so.new"))
     pod.run_init_containers()  # a restarted pod replaces it
@@ -679,17 +682,17 @@ def _hook_installs(spec):
 def test_cdi_hook_installed_where_the_agent_points(over, hook_dir):
     """The container runtime runs the spec's hook on the host: an init container installs it in a
     host directory, and the agent's --cdi-hook names the installed file there."""
-    objs = objects(helmlite.render(over))
+    objs = objects(helmchart.render(over))
     spec, c = pod_spec(objs), agent_container(objs)
     hook = _arg(c, "--cdi-hook")
     assert hook == hook_dir + "/gpuslice-cdi-hook"
     assert _hook_installs(spec) == {hook_dir: hook}
-    assert _arg(c, "--cdi-root") == helmlite.load_chart()[1]["hostPaths"]["cdi"]
+    assert _arg(c, "--cdi-root") == helmchart.load_chart()[1]["hostPaths"]["cdi"]
     assert all(k8s_schema.validate(o) == [] for o in objs if o["kind"] != "ServiceMonitor")
 
 
 def test_cdi_hook_off():
-    objs = objects(helmlite.render({"hostPaths": {"cdiHook": ""}}))
+    objs = objects(helmchart.render({"hostPaths": {"cdiHook": ""}}))
     spec, c = pod_spec(objs), agent_container(objs)
     assert _arg(c, "--cdi-hook") == ""
     assert _hook_installs(spec) == {}
@@ -721,7 +724,7 @@ def test_rendered_pod_installs_the_hook_the_spec_names(pods):
         assert os.stat(installed).st_ino != before and read_bytes(installed) == read_bytes(CDIHOOK)
         # the host's driver root, with libcuda: the spec then names the hook
         shutil.copytree(fake_driver_root(work), pod.host("/driver-root"), symlinks=True, dirs_exist_ok=True)
-        os.unlink(pod.host("/driver-root" + helmlite.load_chart()[1]["driver"]["nvmlLibrary"]))  # start_agent's
+        os.unlink(pod.host("/driver-root" + helmchart.load_chart()[1]["driver"]["nvmlLibrary"]))  # start_agent's
         pod.start_agent()
         pod.wait_log(r"CDI spec written to ")
         with open(pod.host("/var/run/cdi/gpuslice.json")) as f:
@@ -744,7 +747,7 @@ def read_bytes(path):
 def test_metrics_bound_to_the_pod_ip():
     """metrics.bindFieldPath: the agent serves metrics only on the address the Downward API gives
     (the probes reach the pod's IP, so status.podIP keeps them working); by default every address."""
-    c = agent_container(objects(helmlite.render({"metrics": {"bindFieldPath": "status.podIP", "port": 9500}})))
+    c = agent_container(objects(helmchart.render({"metrics": {"bindFieldPath": "status.podIP", "port": 9500}})))
     args = c["args"]
     assert args[args.index("--metrics-address") + 1] == "$(GPUSLICE_METRICS_IP):9500"
     env = {e["name"]: e for e in c["env"]}
@@ -754,7 +757,7 @@ def test_metrics_bound_to_the_pod_ip():
     default = agent_container(default_objects())
     assert default["args"][default["args"].index("--metrics-address") + 1] == ":9402"
     assert "GPUSLICE_METRICS_IP" not in {e["name"] for e in default["env"]}
-    for obj in objects(helmlite.render({"metrics": {"bindFieldPath": "status.podIP"}})):
+    for obj in objects(helmchart.render({"metrics": {"bindFieldPath": "status.podIP"}})):
         if obj["kind"] != "ServiceMonitor":
             assert k8s_schema.validate(obj) == [], obj["kind"]
 
@@ -771,6 +774,6 @@ def test_metrics_network_policy_example():
     assert all(labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items())
     assert np["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = np["spec"]["ingress"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": helmlite.load_chart()[1]["metrics"]["port"]}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": helmchart.load_chart()[1]["metrics"]["port"]}]
     assert rule["from"], "an empty from would let every pod in"
     assert "metrics-networkpolicy.yaml" in read(DEPLOY_MD)
