@@ -25,6 +25,7 @@ static const struct command {
     { "doctor", cmd_doctor, "check the node as the agent needs it, one line per finding with its fix" },
     { "inspect", cmd_inspect, "show GPUs, memory, MIG state and free capacity, health and processes" },
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
+    { "dra", cmd_dra, "the DRA driver: the ResourceSlices this node publishes (resource.k8s.io/v1)" },
     { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },
 };
 

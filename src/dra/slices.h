@@ -16,10 +16,13 @@
  *                 slices of their own (sharedCounters and devices never share a slice).
  * Device names:
  *   "gpu-<index>"                           a GPU (whole or shared)
- *   "gpu-<index>-mig-<profile>-<id>-<start>" a MIG placement (existing or on demand); profile
- *                                           without dots or '+' ("3g40gb", "1g10gbme"), id the
- *                                           GI profile ID, start the placement start
- *   "...-<start>-ci<ci>"                    an existing compute instance smaller than its GI */
+ *   "gpu-<index>-mig-<profile>-<id>-<start>" a MIG placement (existing or on demand), as NVIDIA's
+ *                                           driver names it: the profile without dots, '+' as '-'
+ *                                           ("3g40gb", "1g10gb-me"), id the GI profile ID, start
+ *                                           the placement start. An existing instance keeps the
+ *                                           name of the placement it was made on, so a claim
+ *                                           allocated on demand names it after it is created.
+ * Compute instances smaller than their GPU instance are not published (as for the device plugin). */
 #ifndef GS_DRA_SLICES_H
 #define GS_DRA_SLICES_H
 
@@ -52,7 +55,6 @@ struct gs_dra_device_ref {
     bool mig;                /* a MIG placement: profile_id and start are set */
     unsigned profile_id;     /* GI profile ID */
     unsigned start;          /* placement start (memory slice) */
-    int ci;                  /* -1, or the compute instance ID of a "-ci<ci>" name */
 };
 
 /* Parses a device name of the form above. Returns 0 or -EINVAL (not one of ours). */
