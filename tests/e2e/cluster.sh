@@ -1,5 +1,5 @@
 #!/bin/bash
-# cluster.sh up|down|status|restart-kubelet DIR, cluster.sh image DIR NAME ROOTFS: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
+# cluster.sh up|down|status|restart-kubelet DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
 # tests (docs/e2e.md). Everything lives under DIR (an absolute path, short: unix socket paths
 # under it must stay below 108 bytes):
 #   pki/        CA, serving and client certificates (openssl), the service-account key pair
@@ -14,8 +14,8 @@
 #   run/        NAME.pid (pid and start time) of every process started; `down` stops them by
 #               those pids, and any other NAME.pid a harness left there (the agent) first
 #   env         KUBECONFIG, the node name and the ports, for tests and people (source it)
-# `image` makes an image NAME of the directory ROOTFS (one layer, /bin/sh its entrypoint) the same
-# way and imports it into the running cluster's containerd.
+# `image` makes an image NAME of the directory ROOTFS (one layer; its entrypoint the JSON array
+# ENTRYPOINT, default ["/bin/sh"]) the same way and imports it into the running cluster's containerd.
 # The parts come from tests/e2e/build.sh (built once, cached by version). Needs root (the
 # kubelet and containerd create cgroups, mounts and namespaces). Every wait is bounded.
 # The kubelet runs in a mount namespace of its own where DIR/kubelet is also /var/lib/kubelet
@@ -28,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 dir=${2:-}
 case $cmd in up|down|status|restart-kubelet|image) ;;
-*) echo "usage: cluster.sh up|down|status|restart-kubelet DIR, or cluster.sh image DIR NAME ROOTFS" >&2; exit 2 ;;
+*) echo "usage: cluster.sh up|down|status|restart-kubelet DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
 esac
 case $dir in /*) ;; *) echo "cluster.sh: DIR must be an absolute path (got '${dir}')" >&2; exit 2 ;; esac
 
@@ -525,14 +525,15 @@ status() {
     return $rc
 }
 
-# import_image NAME ROOTFS: an OCI archive of ROOTFS imported as NAME (cluster.sh image).
+# import_image NAME ROOTFS [ENTRYPOINT]: an OCI archive of ROOTFS imported as NAME (cluster.sh image).
 import_image() {
     local name=${1:?cluster.sh image DIR NAME ROOTFS} rootfs=${2:?cluster.sh image DIR NAME ROOTFS} out
+    local entry=${3:-'["/bin/sh"]'}
     [ -d "$rootfs" ] || die "$rootfs: not a directory"
     alive containerd || die "containerd is not running in $dir"
     PATH=$(env_path):$PATH
     out=$dir/images/$(echo "$name" | tr '/:' '__').tar
-    image "$name" "$out" "$rootfs" '["/bin/sh"]'
+    image "$name" "$out" "$rootfs" "$entry"
     ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import --platform linux/amd64 "$out" \
         >>"$dir/logs/images.log" 2>&1 || die "ctr images import $out failed ($dir/logs/images.log)"
     say "image $name imported"
@@ -540,6 +541,6 @@ import_image() {
 
 case $cmd in
 restart-kubelet) restart_kubelet ;;
-image) import_image "${3:-}" "${4:-}" ;;
+image) import_image "${3:-}" "${4:-}" "${5:-}" ;;
 *) "$cmd" ;;
 esac
