@@ -196,8 +196,24 @@ static int run_step(struct gpu_node *node, const struct gs_mig_plan *plan, unsig
     return 0;
 }
 
-int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
-                     struct gs_mig_plan plans[GS_MAX_GPUS], bool selected[GS_MAX_GPUS], char *err, size_t errlen) {
+/* Plans GPU i of inv towards layout: around what h holds when relay is given (relay.h), else
+ * exactly; an error is prefixed with the GPU. */
+static int plan_gpu(const struct gs_inventory *inv, unsigned i, const struct gs_mig_layout *layout,
+                    const struct gs_mig_holds *h, struct gs_mig_relay *relay, struct gs_mig_plan *plan, char *err,
+                    size_t errlen) {
+    int r = relay ? gs_mig_relay_plan(&inv->gpus[i], layout, h, plan, relay, err, errlen)
+                  : gs_mig_diff(&inv->gpus[i], layout, plan, err, errlen);
+    if (r < 0) {
+        char tmp[512];
+        gs_strlcpy(tmp, err, sizeof(tmp));
+        snprintf(err, errlen, "GPU %u: %s", i, tmp);
+    }
+    return r;
+}
+
+int gs_mig_plan_node_keep_held(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
+                               const struct gs_mig_holds *holds, struct gs_mig_plan plans[GS_MAX_GPUS],
+                               bool selected[GS_MAX_GPUS], struct gs_mig_relay *relays, char *err, size_t errlen) {
     struct gs_mig_layout *layouts = calloc(GS_MAX_GPUS, sizeof(*layouts));
     if (!layouts)
         return -ENOMEM;
@@ -205,14 +221,18 @@ int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file
     for (unsigned i = 0; r == 0 && i < inv->n_gpus; i++) {
         memset(&plans[i], 0, sizeof(plans[i]));
         plans[i].gpu = i;
-        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0) {
-            char tmp[512];
-            gs_strlcpy(tmp, err, sizeof(tmp));
-            snprintf(err, errlen, "GPU %u: %s", i, tmp);
-        }
+        if (relays)
+            memset(&relays[i], 0, sizeof(relays[i]));
+        if (selected[i])
+            r = plan_gpu(inv, i, &layouts[i], holds, relays ? &relays[i] : NULL, &plans[i], err, errlen);
     }
     free(layouts);
     return r;
+}
+
+int gs_mig_plan_node(const struct gs_inventory *inv, const struct gs_layout_file *file, const char *config,
+                     struct gs_mig_plan plans[GS_MAX_GPUS], bool selected[GS_MAX_GPUS], char *err, size_t errlen) {
+    return gs_mig_plan_node_keep_held(inv, file, config, NULL, plans, selected, NULL, err, errlen);
 }
 
 static void note_reset(struct gs_mig_apply_result *res, unsigned gpu) {
@@ -224,19 +244,18 @@ static void note_reset(struct gs_mig_apply_result *res, unsigned gpu) {
 
 /* One pass: validate every selected GPU's plan, then execute them. GPUs whose MIG mode waits for
  * a reset are left out (noted in res): nothing can change on them, and the others do not depend
- * on them (each GPU's layout is its own). */
+ * on them (each GPU's layout is its own). With relays (and not force), each GPU is planned around
+ * what pods hold (relay.h) and relays[i] says what was kept and not made. */
 static int apply_pass(struct gpu_node *node, const struct gs_inventory *inv, const struct gs_mig_layout *layouts,
-                      const bool *selected, const struct gs_mig_holds *holds, bool force, struct gs_mig_plan *plans,
-                      bool first, struct gs_mig_apply_result *res, bool *mode_changed, char *err, size_t errlen) {
+                      const bool *selected, const struct gs_mig_holds *holds, bool force, struct gs_mig_relay *relays,
+                      struct gs_mig_plan *plans, bool first, struct gs_mig_apply_result *res, bool *mode_changed,
+                      char *err, size_t errlen) {
     int r;
     for (unsigned i = 0; i < inv->n_gpus; i++) {
         memset(&plans[i], 0, sizeof(plans[i]));
-        if (selected[i] && (r = gs_mig_diff(&inv->gpus[i], &layouts[i], &plans[i], err, errlen)) < 0) {
-            char tmp[512];
-            gs_strlcpy(tmp, err, sizeof(tmp));
-            snprintf(err, errlen, "GPU %u: %s", i, tmp);
+        struct gs_mig_relay *relay = relays && !force ? &relays[i] : NULL;
+        if (selected[i] && (r = plan_gpu(inv, i, &layouts[i], holds, relay, &plans[i], err, errlen)) < 0)
             return r;
-        }
     }
     /* Validate the whole pass before changing anything. */
     bool skip[GS_MAX_GPUS] = { false };
@@ -309,9 +328,11 @@ static int reset_needed(const struct gs_inventory *inv, const struct gs_mig_appl
  * (re)resolved by `resolve` can then name profiles. */
 static int apply_passes(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
                         const struct gs_mig_layout *fixed, const bool *fixed_selected,
-                        const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res, char *err,
-                        size_t errlen) {
+                        const struct gs_mig_holds *holds, bool force, struct gs_mig_relay *relays,
+                        struct gs_mig_apply_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
+    if (relays)
+        memset(relays, 0, sizeof(*relays) * GS_MAX_GPUS);
     struct gs_inventory *inv = malloc(sizeof(*inv));
     struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
     struct gs_mig_layout *layouts = calloc(GS_MAX_GPUS, sizeof(*layouts));
@@ -333,13 +354,15 @@ static int apply_passes(struct gpu_node *node, const struct gs_layout_file *file
             goto out;
         }
         bool mode_changed;
-        r = apply_pass(node, inv, layouts, selected, holds, force, plans, pass == 0, res, &mode_changed, err,
-                       errlen);
+        r = apply_pass(node, inv, layouts, selected, holds, force, relays, plans, pass == 0, res, &mode_changed,
+                       err, errlen);
         if (r < 0)
             goto out;
         if (!mode_changed)
             break;
     }
+    for (unsigned i = 0; relays && i < inv->n_gpus; i++)
+        res->n_partial += relays[i].partial;
     r = res->n_reset ? reset_needed(inv, res, err, errlen) : 0;
 out:
     free(inv);
@@ -351,16 +374,22 @@ out:
 int gs_mig_apply_node_held(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
                            const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res, char *err,
                            size_t errlen) {
-    return apply_passes(node, file, config, NULL, NULL, holds, force, res, err, errlen);
+    return apply_passes(node, file, config, NULL, NULL, holds, force, NULL, res, err, errlen);
+}
+
+int gs_mig_apply_node_keep_held(struct gpu_node *node, const struct gs_layout_file *file, const char *config,
+                                const struct gs_mig_holds *holds, bool force, struct gs_mig_apply_result *res,
+                                struct gs_mig_relay relays[GS_MAX_GPUS], char *err, size_t errlen) {
+    return apply_passes(node, file, config, NULL, NULL, holds, force, relays, res, err, errlen);
 }
 
 int gs_mig_apply_node(struct gpu_node *node, const struct gs_layout_file *file, const char *config, bool force,
                       struct gs_mig_apply_result *res, char *err, size_t errlen) {
-    return apply_passes(node, file, config, NULL, NULL, NULL, force, res, err, errlen);
+    return apply_passes(node, file, config, NULL, NULL, NULL, force, NULL, res, err, errlen);
 }
 
 int gs_mig_apply_layouts(struct gpu_node *node, const struct gs_mig_layout layouts[GS_MAX_GPUS],
                          const bool selected[GS_MAX_GPUS], bool force, struct gs_mig_apply_result *res, char *err,
                          size_t errlen) {
-    return apply_passes(node, NULL, NULL, layouts, selected, NULL, force, res, err, errlen);
+    return apply_passes(node, NULL, NULL, layouts, selected, NULL, force, NULL, res, err, errlen);
 }

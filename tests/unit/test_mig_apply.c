@@ -892,6 +892,24 @@ static void test_multi_gpu_all_or_nothing(void **state) {
     fx_close(&f);
 }
 
+/* Runs fn(ctx) in a child whose apply exits abruptly (99) after n state-changing steps (0 if it
+ * finishes first, 1 if it fails); returns the child's exit status. */
+static int crash_after(unsigned n, int (*fn)(void *), void *ctx) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", n);
+        setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", v, 1);
+        _exit(fn(ctx) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
 /* ---- d. crash between any two steps ---------------------------------------------------------------- */
 
 struct transition {
@@ -922,6 +940,19 @@ static int run_transition(struct sim_fixture *f, const struct transition *t, con
                           struct gs_mig_apply_result *res, char *err, size_t errlen) {
     err[0] = '\0';
     return gs_mig_apply_node(f->node, lf, t->target, false, res, err, errlen);
+}
+
+struct transition_run {
+    struct sim_fixture *f;
+    const struct transition *t;
+    const struct gs_layout_file *lf;
+};
+
+static int transition_child(void *ctx) {
+    struct transition_run *x = ctx;
+    struct gs_mig_apply_result res;
+    char err[1024];
+    return run_transition(x->f, x->t, x->lf, &res, err, sizeof(err));
 }
 
 static void setup_start(struct sim_fixture *f, const struct transition *t, struct snap *s) {
@@ -972,23 +1003,10 @@ static void crash_transition(const struct transition *t) {
     fx_close(&f);
     for (unsigned n = 1; n <= k + 1; n++) {
         setup_start(&f, t, &start);
-        fflush(NULL);
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-            char v[16];
-            snprintf(v, sizeof(v), "%u", n);
-            setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", v, 1);
-            struct gs_mig_apply_result cres;
-            char cerr[1024];
-            int cr = run_transition(&f, t, lf, &cres, cerr, sizeof(cerr));
-            _exit(cr == 0 ? 0 : 1);
-        }
-        int status;
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        assert_true(WIFEXITED(status));
-        if (WEXITSTATUS(status) != (n <= k ? 99 : 0))
-            fail_msg("%s: fault after %u of %u steps: child exit %d", t->name, n, k, WEXITSTATUS(status));
+        struct transition_run tr = { &f, t, lf };
+        int status = crash_after(n, transition_child, &tr);
+        if (status != (n <= k ? 99 : 0))
+            fail_msg("%s: fault after %u of %u steps: child exit %d", t->name, n, k, status);
         char what[128];
         snprintf(what, sizeof(what), "%s, crash after step %u of %u", t->name, n, k);
         r = run_transition(&f, t, lf, &res, err, sizeof(err));
@@ -1036,6 +1054,18 @@ static void test_crash_h100_keeps_common(void **state) {
 
 /* Random transitions with a crash after a random step: the rerun converges, does only what was
  * left, and the instances the start and the result share keep their UUIDs, as many as could. */
+struct layout_run {
+    struct sim_fixture *f;
+    const struct gs_mig_layout *l;
+};
+
+static int layout_child(void *ctx) {
+    struct layout_run *x = ctx;
+    struct gs_mig_apply_result res;
+    char err[1024];
+    return apply_one(x->f, x->l, false, &res, err, sizeof(err));
+}
+
 static void crash_property(const char *model, unsigned seeds, unsigned steps) {
     unsigned crashed = 0;
     for (unsigned seed = 1; seed <= seeds; seed++) {
@@ -1066,21 +1096,8 @@ static void crash_property(const char *model, unsigned seeds, unsigned steps) {
             unsigned k = plan.n_steps, n = 0;
             if (k > 0) {
                 n = 1 + (unsigned)(rng_next(&rng) % k);
-                fflush(NULL);
-                pid_t pid = fork();
-                assert_true(pid >= 0);
-                if (pid == 0) {
-                    char v[16];
-                    snprintf(v, sizeof(v), "%u", n);
-                    setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", v, 1);
-                    struct gs_mig_apply_result cres;
-                    char cerr[1024];
-                    _exit(apply_one(&f, &l, false, &cres, cerr, sizeof(cerr)) == 0 ? 0 : 1);
-                }
-                int status;
-                assert_int_equal(waitpid(pid, &status, 0), pid);
-                assert_true(WIFEXITED(status));
-                assert_int_equal(WEXITSTATUS(status), 99);
+                struct layout_run lr = { &f, &l };
+                assert_int_equal(crash_after(n, layout_child, &lr), 99);
                 crashed++;
             }
             struct gs_mig_apply_result res;
@@ -1108,6 +1125,125 @@ static void test_crash_property(void **state) {
     (void)state;
     crash_property("H100-SXM5-80GB", 5, 10);
     crash_property("A100-SXM4-40GB", 5, 10);
+}
+
+/* ---- d2. around what pods hold ---------------------------------------------------------------------- */
+
+/* A pod holds the 3g.40gb of all-balanced (at 4); all-1g.10gb is laid out around it: the 3g stays
+ * with its GI and UUID, the 2g at 0 gives way to two 1g (the 1g at 2 and 3 stay), nothing else.
+ * A crash after any step and a rerun with the same holds end there too, the held instance there at
+ * every point; once released, the layout is made whole. The refusing apply refuses instead. */
+/* One pod holding the device uuid (NULL: none). */
+static struct gs_mig_holds one_hold(struct gs_mig_hold *item, const char *uuid) {
+    *item = (struct gs_mig_hold){ .who = "team-a/train-0, container main" };
+    snprintf(item->uuid, sizeof(item->uuid), "%s", uuid ? uuid : "");
+    snprintf(item->device_id, sizeof(item->device_id), "%s", uuid ? uuid : "");
+    return (struct gs_mig_holds){ uuid ? 1 : 0, item };
+}
+
+static int apply_keep_held(struct sim_fixture *f, const char *uuid, struct gs_mig_apply_result *res,
+                           struct gs_mig_relay *relays, char *err, size_t errlen) {
+    struct gs_mig_hold item;
+    struct gs_mig_holds h = one_hold(&item, uuid);
+    err[0] = '\0';
+    return gs_mig_apply_node_keep_held(f->node, NULL, "all-1g.10gb", &h, false, res, relays, err, errlen);
+}
+
+struct held_run {
+    struct sim_fixture *f;
+    const char *uuid;
+    struct gs_mig_relay *relays;
+};
+
+static int held_child(void *ctx) {
+    struct held_run *x = ctx;
+    struct gs_mig_apply_result res;
+    char err[1024];
+    return apply_keep_held(x->f, x->uuid, &res, x->relays, err, sizeof(err));
+}
+
+static void check_around_held(struct sim_fixture *f, const struct snap *start, const struct snap_gi *held,
+                              const char *what) {
+    struct snap now;
+    take_snap(f, &now);
+    const struct snap_gi *x = snap_find(&now, held->profile_id, held->start);
+    if (!x || x->gi_id != held->gi_id || strcmp(x->uuid, held->uuid) || x->n_ci != 1)
+        fail_msg("%s: the held instance %s did not stay", what, held->uuid);
+    assert_int_equal(now.n, 5);
+    for (unsigned s = 0; s < 4; s++) {
+        const struct snap_gi *one = snap_find(&now, 19, s); /* 1g.10gb */
+        if (!one)
+            fail_msg("%s: no 1g.10gb at %u", what, s);
+    }
+    assert_int_equal(assert_uuids_kept(start, &now, what), 3);
+}
+
+static void test_keep_held_instance(void **state) {
+    (void)state;
+    struct sim_fixture f;
+    struct snap start;
+    struct gs_mig_apply_result res;
+    struct gs_mig_relay *relays = calloc(GS_MAX_GPUS, sizeof(*relays));
+    char err[1024];
+    assert_non_null(relays);
+    open_model(&f, "H100-SXM5-80GB", 1);
+    apply_ok(&f, "all-balanced");
+    take_snap(&f, &start);
+    const struct snap_gi *big = snap_find(&start, 9, 4); /* 3g.40gb at 4 */
+    assert_non_null(big);
+    struct snap_gi held = *big;
+    /* The refusing apply (gpuslice mig apply) changes nothing. */
+    struct gs_mig_hold item;
+    struct gs_mig_holds h = one_hold(&item, held.uuid);
+    assert_int_equal(gs_mig_apply_node_held(f.node, NULL, "all-1g.10gb", &h, false, &res, err, sizeof(err)), -EBUSY);
+    struct snap now;
+    take_snap(&f, &now);
+    assert_snap_equal(&start, &now, "refused");
+    /* Around it: 2 destroy steps (the 2g's CI and GI), 4 create steps (two 1g). */
+    assert_int_equal(apply_keep_held(&f, held.uuid, &res, relays, err, sizeof(err)), 0);
+    assert_int_equal(res.steps_done, 6);
+    assert_int_equal(res.n_partial, 1);
+    assert_true(relays[0].partial);
+    assert_string_equal(relays[0].not_made, "3 x 1g.10gb");
+    assert_non_null(strstr(relays[0].kept, held.uuid));
+    assert_non_null(strstr(relays[0].kept, "team-a/train-0"));
+    check_around_held(&f, &start, &held, "around the held 3g.40gb");
+    /* Again: nothing to do, still partial. */
+    assert_int_equal(apply_keep_held(&f, held.uuid, &res, relays, err, sizeof(err)), 0);
+    assert_int_equal(res.steps_done, 0);
+    assert_int_equal(res.n_partial, 1);
+    /* Released: the whole layout, 7 x 1g.10gb. */
+    assert_int_equal(apply_keep_held(&f, NULL, &res, relays, err, sizeof(err)), 0);
+    assert_int_equal(res.n_partial, 0);
+    assert_false(relays[0].partial);
+    take_snap(&f, &now);
+    assert_int_equal(now.n, 7);
+    assert_false(snap_has_uuid(&now, held.uuid));
+    fx_close(&f);
+
+    for (unsigned n = 1; n <= 7; n++) {
+        open_model(&f, "H100-SXM5-80GB", 1);
+        apply_ok(&f, "all-balanced");
+        take_snap(&f, &start);
+        big = snap_find(&start, 9, 4); /* a new node: new UUIDs */
+        assert_non_null(big);
+        held = *big;
+        struct held_run hr = { &f, held.uuid, relays };
+        int status = crash_after(n, held_child, &hr);
+        if (status != (n <= 6 ? 99 : 0))
+            fail_msg("fault after %u of 6 steps: child exit %d", n, status);
+        char what[96];
+        snprintf(what, sizeof(what), "around the held 3g.40gb, crash after step %u of 6", n);
+        take_snap(&f, &now);
+        if (!snap_has_uuid(&now, held.uuid))
+            fail_msg("%s: the held instance is gone", what);
+        assert_int_equal(apply_keep_held(&f, held.uuid, &res, relays, err, sizeof(err)), 0);
+        if (res.steps_done != (n <= 6 ? 6 - n : 0))
+            fail_msg("%s: rerun took %u steps", what, res.steps_done);
+        check_around_held(&f, &start, &held, what);
+        fx_close(&f);
+    }
+    free(relays);
 }
 
 /* ---- e. layout files with errors --------------------------------------------------------------------- */
@@ -1255,6 +1391,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_crash_a100_small_to_big, close_fixtures),
         cmocka_unit_test_teardown(test_crash_h100_keeps_common, close_fixtures),
         cmocka_unit_test_teardown(test_crash_property, close_fixtures),
+        cmocka_unit_test_teardown(test_keep_held_instance, close_fixtures),
         cmocka_unit_test_teardown(test_layout_file_errors, close_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
