@@ -21,7 +21,8 @@ turn on the same simulated node with the same NVIDIA config, registered with the
     restarted for the next trial).
 
 It brings up a cluster of its own (tests/e2e/cluster.sh up, GS_E2E_PORT_BASE chooses its ports)
-and takes it down at the end, or uses the one at GS_E2E_DIR. It is not a test (no timing is
+and takes it down at the end (its directory removed after a good run, kept with its logs after a
+failure or with GS_E2E_KEEP=1), or uses the one at GS_E2E_DIR. It is not a test (no timing is
 asserted), but everything it waits for is bounded and it fails loudly (exit 1, with the plugin's
 log) when a plugin never registers, a pod never starts, the kubelet's histogram does not count
 one Allocate per pod, or an Xid never shows.
@@ -35,6 +36,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -461,8 +463,8 @@ def table(results):
             alloc = sorted({json.dumps(x["allocatable"], sort_keys=True) for x in xs})
             backs = [x["back_s"] for x in xs if x["back_s"] is not None]
             waited = [x for x in xs if x["waited_s"]]
-            lines.append(f"\n{p}: the Xid took out (devices of GPU 0 per resource) {'; '.join(went)}; allocatable became {'; '.join(alloc)}; "
-                         f"back in {len(backs)} of {len(waited)} trials waited for"
+            lines.append(f"\n{p}: the Xid took out (devices of GPU 0 per resource) {'; '.join(went)}; "
+                         f"allocatable became {'; '.join(alloc)}; back in {len(backs)} of {len(waited)} trials waited for"
                          + (f" (after {spread(backs, '{:.1f}')} s)" if backs else "")
                          + (f", each waited for at most {max(x['waited_s'] for x in waited):.0f} s" if waited else ""))
     return "\n".join(lines)
@@ -499,7 +501,7 @@ def main():
         if p.returncode != 0:
             subprocess.run(["bash", CLUSTER_SH, "down", cdir], capture_output=True, timeout=300)
             raise BenchError(f"cluster.sh up {cdir}: exit {p.returncode}\n{p.stderr[-6000:]}")
-    results = []
+    results, ok = [], False
     try:
         cluster = Cluster(cdir)
         cluster.kubectl("create", "namespace", NS, check=False)
@@ -525,10 +527,13 @@ def main():
         if ARGS.json:
             with open(ARGS.json, "w") as f:
                 json.dump({"info": info, "args": vars(ARGS), "results": results}, f, indent=1)
+        ok = True
     finally:
         if own:
             d = subprocess.run(["bash", CLUSTER_SH, "down", cdir], capture_output=True, text=True, timeout=300)
             log(d.stderr.strip().splitlines()[-1] if d.stderr.strip() else f"cluster.sh down: exit {d.returncode}")
+            if ok and d.returncode == 0 and not os.environ.get("GS_E2E_KEEP"):
+                shutil.rmtree(cdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
