@@ -3,6 +3,7 @@
 #include "core/httphead.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <strings.h>
 
@@ -117,6 +118,7 @@ struct fields {
     bool close;   /* "close" in some Connection field */
     bool keep;    /* "keep-alive" in some Connection field */
     int n_host;
+    int n_length; /* Content-Length fields seen */
 };
 
 static int parse_field(const char *l, size_t n, struct gs_http_head *h, struct fields *f) {
@@ -146,16 +148,22 @@ static int parse_field(const char *l, size_t n, struct gs_http_head *h, struct f
         f->n_host++;
     } else if (token_is(name, name_len, "Transfer-Encoding")) {
         h->has_body = true;
+        h->chunked = true;
     } else if (token_is(name, name_len, "Content-Length")) {
         if (val_len == 0)
             return -EBADMSG;
-        bool nonzero = false;
+        unsigned long long v = 0;
         for (size_t k = 0; k < val_len; k++) {
             if (val[k] < '0' || val[k] > '9')
                 return -EBADMSG;
-            nonzero |= val[k] != '0';
+            if (v > (ULLONG_MAX - 9) / 10)
+                return -EBADMSG; /* no body is that long */
+            v = v * 10 + (unsigned)(val[k] - '0');
         }
-        h->has_body |= nonzero;
+        if (f->n_length++ && v != h->content_length)
+            return -EBADMSG;
+        h->content_length = v;
+        h->has_body |= v > 0;
     }
     return 0;
 }

@@ -1,5 +1,5 @@
 /* httphead.h: the head of an HTTP/1.x request (request line and header fields), parsed from the
- * bytes received so far. Pure: no I/O. The metrics server (src/agent/metrics_http.c) reads with it. */
+ * bytes received so far. Pure: no I/O. The HTTP server (src/httpd/httpd.c) reads with it. */
 #ifndef GS_HTTPHEAD_H
 #define GS_HTTPHEAD_H
 
@@ -17,6 +17,9 @@ struct gs_http_head {
     bool keep_alive;                 /* what the client asked for (1.1 default yes, 1.0 default no;
                                       * a "close" anywhere in Connection wins) */
     bool has_body;                   /* Content-Length > 0 or Transfer-Encoding: not for a scrape */
+    bool chunked;                    /* a Transfer-Encoding field (its body's length is not known) */
+    unsigned long long content_length; /* Content-Length (0 without one); two different values are
+                                      * -EBADMSG (RFC 9112 §6.3) */
 };
 
 /* Parses the request head at the start of buf[0..len). Returns the head's length in bytes (up to

@@ -65,6 +65,22 @@ static void test_connection_and_body(void **state) {
     }
 }
 
+/* The body's length, for a server that reads bodies (the extender): one value, or the same twice. */
+static void test_content_length(void **state) {
+    (void)state;
+    struct gs_http_head h;
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12345\r\n\r\n", &h) > 0);
+    assert_true(h.content_length == 12345 && !h.chunked);
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n", &h) > 0);
+    assert_true(h.content_length == 7);
+    assert_int_equal(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n", &h),
+                     -EBADMSG);
+    assert_int_equal(parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", &h),
+                     -EBADMSG);
+    assert_true(parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0);
+    assert_true(h.chunked && h.content_length == 0);
+}
+
 static void test_host_and_absolute_form(void **state) {
     (void)state;
     struct gs_http_head h;
@@ -124,6 +140,7 @@ int main(void) {
         cmocka_unit_test(test_complete_head),
         cmocka_unit_test(test_incomplete_needs_more),
         cmocka_unit_test(test_connection_and_body),
+        cmocka_unit_test(test_content_length),
         cmocka_unit_test(test_host_and_absolute_form),
         cmocka_unit_test(test_errors),
     };

@@ -1,0 +1,492 @@
+/* httpd.c: HTTP/1.x on one thread of its own with poll(2), for the agent's metrics endpoint
+ * (src/agent/metrics_http.c) and the scheduler extender (src/extender/server.c).
+ *
+ * A scrape endpoint and an extender need little of HTTP: a few paths, bodies with a length. This
+ * server does that and no more, so the agent links no HTTP library (libmicrohttpd brought GnuTLS
+ * and its dependencies into the agent's memory, about 2 MiB, for TLS it never used). Requests are
+ * read with the pure parser in src/core/httphead.c (fuzzed); keep-alive and pipelining work; the
+ * handler answers each request on this thread.
+ *
+ * Limits, so that no client can keep the others out: each phase of a connection has a fixed
+ * deadline that progress does not extend (10 s to send a request head and its body from the first
+ * byte, or between requests; 10 s to take a response; 2 s of draining before a close); at most 16
+ * connections, and a 17th makes room by evicting one (victim(): never a connection whose request
+ * has arrived, a draining or half-sent one first, then idle ones, the oldest first; when all 16
+ * are being answered, the 17th is closed instead). A body longer than the configured bound is
+ * refused (413) before it is read. Responses hold their body by reference (the handler's release). */
+#include "httpd/httpd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/httphead.h"
+#include "util/log.h"
+#include "util/util.h"
+
+#define MAX_CONNS 16
+#define IN_MAX 8192            /* the longest request head taken (431 beyond) */
+#define PHASE_MS 10000         /* to send a head, to wait between requests, to take a response */
+#define LINGER_MS 2000         /* how long unread input is drained before a close */
+#define ACCEPT_PAUSE_MS 100    /* after accept failed for want of descriptors or memory */
+
+struct conn {
+    int fd; /* -1: free slot */
+    enum { READING, BODY, WRITING, DRAINING } state;
+    long long since, deadline; /* when this phase started, when it must end */
+    size_t in_len;
+    char head[512]; /* the response's status line and header fields */
+    size_t head_len;
+    void (*release)(void *ref); /* the response's body and what holds it */
+    void *ref;
+    const char *body_ptr;
+    size_t body_len;
+    struct gs_http_head req;  /* the request whose body is being read (BODY) */
+    char *req_body;           /* its body: req_len of req.content_length bytes */
+    size_t req_len;
+    size_t sent; /* of head_len + body_len */
+    bool close_after;
+    unsigned served; /* requests answered on this connection */
+    char in[IN_MAX];
+};
+
+struct httpd {
+    int lfd;
+    int wake[2]; /* written by httpd_stop */
+    pthread_t thread;
+    struct httpd_config cfg;
+    char what[32];
+    unsigned port;
+    long long accept_paused_until;
+    struct conn conns[MAX_CONNS];
+};
+
+static long long now_ms(void) {
+    return (long long)(gs_now_ns() / 1000000);
+}
+
+static void phase(struct conn *c, int state, long long ms) {
+    c->state = state;
+    c->since = now_ms();
+    c->deadline = c->since + ms;
+}
+
+static void release_response(struct conn *c) {
+    if (c->release)
+        c->release(c->ref);
+    c->release = NULL;
+    c->ref = NULL;
+    c->body_ptr = NULL;
+    c->head_len = c->body_len = c->sent = 0;
+}
+
+static void free_request_body(struct conn *c) {
+    free(c->req_body);
+    c->req_body = NULL;
+    c->req_len = 0;
+}
+
+static void conn_close(struct conn *c) {
+    close(c->fd);
+    release_response(c);
+    free_request_body(c);
+    c->fd = -1;
+    c->in_len = 0;
+    c->close_after = false;
+    c->served = 0;
+}
+
+static const char *reason_of(int code) {
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return code >= 500 ? "Internal Server Error" : code >= 400 ? "Bad Request" : "OK";
+    }
+}
+
+/* Starts sending a response (its body held until sent, then released). */
+static void respond(struct conn *c, const struct httpd_response *r, bool head_only, bool keep_alive_10) {
+    char date[64], ctype[160] = "";
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    int code = r->status ? r->status : 500;
+    if (r->content_type)
+        snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\n", r->content_type);
+    int n = snprintf(c->head, sizeof(c->head),
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: gpuslice\r\nContent-Length: %zu\r\n%s%s%s\r\n", code,
+                     reason_of(code), date, r->body_len, ctype, r->extra ? r->extra : "",
+                     c->close_after    ? "Connection: close\r\n"
+                     : keep_alive_10   ? "Connection: keep-alive\r\n" /* RFC 9112 §9.3: 1.0 needs it */
+                                       : "");
+    c->head_len = n > 0 && (size_t)n < sizeof(c->head) ? (size_t)n : 0;
+    c->release = r->release;
+    c->ref = r->ref;
+    c->body_ptr = r->body;
+    c->body_len = head_only || !r->body ? 0 : r->body_len;
+    c->sent = 0;
+    phase(c, WRITING, PHASE_MS);
+}
+
+static void respond_status(struct conn *c, int code) {
+    struct httpd_response r = { .status = code };
+    respond(c, &r, false, false);
+}
+
+/* Hands a request (its body read, or none) to the handler and starts the answer. */
+static void serve_request(struct httpd *m, struct conn *c, const struct gs_http_head *h, const char *body,
+                          size_t body_len) {
+    /* a body that was not read ends the stream here */
+    c->close_after = !h->keep_alive || (h->has_body && !body);
+    bool ka10 = h->minor == 0 && h->keep_alive;
+    c->served++;
+    struct httpd_request req = { h, body, body_len };
+    struct httpd_response r = { 0 };
+    m->cfg.handler(m->cfg.ctx, &req, &r);
+    respond(c, &r, strcmp(h->method, "HEAD") == 0, ka10);
+}
+
+/* A request that cannot be served: answer with the error and close. */
+static void reject(struct conn *c, int err) {
+    c->close_after = true;
+    switch (err) {
+    case -EPROTONOSUPPORT: respond_status(c, 505); break;
+    case -ENAMETOOLONG: respond_status(c, 414); break;
+    case -EOPNOTSUPP: respond_status(c, 501); break;
+    case -E2BIG: respond_status(c, 431); break;
+    case -EFBIG: respond_status(c, 413); break;
+    case -ENOMSG: respond_status(c, 411); break;
+    case -ENOMEM: respond_status(c, 503); break;
+    default: respond_status(c, 400); break;
+    }
+}
+
+/* The body of c->req is complete: serve it. */
+static void body_done(struct httpd *m, struct conn *c) {
+    serve_request(m, c, &c->req, c->req_body ? c->req_body : "", c->req_len);
+    free_request_body(c);
+}
+
+/* A head has arrived whose body is to be read (cfg.max_body > 0): its bytes already received
+ * (after the head, in c->in) start the body; the rest is read in the BODY state, under the same
+ * deadline as the head. Returns 0 or the error to reject the request with. */
+static int start_body(struct httpd *m, struct conn *c, const struct gs_http_head *h, size_t head_len) {
+    if (h->chunked)
+        return -ENOMSG;
+    if (h->content_length > m->cfg.max_body)
+        return -EFBIG;
+    size_t want = (size_t)h->content_length;
+    c->req_body = malloc(want ? want : 1);
+    if (!c->req_body)
+        return -ENOMEM;
+    c->req = *h;
+    size_t have = c->in_len - head_len;
+    size_t take = have < want ? have : want;
+    memcpy(c->req_body, c->in + head_len, take);
+    c->req_len = take;
+    memmove(c->in, c->in + head_len + take, have - take); /* a pipelined next request stays */
+    c->in_len = have - take;
+    c->state = BODY; /* the head's deadline goes on */
+    return 0;
+}
+
+/* Parses what has arrived; when a whole head (and its body) is there, starts its response. */
+static void process_input(struct httpd *m, struct conn *c) {
+    if (c->state != READING || c->in_len == 0)
+        return;
+    struct gs_http_head h;
+    int n = gs_http_parse_head(c->in, c->in_len, &h);
+    if (n > 0 && h.has_body && m->cfg.max_body > 0) {
+        int r = start_body(m, c, &h, (size_t)n);
+        if (r < 0)
+            reject(c, r);
+        else if (c->req_len == c->req.content_length)
+            body_done(m, c);
+    } else if (n > 0) {
+        serve_request(m, c, &h, NULL, 0);
+        memmove(c->in, c->in + n, c->in_len - (size_t)n); /* a pipelined next request stays */
+        c->in_len -= (size_t)n;
+    } else if (n < 0) {
+        reject(c, n);
+    } else if (c->in_len == sizeof(c->in)) {
+        reject(c, -E2BIG);
+    }
+}
+
+static void on_readable(struct httpd *m, struct conn *c) {
+    if (c->state == DRAINING) {
+        ssize_t n = recv(c->fd, c->in, sizeof(c->in), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            conn_close(c);
+        return;
+    }
+    bool body = c->state == BODY;
+    char *to = body ? c->req_body + c->req_len : c->in + c->in_len;
+    size_t room = body ? (size_t)c->req.content_length - c->req_len : sizeof(c->in) - c->in_len;
+    ssize_t n = recv(c->fd, to, room, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        conn_close(c);
+        return;
+    }
+    if (n > 0 && body) {
+        c->req_len += (size_t)n;
+        if (c->req_len == c->req.content_length)
+            body_done(m, c);
+    } else if (n > 0) {
+        if (c->in_len == 0) /* a new head starts: its own 10 s, not extended by what follows */
+            phase(c, READING, PHASE_MS);
+        c->in_len += (size_t)n;
+        process_input(m, c);
+    }
+}
+
+static void on_writable(struct httpd *m, struct conn *c) {
+    struct iovec iov[2];
+    int n_iov = 0;
+    size_t total = c->head_len + c->body_len;
+    if (c->sent < c->head_len)
+        iov[n_iov++] = (struct iovec){ c->head + c->sent, c->head_len - c->sent };
+    if (c->body_len) {
+        size_t off = c->sent > c->head_len ? c->sent - c->head_len : 0;
+        iov[n_iov++] = (struct iovec){ (char *)c->body_ptr + off, c->body_len - off };
+    }
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n_iov };
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            conn_close(c);
+        return;
+    }
+    c->sent += (size_t)n;
+    if (c->sent < total)
+        return;
+    release_response(c);
+    if (c->close_after) {
+        /* Closing with unread input would reset the connection, and the client could lose the
+         * response (RFC 9112 §9.6): shut the write side and drain until the client closes. */
+        shutdown(c->fd, SHUT_WR);
+        phase(c, DRAINING, LINGER_MS);
+        return;
+    }
+    phase(c, READING, PHASE_MS); /* waiting for the next request */
+    process_input(m, c);
+}
+
+static struct conn *free_slot(struct httpd *m) {
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (m->conns[i].fd < 0)
+            return &m->conns[i];
+    return NULL;
+}
+
+/* How readily a connection gives up its slot: one draining after its last response first, then
+ * one with half a request head (a slow or hostile client), then an idle one that never sent a
+ * request, then an idle keep-alive one; never one being answered (-1). */
+static int eviction_rank(const struct conn *c) {
+    if (c->state == DRAINING)
+        return 0;
+    if (c->state == BODY)
+        return 1;
+    if (c->state != READING)
+        return -1;
+    return c->in_len ? 1 : c->served ? 3 : 2;
+}
+
+/* The connection that makes room for a new one when all are taken, or NULL when every one is
+ * being answered. What has arrived on each connection is read first, so one whose request is
+ * complete is answered (and no longer a candidate) rather than evicted with its request
+ * waiting; a connection that closed frees its slot. Among the candidates of the lowest rank, the
+ * one whose phase started longest ago. */
+static struct conn *victim(struct httpd *m) {
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (m->conns[i].fd >= 0 && m->conns[i].state != WRITING)
+            on_readable(m, &m->conns[i]);
+    struct conn *best = free_slot(m);
+    if (best)
+        return NULL; /* a slot freed itself: the caller finds it */
+    int best_rank = 4;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        struct conn *c = &m->conns[i];
+        int rank = eviction_rank(c);
+        if (rank >= 0 && (rank < best_rank || (rank == best_rank && c->since < best->since))) {
+            best = c;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
+static void accept_one(struct httpd *m) {
+    int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        /* Out of descriptors or memory, the connection stays queued and the socket readable:
+         * stop looking at it for a while rather than spin. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+            m->accept_paused_until = now_ms() + ACCEPT_PAUSE_MS;
+        return;
+    }
+    struct conn *slot = free_slot(m);
+    if (!slot) {
+        if ((slot = victim(m)) != NULL)
+            conn_close(slot);
+        else
+            slot = free_slot(m);
+    }
+    if (!slot) { /* every connection is being answered: this one waits for none of them */
+        close(fd);
+        return;
+    }
+    slot->fd = fd;
+    phase(slot, READING, PHASE_MS);
+}
+
+static void *serve(void *arg) {
+    struct httpd *m = arg;
+    for (;;) {
+        struct pollfd p[2 + MAX_CONNS];
+        int idx[MAX_CONNS];
+        int np = 0, nc = 0;
+        long long now = now_ms(), next = now + PHASE_MS;
+        p[np++] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
+        for (int i = 0; i < MAX_CONNS; i++) {
+            struct conn *c = &m->conns[i];
+            if (c->fd < 0)
+                continue;
+            if (c->deadline <= now) {
+                conn_close(c);
+                continue;
+            }
+            if (c->deadline < next)
+                next = c->deadline;
+            idx[nc++] = i;
+            p[np++] = (struct pollfd){ .fd = c->fd, .events = c->state == WRITING ? POLLOUT : POLLIN };
+        }
+        bool listening = m->accept_paused_until <= now;
+        if (listening)
+            p[np++] = (struct pollfd){ .fd = m->lfd, .events = POLLIN };
+        else if (m->accept_paused_until < next)
+            next = m->accept_paused_until;
+        int r = poll(p, (nfds_t)np, (int)(next - now));
+        if (r < 0 && errno != EINTR) {
+            log_warn("HTTP server (%s): poll: %s; retrying in 100 ms", m->what, strerror(errno));
+            usleep(100000);
+            continue;
+        }
+        if (r <= 0)
+            continue;
+        if (p[0].revents)
+            break;
+        for (int k = 0; k < nc; k++) {
+            struct conn *c = &m->conns[idx[k]];
+            short ev = p[1 + k].revents;
+            if (!ev || c->fd < 0)
+                continue;
+            if (c->state == WRITING)
+                on_writable(m, c);
+            else
+                on_readable(m, c);
+        }
+        if (listening && p[np - 1].revents & POLLIN)
+            accept_one(m);
+    }
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (m->conns[i].fd >= 0)
+            conn_close(&m->conns[i]);
+    return NULL;
+}
+
+struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errlen) {
+    const char *addr = cfg->addr, *what = cfg->what ? cfg->what : "HTTP";
+    const char *colon = strrchr(addr, ':');
+    char host[64] = "";
+    char *end;
+    unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || colon[1] == '\0' || *end || port > 65535 || (size_t)(colon - addr) >= sizeof(host)) {
+        snprintf(err, errlen, "%s address '%s': expected HOST:PORT or :PORT", what, addr);
+        return NULL;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    sin.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (host[0] && inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
+        snprintf(err, errlen, "%s address '%s': '%s' is not an IPv4 address", what, addr, host);
+        return NULL;
+    }
+    struct httpd *m = calloc(1, sizeof(*m));
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    m->wake[0] = m->wake[1] = -1;
+    m->cfg = *cfg;
+    snprintf(m->what, sizeof(m->what), "%s", what);
+    for (int i = 0; i < MAX_CONNS; i++)
+        m->conns[i].fd = -1;
+    int one = 1;
+    m->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (m->lfd < 0 || setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(m->lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(m->lfd, 64) < 0) {
+        snprintf(err, errlen, "cannot serve %s on %s: %s", what, addr, strerror(errno));
+        goto fail;
+    }
+    socklen_t sl = sizeof(sin);
+    if (getsockname(m->lfd, (struct sockaddr *)&sin, &sl) < 0 || pipe2(m->wake, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "cannot serve %s on %s: %s", what, addr, strerror(errno));
+        goto fail;
+    }
+    m->port = ntohs(sin.sin_port);
+    int r = pthread_create(&m->thread, NULL, serve, m);
+    if (r) {
+        snprintf(err, errlen, "cannot serve %s on %s: %s", what, addr, strerror(r));
+        goto fail;
+    }
+    return m;
+fail:
+    if (m->lfd >= 0)
+        close(m->lfd);
+    if (m->wake[0] >= 0) {
+        close(m->wake[0]);
+        close(m->wake[1]);
+    }
+    free(m);
+    return NULL;
+}
+
+unsigned httpd_port(const struct httpd *m) {
+    return m->port;
+}
+
+void httpd_stop(struct httpd *m) {
+    if (!m)
+        return;
+    ssize_t w = write(m->wake[1], "x", 1);
+    (void)w;
+    pthread_join(m->thread, NULL);
+    close(m->lfd);
+    close(m->wake[0]);
+    close(m->wake[1]);
+    free(m);
+}
