@@ -387,6 +387,36 @@ static int schedule_random(struct pl_cluster *c, const struct pl_pod *p, struct 
     return -ENOSPC;
 }
 
+/* The score of a fitting node under one of the scoring policies (not Random, not gpuslice's) */
+static int score_one(const struct pl_cluster *c, enum pl_policy pol, const struct pl_node *n, const struct pl_pod *p,
+                     int64_t *s, int *gpu) {
+    switch (pol) {
+    case PL_DOTPROD: *s = score_dotprod(n, p); return 0;
+    case PL_GPUCLUSTERING: *s = score_clustering(n, p); return 0;
+    case PL_GPUPACKING: *s = score_packing(n, p); return 0;
+    case PL_BESTFIT: *s = score_bestfit(n, p); return 0;
+    case PL_FGD: *s = score_fgd(c, n, p, gpu); return 0;
+    default: return -EINVAL;
+    }
+}
+
+int pl_score_node(struct pl_cluster *c, enum pl_policy pol, size_t node, const struct pl_pod *p, int64_t *score,
+                  int *gpu) {
+    if (node >= c->n_nodes || pol == PL_RANDOM || (unsigned)pol >= PL_POLICY_COUNT)
+        return -EINVAL;
+    struct pl_node *n = &c->nodes[node];
+    int g = -1;
+    if (!pl_node_fits(c, n, p))
+        return -ENOSPC;
+    if (pol == PL_GPUSLICE)
+        *score = pk_score(c, n, p, &g);
+    else if (score_one(c, pol, n, p, score, &g) < 0)
+        return -EINVAL;
+    if (gpu)
+        *gpu = g;
+    return 0;
+}
+
 int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p, struct pl_gorand *rng,
                 struct pl_choice *out) {
     if (pol == PL_RANDOM)
@@ -402,14 +432,8 @@ int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p
                 continue;
             int gpu = -1;
             int64_t s;
-            switch (pol) {
-            case PL_DOTPROD: s = score_dotprod(n, p); break;
-            case PL_GPUCLUSTERING: s = score_clustering(n, p); break;
-            case PL_GPUPACKING: s = score_packing(n, p); break;
-            case PL_BESTFIT: s = score_bestfit(n, p); break;
-            case PL_FGD: s = score_fgd(c, n, p, &gpu); break;
-            default: return -EINVAL;
-            }
+            if (score_one(c, pol, n, p, &s, &gpu) < 0)
+                return -EINVAL;
             if (best < 0 || s > best_s || (s == best_s && n->rank < c->nodes[best].rank)) {
                 best = (int)i, best_s = s, best_gpu = gpu;
             }

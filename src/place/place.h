@@ -106,6 +106,13 @@ int pl_node_fits(const struct pl_cluster *c, const struct pl_node *n, const stru
  * Returns 0 and fills *out, or -ENOSPC when no node fits. Does not change the cluster. */
 int pl_schedule(struct pl_cluster *c, enum pl_policy pol, const struct pl_pod *p, struct pl_gorand *rng,
                 struct pl_choice *out);
+/* The score policy pol (not PL_RANDOM: -EINVAL) gives node c->nodes[node] for pod p, without
+ * deciding or changing the nodes: pl_schedule takes the fitting node of the highest score, ties to
+ * the lowest rank, so scores of different nodes for one pod compare as pl_schedule compares them.
+ * Returns 0, or -ENOSPC when the node does not fit. *gpu (gpu may be NULL): the GPU a pod that
+ * shares one would take under FGD or gpuslice's policy, else -1. (The scheduler extender.) */
+int pl_score_node(struct pl_cluster *c, enum pl_policy pol, size_t node, const struct pl_pod *p, int64_t *score,
+                  int *gpu);
 /* Applies a decision. */
 void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_choice *ch);
 /* Tells gpuslice's policy that pod p arrived (placed or not): its online workload estimate. */

@@ -464,41 +464,66 @@ static double score_gpuslice(struct pl_cluster *c, struct pl_node *n, const stru
 /* ------------------------------------------------------------------------------------------- */
 /* The engine's calls */
 
+/* What pk_schedule and pk_score work out once per pod. */
+struct pk_pod {
+    int share;       /* share_milli(p) */
+    uint32_t avoid;  /* model_avoid */
+    int plan;        /* a sharing request with a plan to follow */
+    int64_t rest_cpu, rest_mem; /* what the rest of the pattern an idle GPU opens needs */
+};
+
+static void pod_prep(const struct pl_cluster *c, const struct pl_pod *p, struct pk_pod *q) {
+    q->share = share_milli(p);
+    q->avoid = c->online ? model_avoid(c, c->online, p) : 0;
+    q->plan = q->share && c->online && c->online->plan.n > 0;
+    q->rest_cpu = q->rest_mem = 0;
+    if (q->plan) {
+        int si = plan_size(c->online, q->share);
+        short slot[PL_SLOTS];
+        plan_slots(c->online, plan_pick(c->online, si), si, slot, &q->rest_cpu, &q->rest_mem);
+    }
+}
+
+/* A fitting node's class for the pod: *av (a node of a model the constrained pods need) and *tier
+ * (the plan's tier of its best GPU, *only that GPU). Lower is better, av first. */
+static void node_class(const struct pl_cluster *c, const struct pk_pod *q, const struct pl_node *n,
+                       const struct pl_pod *p, int *av, int *tier, int *only) {
+    /* a sharing request goes to the best plan tier first */
+    *tier = TIER_NONE;
+    *only = -1;
+    if (q->plan)
+        *only = plan_gpu(c->online, n, q->share, tier);
+    if (*tier == TIER_IDLE) {
+        /* the node's CPU and memory, less what its slots are kept for, must host the rest */
+        int64_t kcpu, kmem;
+        plan_kept(c->online, n, n->gpu_free, &kcpu, &kmem);
+        if (n->cpu_left - p->cpu - kcpu < q->rest_cpu || n->mem_left - p->mem - kmem < q->rest_mem)
+            *tier = TIER_POOR;
+    }
+    /* a node of a model the constrained pods need, only when no other node fits */
+    *av = n->model >= 0 && (q->avoid >> n->model & 1);
+}
+
+/* FGD's 101 score levels: measured, the coarse levels with ties to the seeded rank spread load
+ * better than an exact comparison with packing ties (docs/fragmentation.md) */
+static double node_level(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, int only, int *gpu) {
+    return (double)(int64_t)(pl_sigmoid(score_gpuslice(c, n, p, only, gpu) / 1000) * 100.0);
+}
+
 int pk_schedule(struct pl_cluster *c, const struct pl_pod *p, int *gpu_out) {
     int best = -1, best_gpu = -1, best_tier = TIER_NONE, best_av = 0;
     double best_d = 0;
-    int share = share_milli(p);
-    uint32_t avoid = c->online ? model_avoid(c, c->online, p) : 0;
-    int plan = share && c->online && c->online->plan.n > 0;
-    int64_t rest_cpu = 0, rest_mem = 0; /* what the rest of the pattern an idle GPU opens needs */
-    if (plan) {
-        int si = plan_size(c->online, share);
-        short slot[PL_SLOTS];
-        plan_slots(c->online, plan_pick(c->online, si), si, slot, &rest_cpu, &rest_mem);
-    }
+    struct pk_pod q;
+    pod_prep(c, p, &q);
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct pl_node *n = &c->nodes[i];
         if (!pl_node_fits(c, n, p))
             continue;
-        int gpu = -1;
-        /* a sharing request goes to the best plan tier first */
-        int tier = TIER_NONE, only = -1;
-        if (plan)
-            only = plan_gpu(c->online, n, share, &tier);
-        if (tier == TIER_IDLE) {
-            /* the node's CPU and memory, less what its slots are kept for, must host the rest */
-            int64_t kcpu, kmem;
-            plan_kept(c->online, n, n->gpu_free, &kcpu, &kmem);
-            if (n->cpu_left - p->cpu - kcpu < rest_cpu || n->mem_left - p->mem - kmem < rest_mem)
-                tier = TIER_POOR;
-        }
-        /* a node of a model the constrained pods need, only when no other node fits */
-        int av = n->model >= 0 && (avoid >> n->model & 1);
+        int gpu = -1, tier, only, av;
+        node_class(c, &q, n, p, &av, &tier, &only);
         if (best >= 0 && (av > best_av || (av == best_av && tier > best_tier)))
             continue;
-        /* FGD's 101 score levels: measured, the coarse levels with ties to the seeded rank
-         * spread load better than an exact comparison with packing ties (docs/fragmentation.md) */
-        double d = (double)(int64_t)(pl_sigmoid(score_gpuslice(c, n, p, only, &gpu) / 1000) * 100.0);
+        double d = node_level(c, n, p, only, &gpu);
         if (best < 0 || av < best_av || tier < best_tier || d > best_d ||
             (d == best_d && n->rank < c->nodes[best].rank)) {
             best = (int)i, best_d = d, best_gpu = gpu, best_tier = tier, best_av = av;
@@ -506,6 +531,15 @@ int pk_schedule(struct pl_cluster *c, const struct pl_pod *p, int *gpu_out) {
     }
     *gpu_out = best_gpu;
     return best;
+}
+
+int64_t pk_score(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, int *gpu) {
+    struct pk_pod q;
+    int tier, only, av;
+    pod_prep(c, p, &q);
+    node_class(c, &q, n, p, &av, &tier, &only);
+    int64_t d = (int64_t)node_level(c, n, p, only, gpu); /* 0..100 */
+    return ((int64_t)(1 - av) * (TIER_NONE + 1) + (TIER_NONE - tier)) * 101 + d;
 }
 
 void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, const struct pl_choice *ch) {

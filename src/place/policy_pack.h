@@ -2,7 +2,7 @@
  * against a workload learned online, with memory and CPU stranding, and a packing plan (cutting
  * stock, cutstock.h) for the pods that share a GPU; described in policy_pack.c and
  * docs/fragmentation.md. Its state is the cluster's `online` and the nodes' plan fields. The engine
- * (place.c) calls these from pl_schedule, pl_commit, pl_observe and pl_cluster_free; nothing else
+ * (place.c) calls these from pl_schedule, pl_score_node, pl_commit, pl_observe and pl_cluster_free; nothing else
  * does. Pure: no I/O. */
 #ifndef GS_POLICY_PACK_H
 #define GS_POLICY_PACK_H
@@ -12,6 +12,10 @@
 /* pl_schedule under PL_GPUSLICE: the chosen node's index, or -1 when no node fits; *gpu: for a pod
  * that shares one GPU, the GPU it takes, else -1. Does not change the nodes. */
 int pk_schedule(struct pl_cluster *c, const struct pl_pod *p, int *gpu);
+/* pl_score_node under PL_GPUSLICE for a node that fits: a score whose order between nodes is
+ * pk_schedule's choice (a node of a pressured model last, then the plan's tier, then FGD's 101
+ * levels; the seeded rank aside); *gpu as pk_schedule's. Does not change the nodes. */
+int64_t pk_score(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, int *gpu);
 /* pl_commit, before the pod's GPUs are taken from node n: a sharing pod takes the slot kept for
  * it, or opens an idle GPU along the plan. */
 void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod *p, const struct pl_choice *ch);
