@@ -6,6 +6,7 @@
 #     etcd-VERSION/bin/       etcd
 #     containerd-VERSION/bin/ containerd containerd-shim-runc-v2 ctr
 #     helm-VERSION/bin/       helm
+#     kwok-VERSION/bin/       kwok (only when asked: `build.sh kwok`, for bench/'s trace-scale runs)
 # The versions are the ones the tools modules under tests/e2e/tools/ require; a part is rebuilt
 # only when its go.mod or go.sum changes (a stamp of their checksums) or a binary is missing.
 # runc and the CNI plugins are Debian's (scripts/deps.sh). Progress goes to stderr; the last line
@@ -22,7 +23,7 @@ jobs=${GPUSLICE_BUILD_JOBS:-2}
 say() { echo "[e2e build] $*" >&2; }
 wanted=" ${*:-k8s etcd containerd helm} "
 for w in $wanted; do
-    case $w in k8s | etcd | containerd | helm) ;; *) say "no part $w (parts: k8s etcd containerd helm)"; exit 2 ;; esac
+    case $w in k8s | etcd | containerd | helm | kwok) ;; *) say "no part $w (parts: k8s etcd containerd helm kwok)"; exit 2 ;; esac
 done
 
 # version MODULEDIR REQUIRED-MODULE: the version the tools module requires.
@@ -119,6 +120,10 @@ part containerd containerd github.com/containerd/containerd/v2 \
 hv=$(version helm helm.sh/helm/v3)
 tags=""
 part helm helm helm.sh/helm/v3 "-X helm.sh/helm/v3/internal/version.version=$hv" helm=helm.sh/helm/v3/cmd/helm
+
+# kwok: nodes and pods simulated on the real API server (the extender's trace-scale benchmark).
+tags=""
+part kwok kwok sigs.k8s.io/kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
 
 say "all parts ready ($(( $(date +%s) - t_all )) s)"
 echo "$bindirs"
