@@ -27,6 +27,7 @@ static const struct command {
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
     { "dra", cmd_dra, "the DRA driver: the ResourceSlices this node publishes (resource.k8s.io/v1)" },
     { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },
+    { "kube", cmd_kube, "talk to the Kubernetes API server: get, list, apply, delete, watch (src/kube)" },
 };
 
 static void usage(FILE *f) {
