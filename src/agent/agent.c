@@ -205,6 +205,7 @@ static int setup_jobs(struct agent *a) {
         { "inventory refresh", LOOP_TICK, 0, agent_inventory_job, NULL },
         { "pod attribution", LOOP_TICK_INTERVAL, pod_resources ? o->pod_attribution_ms : 0, agent_attribution_job,
           NULL },
+        { "MIG re-lay", LOOP_TICK_INTERVAL, pod_resources ? o->pod_attribution_ms : 0, agent_mig_relay_job, NULL },
         { "guard reconcile", LOOP_TICK_INTERVAL, o->guard_reconcile_ms, agent_guard_reconcile_job, NULL },
         { "health recovery", LOOP_TICK, 0, agent_recovery_job, NULL },
         { "heap trim", LOOP_TICK, 0, trim_job, NULL },

@@ -231,6 +231,71 @@ static int read_mig_holds(struct agent *a, struct gs_mig_holds *holds, char *err
     return r;
 }
 
+/* The reason of a partial layout: "GPU 0: kept MIG-x (GI 1, 3g.40gb) to ns/pod, container c; not
+ * made: 3 x 1g.10gb; GPU 1: ..." */
+static void partial_reason(const struct gs_inventory *inv, const struct gs_mig_relay *relays, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < inv->n_gpus && n < len; i++) {
+        if (!relays[i].partial)
+            continue;
+        int w = snprintf(buf + n, len - n, "%sGPU %u: kept %s; not made: %s", n ? "; " : "", i, relays[i].kept,
+                         relays[i].not_made);
+        n += w < 0 ? 0 : (size_t)w;
+    }
+}
+
+/* Says that GPUs were laid out around held instances: the status "partial" with the reason, and a
+ * warning per GPU when it is news (a retry that changes nothing stays quiet). */
+static void report_partial(struct agent *a, const struct gs_mig_relay *relays) {
+    char reason[sizeof(a->mig_partial) - 256], seen[sizeof(a->mig_partial)];
+    partial_reason(a->inv, relays, reason, sizeof(reason));
+    agent_publish_mig_status(a, "partial", reason);
+    snprintf(seen, sizeof(seen), "%.200s: %s", a->policy->mig_config, reason);
+    if (!strcmp(seen, a->mig_partial))
+        return;
+    gs_strlcpy(a->mig_partial, seen, sizeof(a->mig_partial));
+    for (unsigned i = 0; i < a->inv->n_gpus; i++)
+        if (relays[i].partial)
+            log_warn("GPU %u: MIG layout %s partially applied: kept what pods hold: %s; not made: %s; the rest of "
+                     "the layout follows once they release it", i, a->policy->mig_config, relays[i].kept,
+                     relays[i].not_made);
+}
+
+/* Marks the devices of the instances the plans destroy as withdrawn (the next replan sends the
+ * kubelet the lists without them). Returns how many steps the plans have. */
+static unsigned withdraw_destroyed(struct agent *a, const struct gs_mig_plan *plans) {
+    unsigned steps = 0;
+    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+    for (unsigned i = 0; i < a->inv->n_gpus; i++) {
+        steps += plans[i].n_steps + plans[i].reset_pending;
+        for (unsigned k = 0; k < plans[i].n_steps; k++) {
+            const struct gs_mig_step *st = &plans[i].steps[k];
+            if (st->kind == GS_STEP_DESTROY_GI || st->kind == GS_STEP_DESTROY_CI)
+                a->health.withdrawn_gi[i] |= 1u << st->gi_id;
+        }
+    }
+    return steps;
+}
+
+/* The plans around what pods hold now (unless force: then the plans are as they are). Returns 0,
+ * or -errno with the reason in err (PodResources not answering: nothing is changed). */
+static int plan_around_holds(struct agent *a, const struct gs_layout_file *file, struct gs_mig_plan *plans,
+                             bool *selected, struct gs_mig_relay *relays, char *err, size_t errlen) {
+    if (a->policy->mig_force)
+        return 0;
+    struct gs_mig_holds holds;
+    int r = read_mig_holds(a, &holds, err, errlen);
+    if (r < 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, "; nothing is changed (gpuslice.mig.force goes on without it)");
+        return r;
+    }
+    r = gs_mig_plan_node_keep_held(a->inv, file, a->policy->mig_config, &holds, plans, selected, relays, err, errlen);
+    gs_mig_holds_free(&holds);
+    return r;
+}
+
 void agent_reconcile_mig(struct agent *a) {
     if (!a->policy->mig_config[0])
         return;
@@ -246,25 +311,30 @@ void agent_reconcile_mig(struct agent *a) {
         }
     }
     struct gs_mig_plan *plans = calloc(GS_MAX_GPUS, sizeof(*plans));
+    struct gs_mig_relay *relays = calloc(GS_MAX_GPUS, sizeof(*relays));
     bool selected[GS_MAX_GPUS];
-    unsigned steps = 0;
-    int r = plans ? gs_mig_plan_node(a->inv, file, a->policy->mig_config, plans, selected, err, sizeof(err)) : -ENOMEM;
+    int r = plans && relays ? gs_mig_plan_node(a->inv, file, a->policy->mig_config, plans, selected, err, sizeof(err))
+                            : -ENOMEM;
+    /* Only a layout with something to do asks the kubelet what pods hold, and is then planned
+     * around it: a GPU whose layout would destroy a held instance keeps it and gets the rest. */
+    bool asked = r == 0 && withdraw_destroyed(a, plans);
+    if (asked)
+        r = plan_around_holds(a, file, plans, selected, relays, err, sizeof(err));
     if (r < 0) {
-        agent_publish_mig_status(a, "failed", plans ? err : "out of memory");
-        log_error("MIG layout %s not applied: %s", a->policy->mig_config, plans ? err : "out of memory");
+        memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+        agent_publish_mig_status(a, "failed", plans && relays ? err : "out of memory");
+        log_error("MIG layout %s %s: %s", a->policy->mig_config, asked ? "failed after 0 step(s)" : "not applied",
+                  plans && relays ? err : "out of memory");
         goto out;
     }
-    memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
-    for (unsigned i = 0; i < a->inv->n_gpus; i++) {
-        steps += plans[i].n_steps + plans[i].reset_pending;
-        for (unsigned k = 0; k < plans[i].n_steps; k++) {
-            const struct gs_mig_step *st = &plans[i].steps[k];
-            if (st->kind == GS_STEP_DESTROY_GI || st->kind == GS_STEP_DESTROY_CI)
-                a->health.withdrawn_gi[i] |= 1u << st->gi_id;
-        }
-    }
-    if (!steps) {
-        agent_publish_mig_status(a, "applied", NULL);
+    unsigned partial = 0;
+    for (unsigned i = 0; i < a->inv->n_gpus; i++)
+        partial += relays[i].partial;
+    if (!withdraw_destroyed(a, plans)) {
+        if (partial)
+            report_partial(a, relays); /* nothing more can be done until pods release what they hold */
+        else
+            agent_publish_mig_status(a, "applied", NULL);
         goto out;
     }
     agent_publish_mig_status(a, "pending", NULL);
@@ -273,6 +343,8 @@ void agent_reconcile_mig(struct agent *a) {
         agent_replan(a, false); /* withdraw the devices of instances about to be destroyed */
     struct gs_mig_apply_result res = { 0 };
     struct gs_mig_holds holds;
+    /* Asked again after the withdrawal, so that what the kubelet assigned meanwhile is held too;
+     * the apply plans each pass around these. */
     r = read_mig_holds(a, &holds, err, sizeof(err));
     if (r < 0 && a->policy->mig_force) {
         log_warn("MIG layout %s forced without knowing what pods hold: %s", a->policy->mig_config, err);
@@ -282,24 +354,39 @@ void agent_reconcile_mig(struct agent *a) {
         snprintf(err + n, sizeof(err) - n, "; nothing is changed (gpuslice.mig.force goes on without it)");
     }
     if (r == 0)
-        r = gs_mig_apply_node_held(a->node, file, a->policy->mig_config, &holds, a->policy->mig_force, &res, err,
-                                   sizeof(err));
+        r = gs_mig_apply_node_keep_held(a->node, file, a->policy->mig_config, &holds, a->policy->mig_force, &res,
+                                        relays, err, sizeof(err));
     gs_mig_holds_free(&holds);
     memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
     if (r < 0) {
         agent_publish_mig_status(a, "failed", err); /* first: whoever reads the log line finds the state written */
         log_error("MIG layout %s failed after %u step(s): %s", a->policy->mig_config, res.steps_done, err);
     } else {
-        agent_publish_mig_status(a, "applied", NULL);
-        log_info("MIG layout %s applied: %u created, %u destroyed, %u kept", a->policy->mig_config, res.creates,
-                 res.destroys, res.kept);
+        if (res.n_partial)
+            report_partial(a, relays);
+        else
+            agent_publish_mig_status(a, "applied", NULL);
+        log_info("MIG layout %s %s: %u created, %u destroyed, %u kept", a->policy->mig_config,
+                 res.n_partial ? "partially applied" : "applied", res.creates, res.destroys, res.kept);
     }
     agent_refresh_inventory(a);
     if (a->plan_valid)
         agent_replan(a, true);
 out:
+    if (strcmp(a->pub.mig_state, "partial"))
+        a->mig_partial[0] = '\0';
+    free(relays);
     free(plans);
     free(file);
+}
+
+/* While a layout is partial, what pods hold is asked again at the pod attribution's pace: once
+ * they release it, the next pass makes the rest of the layout. */
+void agent_mig_relay_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    if (!strcmp(a->pub.mig_state, "partial"))
+        agent_reconcile_mig(a);
 }
 
 /* ---- Xid ----------------------------------------------------------------------------------- */

@@ -50,6 +50,7 @@ struct agent {
     struct agent_pub pub;          /* publish.c */
     struct agent_coexist coexist;  /* coexist.c: resources other plugins serve, as last checked */
     char attribution_error[256];   /* cleanup.c: why PodResources could not be asked, as last logged */
+    char mig_partial[2048];        /* state.c: the reason of the partial MIG layout, as last logged */
 };
 
 /* Loads the policy file (defaults without one) and puts it in force. Returns 1 if a new policy is
@@ -64,7 +65,9 @@ void agent_refresh_inventory(struct agent *a);
 int agent_replan(struct agent *a, bool log_warnings);
 
 /* Applies the policy's MIG layout: the devices of every instance it destroys are first withdrawn
- * from ListAndWatch, then the layout is applied, then the new devices are advertised. */
+ * from ListAndWatch, then the layout is applied, then the new devices are advertised. A GPU whose
+ * layout would destroy an instance a pod holds is laid out around it (mig/relay.h): the state is
+ * "partial" until agent_mig_relay_job finds the instance released and makes the rest. */
 void agent_reconcile_mig(struct agent *a);
 
 /* A critical Xid (or one the policy ignores) from the event thread. */
@@ -76,5 +79,6 @@ loop_job_fn agent_inventory_job; /* tick: re-read the GPUs; retry a CDI spec tha
 loop_job_fn agent_recovery_job;  /* tick: GPUs quiet for the policy's recovery period are Healthy */
 loop_job_fn agent_plan_job;      /* tick, last: replan; the poll's reconcile_seconds */
 loop_job_fn agent_replan_job;    /* kicked: replan (an MPS daemon changed state) */
+loop_job_fn agent_mig_relay_job; /* tick interval: a partial MIG layout tried again (pods may have gone) */
 
 #endif

@@ -1,6 +1,7 @@
 """The agent's MIG layout changes and the kubelet's assignments: a MIG device the kubelet has
-assigned to a pod (PodResources, emulated by podresources_emulator.py) counts as in use, as a
-process on it does, though no process runs on it; `gpuslice.mig.force` overrides.
+assigned to a pod (PodResources, emulated by podresources_emulator.py) is kept though no process
+runs on it, and the rest of its GPU is laid out around it (state `partial`) until the pod releases
+it; `gpuslice.mig.force` destroys it.
 
 Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
 import os
@@ -13,11 +14,13 @@ from podresources_emulator import PodResourcesEmulator
 from test_agent import H100X2, _mig_policy, _status, h, ids  # noqa: F401 (h: fixture)
 
 BIG = "nvidia.com/mig-3g.40gb"
+ONE = "nvidia.com/mig-1g.10gb"
+TWO = "nvidia.com/mig-2g.20gb"
 
 
-def start(h, node, pr, status):
+def start(h, node, pr, status, extra=()):
     return h.agent(node, _mig_policy("all-balanced"), resources=[BIG],
-                   extra=["--mig-status-file", status, "--pod-resources-socket", pr.socket_path])
+                   extra=["--mig-status-file", status, "--pod-resources-socket", pr.socket_path, *extra])
 
 
 def reload(h, agent, policy):
@@ -35,33 +38,85 @@ def devices(node):
     return [g["mig"]["devices"] for g in node.inspect()["gpus"]]
 
 
-def test_agent_keeps_a_device_a_pod_holds(h):
+def wait_status(path, state, config, timeout=15):
+    deadline = time.monotonic() + timeout
+    while True:
+        st = _status(path)
+        if st["state"] == state and st["config"] == config:
+            return st
+        assert time.monotonic() < deadline, f"MIG status {st}, not {state} for {config}"
+        time.sleep(0.05)
+
+
+def test_agent_lays_out_around_a_device_a_pod_holds(h):
+    """A pod holds GPU 0's 3g.40gb (at 4) and the policy asks all-1g.10gb: the held instance stays
+    (same GI, same UUID, never withdrawn), the rest of GPU 0 becomes the 1g.10gb that fit beside
+    it (4), GPU 1 becomes 7 x 1g.10gb, the status says partial and why, and the kubelet is told
+    exactly that; the pod gone, the agent makes the rest without a restart or a policy change."""
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        agent = start(h, node, pr, status, ["--pod-attribution-interval-ms", "200"])
+        assert _status(status)["state"] == "applied"
+        held = big_device(node)
+        assert held["placement"]["start"] == 4
+        assert held["uuid"] in ids(h.latest(BIG))
+        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])  # assigned; its process not started
+        t = reload(h, agent, _mig_policy("all-1g.10gb"))
+        line = agent.wait_log("GPU 0: MIG layout all-1g.10gb partially applied", timeout=10)
+        kept = f"{held['uuid']} (GI {held['gi_id']}, 3g.40gb) to team-a/train-0, container main"
+        assert kept in line and "not made: 3 x 1g.10gb" in line, line
+        st = wait_status(status, "partial", "all-1g.10gb")
+        assert st["reason"] == f"GPU 0: kept {kept}; not made: 3 x 1g.10gb", st
+        d = devices(node)
+        same = [x for x in d[0] if x["uuid"] == held["uuid"]]
+        assert len(same) == 1 and same[0]["gi_id"] == held["gi_id"] and same[0]["placement"] == held["placement"]
+        assert sorted((x["profile"], x["placement"]["start"]) for x in d[0]) == [
+            ("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("3g.40gb", 4)]
+        assert [x["profile"] for x in d[1]] == ["1g.10gb"] * 7
+        # allocatable follows: 4 + 7 x 1g.10gb, the held 3g.40gb, no 2g.20gb
+        mig_ids = lambda g: sorted(x["uuid"] for x in d[g] if x["profile"] == "1g.10gb")  # noqa: E731
+        h.kubelet.wait_for(ONE, lambda ds: ids(ds) == sorted(mig_ids(0) + mig_ids(1)), timeout=5, after=t)
+        h.kubelet.wait_for(BIG, lambda ds: ids(ds) == [held["uuid"]], timeout=5, after=t)
+        h.kubelet.wait_for(TWO, lambda ds: not ds, timeout=5, after=t)
+        assert all(held["uuid"] in m.ids for m in h.kubelet.messages(BIG) if m.time > t), "held device withdrawn"
+        # nothing more to do while it is held: no step, no new warning
+        time.sleep(1)
+        assert devices(node) == d
+        assert agent.log().count("partially applied: kept what pods hold") == 1
+        # released: the next pass of the re-lay job makes the rest
+        pid = agent.pid
+        released = time.monotonic()
+        pr.set([])
+        agent.wait_log("MIG layout all-1g.10gb applied", timeout=15)
+        wait_status(status, "applied", "all-1g.10gb")
+        d = devices(node)
+        assert all([x["profile"] for x in g] == ["1g.10gb"] * 7 for g in d), d
+        assert held["uuid"] not in [x["uuid"] for g in d for x in g]
+        h.kubelet.wait_for(ONE, lambda ds: len(ds) == 14, timeout=5, after=released)
+        h.kubelet.wait_for(BIG, lambda ds: not ds, timeout=5, after=released)
+        assert agent.alive() and agent.pid == pid
+    finally:
+        pr.stop()
+
+
+def test_agent_force_destroys_a_device_a_pod_holds(h):
     node = h.node(H100X2)
     status = os.path.join(h.base, "mig-status.json")
     pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
     try:
         agent = start(h, node, pr, status)
-        assert _status(status)["state"] == "applied"
         held = big_device(node)
-        assert held["uuid"] in ids(h.latest(BIG))
-        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])  # assigned; its process not started
-        before = devices(node)
-        t = reload(h, agent, _mig_policy("all-1g.10gb"))
-        line = agent.wait_log("MIG layout all-1g.10gb failed", timeout=10)
-        st = _status(status)
-        assert st["state"] == "failed" and st["config"] == "all-1g.10gb", st
-        assert (f"GPU 0 (NVIDIA H100 80GB HBM3): the layout destroys what the kubelet has assigned to pods: "
-                f"{held['uuid']} (GI {held['gi_id']}, 3g.40gb) to team-a/train-0, container main") in st["reason"], st
-        assert "--force" in st["reason"] and held["uuid"] in line
-        assert devices(node) == before, "nothing destroyed, on any GPU"
-        # nothing destroyed: the withdrawn devices are advertised again
-        h.kubelet.wait_for(BIG, lambda d: len(d) == 2 and held["uuid"] in ids(d), timeout=5, after=t)
-        # force: the layout goes through and the held instance is gone
+        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])
+        # force: the layout goes through whole and the held instance is gone
         reload(h, agent, _mig_policy("all-1g.10gb", force=True))
         agent.wait_log("MIG layout all-1g.10gb applied", timeout=10)
         assert _status(status)["state"] == "applied"
-        assert agent.wait_log("forced: destroying what the kubelet has assigned to pods")
+        line = agent.wait_log("forced: destroying what the kubelet has assigned to pods")
+        assert f"{held['uuid']} (GI {held['gi_id']}, 3g.40gb) to team-a/train-0, container main" in line, line
         assert all(d["uuid"] != held["uuid"] for g in devices(node) for d in g)
+        assert all(len(g) == 7 for g in devices(node))
     finally:
         pr.stop()
 
