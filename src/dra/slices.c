@@ -679,7 +679,7 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
                     driver ? driver : "", DRIVER_NAME_MAX);
     if (generation < 0)
         return fail(&b, -EINVAL, "pool generation %lld: must not be negative", generation);
-    /* DRA has no resource names: MIG devices are published whatever flags.migStrategy says. */
+    /* DRA has no resource names: MIG devices are published whatever flags.migStrategy says, */
     struct gs_policy *pol = malloc(sizeof(*pol));
     struct gs_plan *plan = malloc(sizeof(*plan));
     json_t *out = json_array();
@@ -692,6 +692,10 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
     }
     *pol = *policy;
     pol->mig_strategy = GS_MIG_MIXED;
+    /* nor resource names: a time-sliced and an MPS rule under one default name would make the
+     * plan leave one of them out; here each rule's devices get a name of their own */
+    for (unsigned i = 0; i < pol->n_rules && i < GS_POLICY_MAX_RULES; i++)
+        snprintf(pol->rules[i].resource, sizeof(pol->rules[i].resource), "gpuslice.io/dra-rule-%u", i);
     if (gs_plan_build(inv, pol, NULL, plan) < 0) {
         free(plan);
         plan = NULL;

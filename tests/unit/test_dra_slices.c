@@ -242,6 +242,9 @@ static void test_mps_gpu(void **state) {
     (void)state;
     struct gs_inventory *inv = fx_node("580.65.06", 13000);
     cat_gpu(inv, "L4", false);
+    cat_gpu(inv, "L4", false);
+    /* an MPS and a time-sliced GPU under one default resource name: the device plugin can serve
+     * only one of them, DRA (no resource names) both */
     json_t *s = build(inv,
                       "version: v1\n"
                       "gpuslice:\n"
@@ -249,8 +252,12 @@ static void test_mps_gpu(void **state) {
                       "    - index: \"0\"\n"
                       "      mode: mps\n"
                       "      replicas: 3\n"
-                      "      computePerReplica: 30%\n",
+                      "      computePerReplica: 30%\n"
+                      "    - index: \"1\"\n"
+                      "      mode: time-slicing\n"
+                      "      replicas: 2\n",
                       1);
+    assert_string_equal(sattr(device(s, "gpu-1"), "sharing"), "time-slicing");
     json_t *d = device(s, "gpu-0");
     assert_true(json_is_true(json_object_get(d, "allowMultipleAllocations")));
     assert_string_equal(sattr(d, "sharing"), "mps");
