@@ -30,6 +30,7 @@ one Allocate per pod, or an Xid never shows.
 usage (root; from the repository root, after `meson setup build-bench && ninja -C build-bench`):
   GS_E2E_PORT_BASE=17300 /usr/bin/python3 bench/e2e_plugins.py --build build-bench [--runs 3] [--pods 30]
       [--xids 3] [--configs time-slicing,mig-mixed] [--json results.json]
+  /usr/bin/python3 bench/e2e_plugins.py --table results.json     # the table again, from the file
 Prints each run's figures as it goes and a markdown table (median and min-max over the runs)."""
 import argparse
 import http.client
@@ -71,6 +72,7 @@ def parse_args():
     ap.add_argument("--nvidia-recovery-wait", type=float, default=30,
                     help="seconds to wait for NVIDIA's plugin to advertise the GPU again (first trial of a run)")
     ap.add_argument("--json", help="write every measurement to this file")
+    ap.add_argument("--table", metavar="JSON", help="only print the table of a file --json wrote")
     a = ap.parse_args()
     a.configs = a.configs.split(",")
     for c in a.configs:
@@ -431,6 +433,8 @@ ROWS = [
     ("pod create -> container started, p99 (ms)", lambda r: pct(r["pod_ms"], 99), "{:.0f}"),
     ("Xid -> kubelet checkpoint, median of trials (ms)",
      lambda r: statistics.median(x["checkpoint_ms"] for x in r["xids"]), "{:.0f}"),
+    ("the same, counted from the end of the sim xid command (ms)",
+     lambda r: statistics.median(x["checkpoint_ms"] - x["cli_ms"] for x in r["xids"]), "{:.1f}"),
     ("Xid -> allocatable changed, median of trials (s)",
      lambda r: statistics.median(x["api_s"] for x in r["xids"]), "{:.2f}"),
 ]
@@ -477,12 +481,19 @@ def versions(cluster):
         p = subprocess.run(list(cmd), capture_output=True, text=True, env=cluster.env)
         return (p.stdout or p.stderr).strip().splitlines()[0] if (p.stdout or p.stderr).strip() else "?"
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip()
+                            text=True).stdout.strip() or "(not a git checkout)"
     return {"gpuslice": commit, "kubelet": out("kubelet", "--version"), "containerd": out("containerd", "--version"),
             "nvidia-device-plugin": "v0.18.0", "nproc": os.cpu_count(), "loadavg": open("/proc/loadavg").read().strip()}
 
 
 def main():
+    if ARGS.table:
+        with open(ARGS.table) as f:
+            saved = json.load(f)
+        for k in ("runs", "pods", "xids", "configs"):
+            setattr(ARGS, k, saved["args"][k])
+        log(f"{json.dumps(saved['info'])}\n{table(saved['results'])}")
+        return
     if os.geteuid() != 0:
         raise BenchError("needs root (the cluster's kubelet and containerd, NVIDIA's plugin's mount namespace)")
     for f in (GPUSLICE, os.environ["GPUSLICE_SIM_LIB"]):
