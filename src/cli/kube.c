@@ -416,9 +416,10 @@ static int run_verb(struct kube_client *c, const struct opts *o, const char *ver
     int r, rc;
     bool get = !strcmp(verb, "get"), del = !strcmp(verb, "delete"), patch = !strcmp(verb, "patch");
     if (get || del || patch) {
-        if (n != 2)
-            return cli_usage_error(CMD, "%s RESOURCE NAME", verb);
-        if ((rc = resource_path(o, ns, args[0], args[1], path, sizeof path)) != GS_EXIT_OK)
+        bool raw = n == 1 && args[0][0] == '/'; /* an object's API path */
+        if (n != 2 && !raw)
+            return cli_usage_error(CMD, "%s RESOURCE NAME (or an API path)", verb);
+        if ((rc = resource_path(o, ns, args[0], raw ? NULL : args[1], path, sizeof path)) != GS_EXIT_OK)
             return rc;
         if (get) {
             r = kube_get(c, path, &out, err, sizeof err);
@@ -473,9 +474,13 @@ static int run_verb(struct kube_client *c, const struct opts *o, const char *ver
     json_decref(obj);
     if (r < 0)
         return fail(err);
-    if (o->output && !strcmp(o->output, "name"))
-        printf("%s\n", kube_meta(out, "name") ? kube_meta(out, "name") : "");
-    else
+    if (o->output && !strcmp(o->output, "name")) {
+        /* an object, or the Status a delete may answer with (details.name) */
+        const char *name = kube_meta(out, "name");
+        if (!name)
+            name = json_string_value(json_object_get(json_object_get(out, "details"), "name"));
+        printf("%s\n", name ? name : "");
+    } else
         print_json(out);
     json_decref(out);
     return GS_EXIT_OK;

@@ -245,7 +245,7 @@ static int lines_append(struct kube_lines *l, const char *data, size_t n) {
     if (n > l->max - l->len)
         return -E2BIG;
     if (l->len + n > l->cap) {
-        size_t cap = l->cap ? l->cap : 4096;
+        size_t cap = l->cap ? l->cap : (l->max < 4096 ? l->max : 4096);
         while (cap < l->len + n)
             cap = cap > l->max / 2 ? l->max : cap * 2;
         char *b = realloc(l->buf, cap);

@@ -344,6 +344,8 @@ int kube_config_load(const char *path, const char *context, struct kube_config *
 }
 
 int kube_config_in_cluster(const char *sa_dir, struct kube_config *out, char *err, size_t errlen) {
+    _cleanup_free_ char *nsfile = NULL, *ns = NULL; /* before any goto */
+    size_t len = 0;
     *out = (struct kube_config){ 0 };
     const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
     if (!sa_dir)
@@ -375,8 +377,6 @@ int kube_config_in_cluster(const char *sa_dir, struct kube_config *out, char *er
             goto fail;
         }
     }
-    _cleanup_free_ char *nsfile = NULL, *ns = NULL;
-    size_t len = 0;
     if (asprintf(&nsfile, "%s/namespace", sa_dir) < 0) {
         nsfile = NULL;
         goto fail;
