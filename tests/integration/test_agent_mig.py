@@ -101,6 +101,38 @@ def test_agent_lays_out_around_a_device_a_pod_holds(h):
         pr.stop()
 
 
+def test_agent_crash_in_the_middle_of_a_layout_around_a_hold(h, monkeypatch):
+    """The agent dies after 3 steps of the layout around a held 3g.40gb (the test hook of
+    migapply.c); started again, it asks PodResources, plans around the hold from what is there
+    and finishes: the held instance was there at the crash and stays, the rest is as without it."""
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        agent = start(h, node, pr, status)
+        held = big_device(node)
+        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])
+        agent.stop()
+        monkeypatch.setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", "3")
+        crashing = h.agent(node, _mig_policy("all-1g.10gb"),
+                           extra=["--mig-status-file", status, "--pod-resources-socket", pr.socket_path])
+        assert crashing.wait_exit(10) == 99, crashing.log()
+        monkeypatch.delenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS")
+        assert held["uuid"] in [d["uuid"] for d in devices(node)[0]]
+        h.agent(node, _mig_policy("all-1g.10gb"), resources=[BIG, ONE],
+                extra=["--mig-status-file", status, "--pod-resources-socket", pr.socket_path])
+        st = wait_status(status, "partial", "all-1g.10gb")
+        assert held["uuid"] in st["reason"], st
+        d = devices(node)
+        assert sorted((x["profile"], x["placement"]["start"], x["uuid"] == held["uuid"]) for x in d[0]) == [
+            ("1g.10gb", 0, False), ("1g.10gb", 1, False), ("1g.10gb", 2, False), ("1g.10gb", 3, False),
+            ("3g.40gb", 4, True)]
+        assert [x["profile"] for x in d[1]] == ["1g.10gb"] * 7
+        h.kubelet.wait_for(ONE, lambda ds: len(ds) == 11, timeout=5)
+    finally:
+        pr.stop()
+
+
 def test_agent_force_destroys_a_device_a_pod_holds(h):
     node = h.node(H100X2)
     status = os.path.join(h.base, "mig-status.json")
