@@ -4,6 +4,7 @@ runs on it, and the rest of its GPU is laid out around it (state `partial`) unti
 it; `gpuslice.mig.force` destroys it.
 
 Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+import contextlib
 import os
 import signal
 import time
@@ -48,21 +49,31 @@ def wait_status(path, state, config, timeout=15):
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def holding_3g(h, extra=()):
+    """2 H100s in all-balanced, GPU 0's 3g.40gb (at 4) assigned to team-a/train-0 (its process not
+    started): (node, status file, PodResources emulator, agent, the held device)."""
+    node = h.node(H100X2)
+    status = os.path.join(h.base, "mig-status.json")
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        agent = start(h, node, pr, status, extra)
+        assert _status(status)["state"] == "applied"
+        held = big_device(node)
+        assert held["placement"]["start"] == 4
+        assert held["uuid"] in ids(h.latest(BIG))
+        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])
+        yield node, status, pr, agent, held
+    finally:
+        pr.stop()
+
+
 def test_agent_lays_out_around_a_device_a_pod_holds(h):
     """A pod holds GPU 0's 3g.40gb (at 4) and the policy asks all-1g.10gb: the held instance stays
     (same GI, same UUID, never withdrawn), the rest of GPU 0 becomes the 1g.10gb that fit beside
     it (4), GPU 1 becomes 7 x 1g.10gb, the status says partial and why, and the kubelet is told
     exactly that; the pod gone, the agent makes the rest without a restart or a policy change."""
-    node = h.node(H100X2)
-    status = os.path.join(h.base, "mig-status.json")
-    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
-    try:
-        agent = start(h, node, pr, status, ["--pod-attribution-interval-ms", "200"])
-        assert _status(status)["state"] == "applied"
-        held = big_device(node)
-        assert held["placement"]["start"] == 4
-        assert held["uuid"] in ids(h.latest(BIG))
-        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])  # assigned; its process not started
+    with holding_3g(h, ["--pod-attribution-interval-ms", "200"]) as (node, status, pr, agent, held):
         t = reload(h, agent, _mig_policy("all-1g.10gb"))
         line = agent.wait_log("GPU 0: MIG layout all-1g.10gb partially applied", timeout=10)
         kept = f"{held['uuid']} (GI {held['gi_id']}, 3g.40gb) to team-a/train-0, container main"
@@ -97,21 +108,13 @@ def test_agent_lays_out_around_a_device_a_pod_holds(h):
         h.kubelet.wait_for(ONE, lambda ds: len(ds) == 14, timeout=5, after=released)
         h.kubelet.wait_for(BIG, lambda ds: not ds, timeout=5, after=released)
         assert agent.alive() and agent.pid == pid
-    finally:
-        pr.stop()
 
 
 def test_agent_crash_in_the_middle_of_a_layout_around_a_hold(h, monkeypatch):
     """The agent dies after 3 steps of the layout around a held 3g.40gb (the test hook of
     migapply.c); started again, it asks PodResources, plans around the hold from what is there
     and finishes: the held instance was there at the crash and stays, the rest is as without it."""
-    node = h.node(H100X2)
-    status = os.path.join(h.base, "mig-status.json")
-    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
-    try:
-        agent = start(h, node, pr, status)
-        held = big_device(node)
-        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])
+    with holding_3g(h) as (node, status, pr, agent, held):
         agent.stop()
         monkeypatch.setenv("GPUSLICE_FAULT_EXIT_AFTER_STEPS", "3")
         crashing = h.agent(node, _mig_policy("all-1g.10gb"),
@@ -129,18 +132,10 @@ def test_agent_crash_in_the_middle_of_a_layout_around_a_hold(h, monkeypatch):
             ("3g.40gb", 4, True)]
         assert [x["profile"] for x in d[1]] == ["1g.10gb"] * 7
         h.kubelet.wait_for(ONE, lambda ds: len(ds) == 11, timeout=5)
-    finally:
-        pr.stop()
 
 
 def test_agent_force_destroys_a_device_a_pod_holds(h):
-    node = h.node(H100X2)
-    status = os.path.join(h.base, "mig-status.json")
-    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
-    try:
-        agent = start(h, node, pr, status)
-        held = big_device(node)
-        pr.set([("team-a", "train-0", "main", BIG, [held["uuid"]])])
+    with holding_3g(h) as (node, status, pr, agent, held):
         # force: the layout goes through whole and the held instance is gone
         reload(h, agent, _mig_policy("all-1g.10gb", force=True))
         agent.wait_log("MIG layout all-1g.10gb applied", timeout=10)
@@ -149,8 +144,6 @@ def test_agent_force_destroys_a_device_a_pod_holds(h):
         assert f"{held['uuid']} (GI {held['gi_id']}, 3g.40gb) to team-a/train-0, container main" in line, line
         assert all(d["uuid"] != held["uuid"] for g in devices(node) for d in g)
         assert all(len(g) == 7 for g in devices(node))
-    finally:
-        pr.stop()
 
 
 def test_agent_mig_layout_waits_for_pod_resources(h):
