@@ -25,6 +25,7 @@
 #include "agent/cleanup.h"
 #include "agent/metrics_http.h"
 #include "agent/state.h"
+#include "dra/dra.h"
 #include "kubelet/deviceplugin.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -240,10 +241,34 @@ static void start_events(struct agent *a) {
     }
 }
 
+/* The DRA driver's kubelet side beside the device plugins, over the same inventory; claims from
+ * --dra-claims-dir's files, else none yet (each prepare says so). */
+static int start_dra(struct agent *a) {
+    const struct agent_options *o = a->o;
+    struct dra_options d = {
+        .driver = o->dra_driver,
+        .registry_dir = o->dra_registry_dir ? o->dra_registry_dir : DRA_REGISTRY_DIR_DEFAULT,
+        .plugins_dir = o->dra_plugins_dir ? o->dra_plugins_dir : DRA_PLUGINS_DIR_DEFAULT,
+        .cdi_root = o->cdi_root,
+        .cdi_kind = o->cdi_kind,
+    };
+    if (o->dra_claims_dir)
+        d.source = dra_claim_files_source(o->dra_claims_dir);
+    char err[1024];
+    int r = dra_server_start(&d, &a->dra, err, sizeof(err));
+    if (r < 0) {
+        log_error("Failed to start the DRA driver: %s", err);
+        return r;
+    }
+    agent_dra_devices(a);
+    return 0;
+}
+
 static void teardown(struct agent *a) {
     atomic_store(&a->stop, true); /* the event thread's current wait ends while the rest stops */
     agent_pub_free(&a->pub);
     agent_mps_stop(a);
+    dra_server_stop(a->dra);
     dp_manager_free(a->dp);
     if (a->event_thread_started)
         pthread_join(a->event_thread, NULL);
@@ -292,6 +317,8 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
         goto out;
     agent_reconcile_mig(a); /* before serving: nothing to withdraw yet */
     if (agent_replan(a, true) < 0 || dp_manager_start(a->dp) < 0)
+        goto out;
+    if (o->dra && start_dra(a) < 0)
         goto out;
     if (o->metrics_address && o->metrics_address[0])
         start_metrics(a);

@@ -31,6 +31,11 @@ struct agent_options {
                                    * $GPUSLICE_CDI_HOOK, else GS_CDI_HOOK_PATH) */
     const char *default_driver_root;   /* the policy's nvidiaDriverRoot and nvidiaDevRoot where it leaves
                                         * them "/" (--sim: the simulated node's root; NULL: "/") */
+    bool dra;                     /* also serve the DRA driver's kubelet side (src/dra/dra.h) */
+    const char *dra_driver;       /* its name (NULL: gpu.gpuslice.io) */
+    const char *dra_registry_dir; /* the kubelet's plugins_registry (NULL: /var/lib/kubelet/plugins_registry) */
+    const char *dra_plugins_dir;  /* the kubelet's plugins directory (NULL: /var/lib/kubelet/plugins) */
+    const char *dra_claims_dir;   /* claims from files there (NS/NAME.json), not from the API server */
 };
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dra/dra.h"
 #include "kubelet/podresources.h"
 #include "mig/migapply.h"
 #include "util/log.h"
@@ -129,6 +130,13 @@ static void log_plan_changes(const struct gs_plan *old, const struct gs_plan *ne
             log_info("Withdrawing %s", old->resources[i].name);
 }
 
+void agent_dra_devices(struct agent *a) {
+    if (!a->dra)
+        return;
+    struct dra_device devs[GS_MAX_GPUS];
+    dra_server_set_devices(a->dra, devs, dra_devices_of(a->inv, devs, GS_MAX_GPUS));
+}
+
 int agent_replan(struct agent *a, bool log_warnings) {
     struct gs_plan next;
     int r = gs_plan_build(a->inv, a->policy, &a->health, &next);
@@ -137,6 +145,7 @@ int agent_replan(struct agent *a, bool log_warnings) {
         return r;
     }
     agent_coexist_apply(a, &next); /* resources another plugin serves (refuse: left out) */
+    agent_dra_devices(a);
     agent_mps_sync(a, &next);
     if (log_warnings)
         for (unsigned i = 0; i < next.n_warnings; i++)

@@ -32,6 +32,7 @@ struct agent {
     struct gs_plan plan;
     bool plan_valid;
     struct dp_manager *dp;
+    struct dra_server *dra;        /* the DRA driver's kubelet side (--dra), NULL without */
     unsigned long long poll_start_ns; /* when this inventory poll began (its reconcile_seconds) */
 
     /* fd sources (agent.c) */
@@ -56,6 +57,9 @@ struct agent {
 /* Loads the policy file (defaults without one) and puts it in force. Returns 1 if a new policy is
  * in force, 0 if unchanged, -errno if the file is bad (the running policy stays). */
 int agent_load_policy(struct agent *a, bool initial);
+
+/* Hands the inventory's devices to the DRA server (when it runs). */
+void agent_dra_devices(struct agent *a);
 
 /* Re-reads the GPUs (a GPU that stops answering keeps its identity, marked lost). */
 void agent_refresh_inventory(struct agent *a);

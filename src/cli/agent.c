@@ -12,6 +12,7 @@
 #include "kubelet/podresources.h"
 #include "cdi/cdi.h"
 #include "cli/cli.h"
+#include "dra/dra.h"
 #include "core/labels.h"
 #include "core/plan.h"
 #include "util/log.h"
@@ -26,7 +27,7 @@ static const char *kind_name(enum gs_dev_kind k) {
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
            OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT,
-           OPT_CDI_HOOK };
+           OPT_CDI_HOOK, OPT_DRA, OPT_DRA_DRIVER, OPT_DRA_REGISTRY, OPT_DRA_PLUGINS, OPT_DRA_CLAIMS };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -47,6 +48,11 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "cdi-kind", required_argument, NULL, OPT_CDI_KIND },
         { "container-driver-root", required_argument, NULL, OPT_CONTAINER_DRIVER_ROOT },
         { "cdi-hook", required_argument, NULL, OPT_CDI_HOOK },
+        { "dra", no_argument, NULL, OPT_DRA },
+        { "dra-driver", required_argument, NULL, OPT_DRA_DRIVER },
+        { "kubelet-registry-dir", required_argument, NULL, OPT_DRA_REGISTRY },
+        { "kubelet-plugins-dir", required_argument, NULL, OPT_DRA_PLUGINS },
+        { "dra-claims-dir", required_argument, NULL, OPT_DRA_CLAIMS },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -72,6 +78,11 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_CDI_KIND: o.cdi_kind = optarg; break;
         case OPT_CONTAINER_DRIVER_ROOT: o.container_driver_root = optarg; break;
         case OPT_CDI_HOOK: o.cdi_hook = optarg; break;
+        case OPT_DRA: o.dra = true; break;
+        case OPT_DRA_DRIVER: o.dra_driver = optarg; break;
+        case OPT_DRA_REGISTRY: o.dra_registry_dir = optarg; break;
+        case OPT_DRA_PLUGINS: o.dra_plugins_dir = optarg; break;
+        case OPT_DRA_CLAIMS: o.dra_claims_dir = optarg; break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -148,7 +159,16 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --container-driver-root DIR  where the host's driver root (the policy's\n"
                    "                            nvidiaDriverRoot) is mounted for the agent, e.g. /driver-root\n"
                    "                            in its container (default: the policy's containerDriverRoot,\n"
-                   "                            else the driver root itself)\n",
+                   "                            else the driver root itself)\n"
+                   "  --dra                     also serve the DRA driver's kubelet side (plugin registration,\n"
+                   "                            NodePrepareResources / NodeUnprepareResources; docs/dra.md)\n"
+                   "  --dra-driver NAME         its driver name (default " DRA_DRIVER_DEFAULT ")\n"
+                   "  --kubelet-registry-dir DIR  the kubelet's plugin registration directory, where\n"
+                   "                            NAME-reg.sock goes (default " DRA_REGISTRY_DIR_DEFAULT ")\n"
+                   "  --kubelet-plugins-dir DIR the kubelet's plugins directory: NAME/dra.sock and the\n"
+                   "                            prepared claims' checkpoint (default " DRA_PLUGINS_DIR_DEFAULT ")\n"
+                   "  --dra-claims-dir DIR      read each ResourceClaim from DIR/NAMESPACE/NAME.json (as\n"
+                   "                            kubectl get -o json prints it) instead of the API server\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
@@ -162,6 +182,10 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     }
     if (o.container_driver_root && o.container_driver_root[0] != '/') {
         return cli_usage_error("agent", "--container-driver-root: '%s' is not an absolute path", o.container_driver_root);
+    }
+    if (!o.dra && (o.dra_driver || o.dra_registry_dir || o.dra_plugins_dir || o.dra_claims_dir)) {
+        return cli_usage_error("agent", "--dra-driver, --kubelet-registry-dir, --kubelet-plugins-dir and "
+                                        "--dra-claims-dir need --dra");
     }
     if (cli_no_more_args("agent", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;

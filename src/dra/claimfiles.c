@@ -1,0 +1,50 @@
+/* claimfiles.c: a claim source over files (see dra.h: dra_claim_files_source), DIR/NS/NAME.json
+ * as `kubectl get resourceclaim -o json` writes them. */
+#include "dra/dra.h"
+#include "dra/prepare.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+/* A namespace or name as a path component: no '/', not empty, not starting with '.'. */
+static bool component_ok(const char *s) {
+    return s[0] && s[0] != '.' && !strchr(s, '/') && strlen(s) < 254;
+}
+
+static int fetch_file(void *ctx, const char *driver, const char *ns, const char *name, const char *uid,
+                      struct dra_claim *out, char *err, size_t errlen) {
+    const char *dir = ctx;
+    if (!component_ok(ns) || !component_ok(name)) {
+        snprintf(err, errlen, "'%.63s/%.200s' is not a claim's namespace and name", ns, name);
+        return -EINVAL;
+    }
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/%s/%s.json", dir, ns, name) >= (int)sizeof(path)) {
+        snprintf(err, errlen, "%s: path too long", dir);
+        return -ENAMETOOLONG;
+    }
+    char *text = NULL, why[512];
+    size_t len = 0;
+    int rc = gs_read_file_ex(path, 1u << 20, 0, &text, &len, why, sizeof(why));
+    if (rc < 0) {
+        if (rc == -ENOENT)
+            snprintf(err, errlen, "ResourceClaim %.63s/%.200s not found (%.300s)", ns, name, path);
+        else
+            snprintf(err, errlen, "%s", why);
+        return rc;
+    }
+    rc = dra_claim_parse(text, len, driver, ns, name, uid, out, why, sizeof(why));
+    free(text);
+    if (rc < 0)
+        snprintf(err, errlen, "%.300s: %.400s", path, why);
+    return rc;
+}
+
+struct dra_claim_source dra_claim_files_source(const char *dir) {
+    return (struct dra_claim_source){ (void *)dir, fetch_file };
+}

@@ -1,0 +1,473 @@
+/* server.c: the DRA driver's kubelet side (see dra.h): the registration and DRAPlugin servers on
+ * grpcsrv.h, prepare and unprepare with their files (the claims' transient CDI specs, the
+ * checkpoint). The DRA methods run on the DRA server's thread, one call at a time, so the
+ * checkpoint is only ever changed there; the device table is set from the agent's thread, under
+ * the lock. */
+#include "dra/dra.h"
+#include "dra/prepare.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dra/dra.pb-c.h"
+#include "dra/pluginregistration.pb-c.h"
+#include "kubelet/grpcsrv.h"
+#include "util/log.h"
+#include "util/util.h"
+
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device Device;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepareReq;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResp;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry PrepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse PrepareOne;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest UnprepareReq;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse UnprepareResp;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry UnprepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse UnprepareOne;
+
+#define MAX_DEVICES 256
+
+struct dra_server {
+    char driver[254];
+    char cdi_root[PATH_MAX], cdi_kind[128];
+    char plugin_dir[PATH_MAX], dra_sock[PATH_MAX + 16], reg_sock[PATH_MAX + 16], checkpoint[PATH_MAX + 16];
+    struct dra_claim_source source;
+    struct gs_grpc_server *dra, *reg;
+    atomic_uint registrations;
+
+    pthread_mutex_t lock; /* the device table */
+    size_t n_devices;
+    struct dra_device devices[MAX_DEVICES];
+
+    struct dra_checkpoint cp; /* the DRA thread's, after the start */
+};
+
+/* ---- registration --------------------------------------------------------------------------- */
+
+static const char *const services[] = { "v1.DRAPlugin", "v1beta1.DRAPlugin" };
+
+static int get_info(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    struct dra_server *s = ctx;
+    (void)req, (void)err, (void)errlen;
+    Pluginregistration__PluginInfo *info = malloc(sizeof(*info));
+    if (!info)
+        return -ENOMEM;
+    pluginregistration__plugin_info__init(info);
+    info->type = "DRAPlugin";
+    info->name = s->driver;
+    info->endpoint = s->dra_sock;
+    info->n_supported_versions = GS_ARRAY_SIZE(services);
+    info->supported_versions = (char **)services;
+    log_info("DRA: the kubelet asked GetInfo on %s: %s at %s", s->reg_sock, s->driver, s->dra_sock);
+    *resp = &info->base;
+    return 0;
+}
+
+static int notify_status(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    struct dra_server *s = ctx;
+    (void)err, (void)errlen;
+    const Pluginregistration__RegistrationStatus *st = (const Pluginregistration__RegistrationStatus *)req;
+    if (st->plugin_registered) {
+        unsigned n = atomic_fetch_add(&s->registrations, 1) + 1;
+        log_info("DRA: registered with the kubelet as %s (registration %u)", s->driver, n);
+    } else {
+        log_error("DRA: the kubelet refused to register %s: %s", s->driver, st->error);
+    }
+    Pluginregistration__RegistrationStatusResponse *r = malloc(sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    pluginregistration__registration_status_response__init(r);
+    *resp = &r->base;
+    return 0;
+}
+
+static void release_plain(void *ctx, ProtobufCMessage *resp) {
+    (void)ctx;
+    free(resp);
+}
+
+static const struct gs_grpc_method reg_methods[] = {
+    { "/pluginregistration.Registration/GetInfo", &pluginregistration__info_request__descriptor, get_info,
+      release_plain },
+    { "/pluginregistration.Registration/NotifyRegistrationStatus",
+      &pluginregistration__registration_status__descriptor, notify_status, release_plain },
+};
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static int save_checkpoint(struct dra_server *s, char *err, size_t errlen) {
+    char *text = dra_checkpoint_render(&s->cp);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
+    free(text);
+    if (rc < 0)
+        snprintf(err, errlen, "%.400s: %s", s->checkpoint, strerror(-rc));
+    return rc;
+}
+
+static void spec_path(const struct dra_server *s, const char *uid, char *buf, size_t len) {
+    char base[128];
+    dra_claim_spec_file(s->cdi_kind, uid, base, sizeof(base));
+    snprintf(buf, len, "%s/%s", s->cdi_root, base);
+}
+
+/* ---- prepare -------------------------------------------------------------------------------- */
+
+/* One claim: prepared before (and its spec still there), else fetched, mapped and its spec
+ * written; *fresh says it is new (the checkpoint must be saved). */
+static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared *out, bool *fresh, char *err,
+                       size_t errlen) {
+    *fresh = false;
+    if (!dra_uid_valid(c->uid)) {
+        snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
+        return -EINVAL;
+    }
+    char path[PATH_MAX + 160];
+    spec_path(s, c->uid, path, sizeof(path));
+    const struct dra_prepared *known = dra_checkpoint_find(&s->cp, c->uid);
+    if (known && access(path, F_OK) == 0) {
+        *out = *known;
+        return 0;
+    }
+    if (!s->source.fetch) {
+        snprintf(err, errlen, "no ResourceClaim source: cannot read %.63s/%.200s", c->namespace_, c->name);
+        return -EAGAIN;
+    }
+    struct dra_claim *claim = calloc(1, sizeof(*claim));
+    if (!claim)
+        return -ENOMEM;
+    int rc = s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, err, errlen);
+    char *spec = NULL;
+    if (rc == 0) {
+        pthread_mutex_lock(&s->lock);
+        rc = dra_prepare_claim(claim, s->devices, s->n_devices, s->cdi_kind, out, &spec, err, errlen);
+        pthread_mutex_unlock(&s->lock);
+    }
+    dra_claim_free(claim);
+    free(claim);
+    if (rc < 0)
+        return rc;
+    rc = gs_write_file_atomic(path, spec, strlen(spec), true);
+    free(spec);
+    if (rc < 0) {
+        snprintf(err, errlen, "%.400s: %s", path, strerror(-rc));
+        return rc;
+    }
+    if ((rc = dra_checkpoint_put(&s->cp, out)) < 0) {
+        unlink(path);
+        snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
+        return rc;
+    }
+    *fresh = true;
+    return 0;
+}
+
+struct prep_answer {
+    PrepareResp msg; /* first: the message handed back to release */
+    size_t n;
+    PrepareEntry *entries;
+    PrepareEntry **entryp;
+    PrepareOne *ones;
+    Device *devs;
+    Device **devp;
+    char **requests; /* one request name per device */
+    char **cdi;      /* DRA_CDI_IDS per device */
+    struct dra_prepared *prepared;
+    char (*errors)[512];
+};
+
+/* An answer and its arrays in one allocation (freed whole by release_plain). */
+static void *carve(char **p, size_t n, size_t size) {
+    void *r = *p;
+    *p += (n * size + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t);
+    return r;
+}
+
+static void fill_prepared(struct prep_answer *a, size_t i) {
+    const struct dra_prepared *p = &a->prepared[i];
+    size_t base = i * DRA_MAX_RESULTS;
+    for (unsigned k = 0; k < p->n_devices; k++) {
+        Device *d = &a->devs[base + k];
+        const struct dra_prepared_device *pd = &p->devices[k];
+        k8s__io__kubelet__pkg__apis__dra__v1__device__init(d);
+        a->requests[base + k] = (char *)pd->request;
+        d->n_request_names = 1;
+        d->request_names = &a->requests[base + k];
+        d->pool_name = (char *)pd->pool;
+        d->device_name = (char *)pd->device;
+        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
+            a->cdi[(base + k) * DRA_CDI_IDS + j] = (char *)pd->cdi[j];
+        d->n_cdi_device_ids = DRA_CDI_IDS;
+        d->cdi_device_ids = &a->cdi[(base + k) * DRA_CDI_IDS];
+        d->share_id = (char *)pd->share_id;
+        a->devp[base + k] = d;
+    }
+    a->ones[i].n_devices = p->n_devices;
+    a->ones[i].devices = &a->devp[base];
+}
+
+static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    struct dra_server *s = ctx;
+    const PrepareReq *r = (const PrepareReq *)req;
+    size_t n = r->n_claims, m = n ? n : 1, devs = m * DRA_MAX_RESULTS, a_ = _Alignof(max_align_t);
+    size_t total = sizeof(struct prep_answer) + a_ * 12 + m * (sizeof(PrepareEntry) + sizeof(PrepareEntry *) +
+                   sizeof(PrepareOne) + sizeof(struct dra_prepared) + 512 + 1) +
+                   devs * (sizeof(Device) + sizeof(Device *) + sizeof(char *) * (1 + DRA_CDI_IDS));
+    char *p = calloc(1, total);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct prep_answer *a = carve(&p, 1, sizeof(*a));
+    a->entries = carve(&p, m, sizeof(*a->entries));
+    a->entryp = carve(&p, m, sizeof(*a->entryp));
+    a->ones = carve(&p, m, sizeof(*a->ones));
+    a->devs = carve(&p, devs, sizeof(*a->devs));
+    a->devp = carve(&p, devs, sizeof(*a->devp));
+    a->requests = carve(&p, devs, sizeof(*a->requests));
+    a->cdi = carve(&p, devs * DRA_CDI_IDS, sizeof(*a->cdi));
+    a->prepared = carve(&p, m, sizeof(*a->prepared));
+    a->errors = carve(&p, m, sizeof(*a->errors));
+    bool *fresh = carve(&p, m, sizeof(bool));
+    k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__init(&a->msg);
+    a->n = n;
+    bool any_fresh = false;
+    for (size_t i = 0; i < n; i++) {
+        const Claim *c = r->claims[i];
+        k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init(&a->ones[i]);
+        int rc = prepare_one(s, c, &a->prepared[i], &fresh[i], a->errors[i], sizeof(a->errors[0]));
+        if (rc < 0) {
+            if (!a->errors[i][0])
+                snprintf(a->errors[i], sizeof(a->errors[0]), "%s", strerror(-rc));
+            a->ones[i].error = a->errors[i];
+            log_warn("DRA: NodePrepareResources %.63s/%.200s (%.40s): %s", c->namespace_, c->name, c->uid,
+                     a->errors[i]);
+        } else {
+            any_fresh |= fresh[i];
+            if (fresh[i])
+                log_info("DRA: prepared %.63s/%.200s (%.40s): %u device(s), %s", c->namespace_, c->name, c->uid,
+                         a->prepared[i].n_devices, a->prepared[i].devices[0].cdi[0]);
+        }
+    }
+    char why[512];
+    if (any_fresh && save_checkpoint(s, why, sizeof(why)) < 0) {
+        for (size_t i = 0; i < n; i++) { /* not kept: undone, so the kubelet's retry starts clean */
+            if (!fresh[i])
+                continue;
+            char path[PATH_MAX + 160];
+            spec_path(s, r->claims[i]->uid, path, sizeof(path));
+            unlink(path);
+            dra_checkpoint_remove(&s->cp, r->claims[i]->uid);
+            snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
+            a->ones[i].error = a->errors[i];
+            fresh[i] = false;
+        }
+        log_error("DRA: %s", why);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!a->ones[i].error || !a->ones[i].error[0])
+            fill_prepared(a, i);
+        k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__claims_entry__init(&a->entries[i]);
+        a->entries[i].key = r->claims[i]->uid;
+        a->entries[i].value = &a->ones[i];
+        a->entryp[i] = &a->entries[i];
+    }
+    a->msg.n_claims = n;
+    a->msg.claims = a->entryp;
+    *resp = &a->msg.base;
+    return 0;
+}
+
+/* ---- unprepare ------------------------------------------------------------------------------ */
+
+struct unprep_answer {
+    UnprepareResp msg; /* first */
+    UnprepareEntry *entries;
+    UnprepareEntry **entryp;
+    UnprepareOne *ones;
+    char (*errors)[512];
+};
+
+static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    struct dra_server *s = ctx;
+    const UnprepareReq *r = (const UnprepareReq *)req;
+    size_t n = r->n_claims, m = n ? n : 1;
+    char *p = calloc(1, sizeof(struct unprep_answer) + _Alignof(max_align_t) * 5 +
+                            m * (sizeof(UnprepareEntry) + sizeof(UnprepareEntry *) + sizeof(UnprepareOne) + 512));
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct unprep_answer *a = carve(&p, 1, sizeof(*a));
+    a->entries = carve(&p, m, sizeof(*a->entries));
+    a->entryp = carve(&p, m, sizeof(*a->entryp));
+    a->ones = carve(&p, m, sizeof(*a->ones));
+    a->errors = carve(&p, m, sizeof(*a->errors));
+    k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__init(&a->msg);
+    bool changed = false;
+    for (size_t i = 0; i < n; i++) {
+        const Claim *c = r->claims[i];
+        k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init(&a->ones[i]);
+        if (!dra_uid_valid(c->uid)) {
+            snprintf(a->errors[i], sizeof(a->errors[0]), "claim UID '%.40s' is not a UID", c->uid);
+        } else {
+            char path[PATH_MAX + 160];
+            spec_path(s, c->uid, path, sizeof(path));
+            if (unlink(path) < 0 && errno != ENOENT)
+                snprintf(a->errors[i], sizeof(a->errors[0]), "%.400s: %s", path, strerror(errno));
+            else if (dra_checkpoint_remove(&s->cp, c->uid)) {
+                changed = true;
+                log_info("DRA: unprepared %.63s/%.200s (%.40s)", c->namespace_, c->name, c->uid);
+            }
+        }
+        if (a->errors[i][0]) {
+            a->ones[i].error = a->errors[i];
+            log_warn("DRA: NodeUnprepareResources %.63s/%.200s: %s", c->namespace_, c->name, a->errors[i]);
+        }
+        k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__claims_entry__init(&a->entries[i]);
+        a->entries[i].key = c->uid;
+        a->entries[i].value = &a->ones[i];
+        a->entryp[i] = &a->entries[i];
+    }
+    char why[512];
+    if (changed && save_checkpoint(s, why, sizeof(why)) < 0) {
+        log_error("DRA: %s", why);
+        for (size_t i = 0; i < n; i++) { /* the kubelet calls again; the next save writes it */
+            if (!a->errors[i][0]) {
+                snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
+                a->ones[i].error = a->errors[i];
+            }
+        }
+    }
+    a->msg.n_claims = n;
+    a->msg.claims = a->entryp;
+    *resp = &a->msg.base;
+    return 0;
+}
+
+#define DRA_METHODS(pkg)                                                                                   \
+    { "/k8s.io.kubelet.pkg.apis.dra." pkg ".DRAPlugin/NodePrepareResources",                              \
+      &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor, node_prepare,      \
+      release_plain },                                                                                      \
+    {                                                                                                      \
+        "/k8s.io.kubelet.pkg.apis.dra." pkg ".DRAPlugin/NodeUnprepareResources",                          \
+            &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor,           \
+            node_unprepare, release_plain                                                                  \
+    }
+
+/* v1beta1's messages are v1's on the wire (v1 adds Device.share_id, which v1beta1 skips). */
+static const struct gs_grpc_method dra_methods[] = { DRA_METHODS("v1"), DRA_METHODS("v1beta1") };
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static int load_checkpoint(struct dra_server *s, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0;
+    char why[512];
+    int rc = gs_read_file_ex(s->checkpoint, 64u << 20, 0, &text, &len, why, sizeof(why));
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", why);
+        return rc;
+    }
+    rc = dra_checkpoint_parse(text, len, &s->cp, why, sizeof(why));
+    free(text);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", s->checkpoint, why);
+    else if (s->cp.n)
+        log_info("DRA: %zu prepared claim(s) in %s", s->cp.n, s->checkpoint);
+    return rc;
+}
+
+int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen) {
+    struct dra_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    s->source = o->source;
+    const char *driver = o->driver ? o->driver : DRA_DRIVER_DEFAULT;
+    int rc = -ENAMETOOLONG;
+    if (gs_strlcpy(s->driver, driver, sizeof(s->driver)) < 0 ||
+        gs_strlcpy(s->cdi_root, o->cdi_root ? o->cdi_root : "", sizeof(s->cdi_root)) < 0 ||
+        gs_strlcpy(s->cdi_kind, o->cdi_kind ? o->cdi_kind : "gpuslice.io/gpu", sizeof(s->cdi_kind)) < 0 ||
+        snprintf(s->plugin_dir, sizeof(s->plugin_dir), "%s/%s", o->plugins_dir, driver) >= (int)sizeof(s->plugin_dir)) {
+        snprintf(err, errlen, "DRA: a path or name is too long");
+        goto fail;
+    }
+    snprintf(s->dra_sock, sizeof(s->dra_sock), "%s/dra.sock", s->plugin_dir);
+    snprintf(s->checkpoint, sizeof(s->checkpoint), "%s/checkpoint.json", s->plugin_dir);
+    snprintf(s->reg_sock, sizeof(s->reg_sock), "%.3800s/%.250s-reg.sock", o->registry_dir, driver);
+    if (strlen(s->dra_sock) > 107 || strlen(s->reg_sock) > 107) {
+        snprintf(err, errlen, "DRA: socket path %s is longer than a unix socket allows (107 bytes)",
+                 strlen(s->dra_sock) > 107 ? s->dra_sock : s->reg_sock);
+        goto fail;
+    }
+    if (!s->cdi_root[0]) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "DRA: needs a CDI directory for the claims' specs (--cdi-root)");
+        goto fail;
+    }
+    const char *dirs[] = { s->plugin_dir, o->registry_dir, s->cdi_root };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(dirs); i++) {
+        if ((rc = gs_mkdir_p(dirs[i], 0755)) < 0) {
+            snprintf(err, errlen, "%s: %s", dirs[i], strerror(-rc));
+            goto fail;
+        }
+    }
+    if ((rc = load_checkpoint(s, err, errlen)) < 0)
+        goto fail;
+    if ((rc = gs_grpc_server_start(s->dra_sock, dra_methods, GS_ARRAY_SIZE(dra_methods), s, &s->dra)) < 0) {
+        snprintf(err, errlen, "%s: cannot serve: %s", s->dra_sock, strerror(-rc));
+        goto fail;
+    }
+    if ((rc = gs_grpc_server_start(s->reg_sock, reg_methods, GS_ARRAY_SIZE(reg_methods), s, &s->reg)) < 0) {
+        snprintf(err, errlen, "%s: cannot serve: %s", s->reg_sock, strerror(-rc));
+        gs_grpc_server_stop(s->dra);
+        goto fail;
+    }
+    log_info("DRA: driver %s serving %s, registration socket %s", s->driver, s->dra_sock, s->reg_sock);
+    *out = s;
+    return 0;
+fail:
+    dra_checkpoint_free(&s->cp);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return rc;
+}
+
+int dra_server_set_devices(struct dra_server *s, const struct dra_device *d, size_t n) {
+    if (n > MAX_DEVICES)
+        return -E2BIG;
+    pthread_mutex_lock(&s->lock);
+    if (n)
+        memcpy(s->devices, d, n * sizeof(*d));
+    s->n_devices = n;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+unsigned dra_server_registrations(struct dra_server *s) {
+    return atomic_load(&s->registrations);
+}
+
+void dra_server_stop(struct dra_server *s) {
+    if (!s)
+        return;
+    gs_grpc_server_stop(s->reg); /* first: the kubelet stops finding the plugin */
+    gs_grpc_server_stop(s->dra);
+    dra_checkpoint_free(&s->cp);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
