@@ -44,7 +44,8 @@ static const struct resource {
 };
 
 struct opts {
-    const char *kubeconfig, *context, *ns, *api_version, *label, *field, *rv, *cont, *file, *patch, *patch_type;
+    const char *kubeconfig, *sa_dir, *context, *ns, *api_version, *label, *field, *rv, *cont, *file, *patch,
+        *patch_type;
     const char *output;
     unsigned limit, watch_timeout, run_for;
     bool all_ns, cluster_scoped, force, informer, objects;
@@ -67,6 +68,8 @@ static int usage(FILE *f) {
                "Options:\n"
                "  --kubeconfig FILE   default $KUBECONFIG, in-cluster, then ~/.kube/config\n"
                "  --context NAME      the kubeconfig context (default current-context)\n"
+               "  --service-account-dir DIR  in-cluster: $KUBERNETES_SERVICE_HOST/PORT and DIR's token, ca.crt\n"
+               "                      and namespace (a pod's is " KUBE_SA_DIR ")\n"
                "  -n, --namespace NS  default the context's or the service account's\n"
                "  -A, --all-namespaces  list or watch in every namespace\n"
                "  -l, --selector SEL  label selector;  --field-selector SEL\n"
@@ -318,6 +321,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         O_FOR,
         O_TIMEOUT,
         O_CONNECT_TIMEOUT,
+        O_SA_DIR,
         O_MAX_RESPONSE,
         O_API,
         O_CLUSTER,
@@ -329,6 +333,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
     static const struct option lopts[] = {
         { "kubeconfig", required_argument, NULL, O_KUBECONFIG },
         { "context", required_argument, NULL, O_CONTEXT },
+        { "service-account-dir", required_argument, NULL, O_SA_DIR },
         { "namespace", required_argument, NULL, 'n' },
         { "all-namespaces", no_argument, NULL, 'A' },
         { "selector", required_argument, NULL, 'l' },
@@ -360,6 +365,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         switch (c) {
         case O_KUBECONFIG: o->kubeconfig = optarg; break;
         case O_CONTEXT: o->context = optarg; break;
+        case O_SA_DIR: o->sa_dir = optarg; break;
         case 'n': o->ns = optarg; break;
         case 'A': o->all_ns = true; break;
         case 'l': o->label = optarg; break;
@@ -498,8 +504,19 @@ int cmd_kube(const struct cli *cli, int argc, char **argv) {
         return usage(stderr);
     struct kube_client *c;
     char err[1024];
-    if (kube_client_open(o.kubeconfig, o.context, &o.lim, &c, err, sizeof err) < 0)
+    if (o.sa_dir && (o.kubeconfig || o.context))
+        return cli_usage_error(CMD, "--service-account-dir is in-cluster: not with --kubeconfig or --context");
+    if (o.sa_dir) {
+        struct kube_config cfg;
+        int r = kube_config_in_cluster(o.sa_dir, &cfg, err, sizeof err);
+        if (r == 0)
+            r = kube_client_new(&cfg, &o.lim, &c, err, sizeof err);
+        kube_config_free(&cfg);
+        if (r < 0)
+            return fail(err);
+    } else if (kube_client_open(o.kubeconfig, o.context, &o.lim, &c, err, sizeof err) < 0) {
         return fail(err);
+    }
     rc = run_verb(c, &o, argv[optind], argc - optind - 1, argv + optind + 1);
     kube_client_free(c);
     return rc;

@@ -267,6 +267,8 @@ int kube_lines_feed(struct kube_lines *l, const char *data, size_t n, kube_line_
         if (!nl)
             return lines_append(l, data, part);
         if (l->len == 0) {
+            if (part > l->max) /* the same limit whether the line came in one chunk or many */
+                return -E2BIG;
             r = part ? fn(ctx, data, part) : 0;
         } else {
             r = lines_append(l, data, part);

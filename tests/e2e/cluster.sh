@@ -1,5 +1,5 @@
 #!/bin/bash
-# cluster.sh up|down|status|restart-kubelet DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
+# cluster.sh up|down|status|restart-kubelet|restart-apiserver DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
 # tests (docs/e2e.md). Everything lives under DIR (an absolute path, short: unix socket paths
 # under it must stay below 108 bytes):
 #   pki/        CA, serving and client certificates (openssl), the service-account key pair
@@ -27,8 +27,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 dir=${2:-}
-case $cmd in up|down|status|restart-kubelet|image) ;;
-*) echo "usage: cluster.sh up|down|status|restart-kubelet DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
+case $cmd in up|down|status|restart-kubelet|restart-apiserver|image) ;;
+*) echo "usage: cluster.sh up|down|status|restart-kubelet|restart-apiserver DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
 esac
 case $dir in /*) ;; *) echo "cluster.sh: DIR must be an absolute path (got '${dir}')" >&2; exit 2 ;; esac
 
@@ -319,6 +319,21 @@ node_ready() {
     [ "$(kc get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
+# The API server (up, restart-apiserver).
+apiserver_start() {
+    start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$P_ETCD" \
+        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$P_API" \
+        --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+        --client-ca-file "$dir/pki/ca.crt" \
+        --kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt" \
+        --kubelet-client-key "$dir/pki/apiserver-kubelet-client.key" \
+        --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-cluster-ip-range 10.96.0.0/24 \
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+        --allow-privileged=true --profiling=false --endpoint-reconciler-type none
+}
+
 up() {
     [ "$(id -u)" = 0 ] || die "the kubelet and containerd need root"
     if alive kube-apiserver; then say "already up in $dir (cluster.sh down $dir stops it)"; return 0; fi
@@ -356,17 +371,7 @@ EOF
         --unsafe-no-fsync --quota-backend-bytes 1073741824
     wait_for "etcd" 60 curl -sf "http://127.0.0.1:$P_ETCD/health"
 
-    start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$P_ETCD" \
-        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$P_API" \
-        --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
-        --client-ca-file "$dir/pki/ca.crt" \
-        --kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt" \
-        --kubelet-client-key "$dir/pki/apiserver-kubelet-client.key" \
-        --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
-        --service-account-issuer https://kubernetes.default.svc \
-        --service-cluster-ip-range 10.96.0.0/24 \
-        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-        --allow-privileged=true --profiling=false --endpoint-reconciler-type none
+    apiserver_start
     wait_for "the API server" 120 kc get --raw /readyz
 
     start kube-controller-manager kube-controller-manager --kubeconfig "$dir/controller-manager.kubeconfig" \
@@ -448,6 +453,18 @@ restart_kubelet() {
     stop kubelet 15
     kubelet_start
     wait_for "the kubelet's healthz" 60 curl -sf "http://127.0.0.1:$P_HEALTHZ/healthz"
+}
+
+# restart-apiserver: the API server stopped by its pid and started again on the same etcd (watches
+# drop, clients reconnect); the port base must be the cluster's.
+restart_apiserver() {
+    local b
+    b=$(sed -n 's/^GS_E2E_PORT_BASE=//p' "$dir/env")
+    [ "$b" = "$base" ] || die "GS_E2E_PORT_BASE is $base but the cluster in $dir runs on $b"
+    PATH=$(env_path):$PATH
+    stop kube-apiserver 20
+    apiserver_start
+    wait_for "the API server" 120 kc get --raw /readyz
 }
 
 # The containers of the node: killed and deleted through containerd (a shim exits with its last
@@ -541,6 +558,7 @@ import_image() {
 
 case $cmd in
 restart-kubelet) restart_kubelet ;;
+restart-apiserver) restart_apiserver ;;
 image) import_image "${3:-}" "${4:-}" "${5:-}" ;;
 *) "$cmd" ;;
 esac
