@@ -259,10 +259,10 @@ static void partial_reason(const struct gs_inventory *inv, const struct gs_mig_r
 static void report_partial(struct agent *a, const struct gs_mig_relay *relays) {
     char reason[sizeof(a->mig_partial) - 256], seen[sizeof(a->mig_partial)];
     partial_reason(a->inv, relays, reason, sizeof(reason));
-    agent_publish_mig_status(a, "partial", reason);
     snprintf(seen, sizeof(seen), "%.200s: %s", a->policy->mig_config, reason);
-    if (!strcmp(seen, a->mig_partial))
-        return;
+    if (!strcmp(seen, a->mig_partial) && !strcmp(a->pub.mig_state, "partial"))
+        return; /* said already; the status file keeps its time of the change */
+    agent_publish_mig_status(a, "partial", reason);
     gs_strlcpy(a->mig_partial, seen, sizeof(a->mig_partial));
     for (unsigned i = 0; i < a->inv->n_gpus; i++)
         if (relays[i].partial)
@@ -288,14 +288,14 @@ static unsigned withdraw_destroyed(struct agent *a, const struct gs_mig_plan *pl
 }
 
 /* The plans around what pods hold now (unless force: then the plans are as they are). Returns 0,
- * or -errno with the reason in err (PodResources not answering: nothing is changed). */
+ * or -errno with the reason in err (PodResources not answering, *unasked set: nothing is changed). */
 static int plan_around_holds(struct agent *a, const struct gs_layout_file *file, struct gs_mig_plan *plans,
-                             bool *selected, struct gs_mig_relay *relays, char *err, size_t errlen) {
+                             bool *selected, struct gs_mig_relay *relays, bool *unasked, char *err, size_t errlen) {
     if (a->policy->mig_force)
         return 0;
     struct gs_mig_holds holds;
     int r = read_mig_holds(a, &holds, err, errlen);
-    if (r < 0) {
+    if ((*unasked = r < 0)) {
         size_t n = strlen(err);
         snprintf(err + n, errlen - n, "; nothing is changed (gpuslice.mig.force goes on without it)");
         return r;
@@ -305,7 +305,18 @@ static int plan_around_holds(struct agent *a, const struct gs_layout_file *file,
     return r;
 }
 
-void agent_reconcile_mig(struct agent *a) {
+/* A partial layout's next pass that could not ask PodResources stays partial (said once per
+ * cause) and is tried again at the next one. */
+static void retry_later(struct agent *a, const char *err) {
+    char seen[sizeof(a->mig_partial)];
+    snprintf(seen, sizeof(seen), "!%s", err);
+    if (strcmp(seen, a->mig_partial))
+        log_warn("MIG layout %s stays partial for now: %s", a->policy->mig_config, err);
+    gs_strlcpy(a->mig_partial, seen, sizeof(a->mig_partial));
+}
+
+/* retry: a pass of the re-lay job over a partial layout. */
+static void reconcile_mig(struct agent *a, bool retry) {
     if (!a->policy->mig_config[0])
         return;
     struct gs_layout_file *file = NULL;
@@ -326,9 +337,14 @@ void agent_reconcile_mig(struct agent *a) {
                             : -ENOMEM;
     /* Only a layout with something to do asks the kubelet what pods hold, and is then planned
      * around it: a GPU whose layout would destroy a held instance keeps it and gets the rest. */
-    bool asked = r == 0 && withdraw_destroyed(a, plans);
+    bool asked = r == 0 && withdraw_destroyed(a, plans), unasked = false;
     if (asked)
-        r = plan_around_holds(a, file, plans, selected, relays, err, sizeof(err));
+        r = plan_around_holds(a, file, plans, selected, relays, &unasked, err, sizeof(err));
+    if (r < 0 && retry && unasked) {
+        memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
+        retry_later(a, err);
+        goto out;
+    }
     if (r < 0) {
         memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
         agent_publish_mig_status(a, "failed", plans && relays ? err : "out of memory");
@@ -362,12 +378,18 @@ void agent_reconcile_mig(struct agent *a) {
         size_t n = strlen(err);
         snprintf(err + n, sizeof(err) - n, "; nothing is changed (gpuslice.mig.force goes on without it)");
     }
+    unasked = r < 0;
     if (r == 0)
         r = gs_mig_apply_node_keep_held(a->node, file, a->policy->mig_config, &holds, a->policy->mig_force, &res,
                                         relays, err, sizeof(err));
     gs_mig_holds_free(&holds);
     memset(a->health.withdrawn_gi, 0, sizeof(a->health.withdrawn_gi));
-    if (r < 0) {
+    if (r < 0 && retry && unasked) {
+        char reason[sizeof(a->mig_partial) - 256];
+        partial_reason(a->inv, relays, reason, sizeof(reason)); /* as it was: nothing was changed */
+        agent_publish_mig_status(a, "partial", reason);
+        retry_later(a, err); /* the withdrawn devices are advertised again below */
+    } else if (r < 0) {
         agent_publish_mig_status(a, "failed", err); /* first: whoever reads the log line finds the state written */
         log_error("MIG layout %s failed after %u step(s): %s", a->policy->mig_config, res.steps_done, err);
     } else {
@@ -389,13 +411,15 @@ out:
     free(file);
 }
 
+void agent_reconcile_mig(struct agent *a) { reconcile_mig(a, false); }
+
 /* While a layout is partial, what pods hold is asked again at the pod attribution's pace: once
  * they release it, the next pass makes the rest of the layout. */
 void agent_mig_relay_job(void *ctx, uint64_t now_ns) {
     struct agent *a = ctx;
     (void)now_ns;
     if (!strcmp(a->pub.mig_state, "partial"))
-        agent_reconcile_mig(a);
+        reconcile_mig(a, true);
 }
 
 /* ---- Xid ----------------------------------------------------------------------------------- */

@@ -96,6 +96,17 @@ def test_agent_lays_out_around_a_device_a_pod_holds(h):
         time.sleep(1)
         assert devices(node) == d
         assert agent.log().count("partially applied: kept what pods hold") == 1
+        # PodResources failing meanwhile: still partial (said once), nothing changed, tried again
+        pr.status = grpc.StatusCode.RESOURCE_EXHAUSTED
+        calls = pr.calls
+        agent.wait_log("MIG layout all-1g.10gb stays partial for now: cannot ask the kubelet", timeout=5)
+        deadline = time.monotonic() + 5
+        while pr.calls < calls + 3:  # asked again meanwhile
+            assert time.monotonic() < deadline, f"PodResources asked {pr.calls - calls} times in 5 s"
+            time.sleep(0.05)
+        assert _status(status)["state"] == "partial" and devices(node) == d
+        assert agent.log().count("stays partial for now") == 1
+        pr.status = None
         # released: the next pass of the re-lay job makes the rest
         pid = agent.pid
         released = time.monotonic()
