@@ -13,7 +13,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc libstdc++-12-dev pkg-config meson ninja-build \
-      libyaml-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
+      libyaml-dev libjansson-dev libcurl4-openssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -32,7 +32,7 @@ FROM debian:bookworm-slim
 # The shared libraries the binaries link (gRPC core, abseil and libstdc++ are linked in statically).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libyaml-0-2 libjansson4 libprotobuf-c1 zlib1g \
+      libyaml-0-2 libjansson4 libcurl4 libprotobuf-c1 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/gpuslice /usr/bin/gpuslice
 COPY --from=build /out/usr/bin/gpuslice-cdi-hook /usr/bin/gpuslice-cdi-hook
