@@ -26,6 +26,7 @@ static const struct command {
     { "inspect", cmd_inspect, "show GPUs, memory, MIG state and free capacity, health and processes" },
     { "sim", cmd_sim, "drive the simulated node: inject Xid errors, add processes, reset or lose a GPU" },
     { "dra", cmd_dra, "the DRA driver: the ResourceSlices this node publishes (resource.k8s.io/v1)" },
+    { "extender", cmd_extender, "the kube-scheduler extender: per-GPU fit and the placement policy's score" },
     { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },
     { "kube", cmd_kube, "talk to the Kubernetes API server: get, list, apply, delete, watch (src/kube)" },
 };

@@ -1,0 +1,109 @@
+/* extender.c (cli): `gpuslice extender`: the kube-scheduler extender (src/extender): filter with
+ * per-GPU fit and prioritize with a placement policy's score, over HTTP, until SIGTERM or SIGINT. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "extender/server.h"
+#include "extender/snapshot.h"
+#include "util/log.h"
+#include "util/util.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "Usage: gpuslice extender --snapshot FILE [--listen 127.0.0.1:8888] [--policy fgd|gpuslice]\n"
+               "                         [--max-body BYTES]\n\n"
+               "The kube-scheduler extender (docs/extender.md): POST .../filter fails the nodes where no GPU\n"
+               "(or set of GPUs) holds the pod, whatever the node's sum; POST .../prioritize scores the nodes\n"
+               "with the placement policy, 0..10; POST .../bind picks the GPU and records it; GET /healthz,\n"
+               "/metrics.\n\n"
+               "  --listen HOST:PORT  where to serve (default 127.0.0.1:8888; port 0: any free port)\n"
+               "  --snapshot FILE     the nodes: a trace node list (.csv) or a JSON snapshot\n"
+               "  --policy NAME       fgd or gpuslice (default gpuslice); any scoring policy of replay\n"
+               "  --max-body BYTES    the longest request accepted (default 8 MiB)\n");
+}
+
+int cmd_extender(const struct cli *cli, int argc, char **argv) {
+    (void)cli;
+    const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice";
+    unsigned long long max_body = 8ull << 20;
+    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG };
+    static const struct option opts[] = {
+        { "listen", required_argument, NULL, OPT_LISTEN },
+        { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
+        { "policy", required_argument, NULL, OPT_POLICY },
+        { "max-body", required_argument, NULL, OPT_MAX_BODY },
+        { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_LISTEN: listen = optarg; break;
+        case OPT_SNAPSHOT: snapshot = optarg; break;
+        case OPT_POLICY: policy = optarg; break;
+        case OPT_MAX_BODY:
+            if (gs_parse_size(optarg, &max_body) < 0 || max_body < 1024 || max_body > (1ull << 30))
+                return cli_usage_error("extender", "--max-body '%s': expected a size from 1KiB to 1GiB", optarg);
+            break;
+        case OPT_KUBECONFIG:
+            return cli_usage_error("extender", "--kubeconfig: the API server as the source is not built yet; "
+                                               "use --snapshot (docs/extender.md)");
+        case 'h': usage(stdout); return GS_EXIT_OK;
+        default: usage(stderr); return GS_EXIT_USAGE;
+        }
+    }
+    int r = cli_no_more_args("extender", argc, argv, optind);
+    if (r)
+        return r;
+    enum pl_policy pol;
+    if (pl_policy_from_name(policy, &pol) < 0 || pol == PL_RANDOM)
+        return cli_usage_error("extender",
+                               "--policy '%s': expected fgd, gpuslice, bestfit, dotprod, gpupacking or "
+                               "gpuclustering",
+                               policy);
+    if (!snapshot)
+        return cli_usage_error("extender", "--snapshot FILE is required");
+    char err[1024];
+    struct ex_node_spec *nodes = NULL;
+    size_t n = 0;
+    if ((r = ex_snapshot_load(snapshot, &nodes, &n, err, sizeof(err))) < 0) {
+        fprintf(stderr, "gpuslice extender: %s\n", err);
+        return GS_EXIT_FAILURE;
+    }
+    struct ex_model model;
+    r = ex_model_init(&model, pol, nodes, n, err, sizeof(err));
+    free(nodes);
+    if (r < 0) {
+        fprintf(stderr, "gpuslice extender: %s: %s\n", snapshot, err);
+        return GS_EXIT_FAILURE;
+    }
+    /* the signals are taken by sigwait below, on this thread; the server's thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    struct ex_server_config cfg = { .addr = listen, .max_body = (size_t)max_body, .model = &model, .lock = &lock };
+    struct ex_server *s = ex_server_start(&cfg, err, sizeof(err));
+    if (!s) {
+        fprintf(stderr, "gpuslice extender: %s\n", err);
+        ex_model_free(&model);
+        return GS_EXIT_FAILURE;
+    }
+    log_info("Extender serving on %s (port %u): %zu nodes from %s, policy %s", listen, ex_server_port(s), n, snapshot,
+             pl_policy_name(pol));
+    int sig = 0;
+    sigwait(&set, &sig);
+    log_info("Extender: signal %d, stopping", sig);
+    ex_server_stop(s);
+    ex_model_free(&model);
+    return GS_EXIT_OK;
+}

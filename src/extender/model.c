@@ -1,0 +1,432 @@
+/* model.c: the extender's cluster model and decisions (model.h). Pure. */
+#include "extender/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+long ex_model_find(const struct ex_model *m, const char *name) {
+    if (!m->n_slots)
+        return -1;
+    for (size_t k = hash_str(name) & (m->n_slots - 1);; k = (k + 1) & (m->n_slots - 1)) {
+        uint32_t v = m->slots[k];
+        if (!v)
+            return -1;
+        if (strcmp(m->names[v - 1], name) == 0)
+            return (long)v - 1;
+    }
+}
+
+int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_spec *nodes, size_t n, char *err,
+                  size_t errlen) {
+    memset(m, 0, sizeof(*m));
+    m->policy = pol;
+    if (pol == PL_RANDOM || (unsigned)pol >= PL_POLICY_COUNT) {
+        snprintf(err, errlen, "policy %s cannot score nodes", pl_policy_name(pol));
+        return -EINVAL;
+    }
+    struct pl_node *pn = calloc(n ? n : 1, sizeof(*pn));
+    m->names = calloc(n ? n : 1, sizeof(*m->names));
+    m->gpu_mem = calloc(n ? n : 1, sizeof(*m->gpu_mem));
+    m->replicas = calloc(n ? n : 1, sizeof(*m->replicas));
+    for (m->n_slots = 16; m->n_slots < 2 * n; m->n_slots *= 2)
+        ;
+    m->slots = calloc(m->n_slots, sizeof(*m->slots));
+    int r = -ENOMEM;
+    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->slots) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    r = -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const struct ex_node_spec *s = &nodes[i];
+        if (!s->name[0]) {
+            snprintf(err, errlen, "node %zu: no name", i);
+            goto fail;
+        }
+        if (s->n_gpu < 0 || s->n_gpu > PL_MAX_GPUS) {
+            snprintf(err, errlen, "node %s: gpus %d: at most %d", s->name, s->n_gpu, PL_MAX_GPUS);
+            goto fail;
+        }
+        size_t k = hash_str(s->name) & (m->n_slots - 1);
+        for (; m->slots[k]; k = (k + 1) & (m->n_slots - 1))
+            if (strcmp(m->names[m->slots[k] - 1], s->name) == 0) {
+                snprintf(err, errlen, "node %s: listed twice", s->name);
+                goto fail;
+            }
+        m->slots[k] = (uint32_t)(i + 1);
+        snprintf(m->names[i], EX_NAME_MAX, "%s", s->name);
+        m->gpu_mem[i] = s->gpu_mem_mib;
+        m->replicas[i] = s->replicas;
+        pn[i].cpu_cap = pn[i].cpu_left = s->cpu;
+        pn[i].mem_cap = pn[i].mem_left = s->mem;
+        pn[i].n_gpu = s->n_gpu;
+        pn[i].model = -1;
+        pn[i].rank = (int)i;
+        for (int g = 0; g < s->n_gpu; g++) {
+            if (s->gpu_free[g] < 0 || s->gpu_free[g] > PL_MILLI) {
+                snprintf(err, errlen, "node %s: GPU %d: free %d milli-GPU: expected 0..1000", s->name, g,
+                         s->gpu_free[g]);
+                goto fail;
+            }
+            pn[i].gpu_free[g] = s->gpu_free[g];
+        }
+    }
+    if ((r = pl_cluster_init(&m->c, pn, n)) < 0) {
+        snprintf(err, errlen, "cannot build the cluster: %s", strerror(-r));
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (nodes[i].n_gpu > 0 && nodes[i].model[0]) {
+            int mi = pl_model_index(&m->c, nodes[i].model);
+            if (mi < 0) {
+                snprintf(err, errlen, "node %s: GPU model %s: more than %d models or a name over %d characters",
+                         nodes[i].name, nodes[i].model, PL_MAX_MODELS, PL_MODEL_LEN - 1);
+                r = -EINVAL;
+                goto fail;
+            }
+            m->c.nodes[i].model = mi;
+        }
+    free(pn);
+    return 0;
+fail:
+    free(pn);
+    ex_model_free(m);
+    return r;
+}
+
+void ex_model_free(struct ex_model *m) {
+    pl_cluster_free(&m->c);
+    free(m->names);
+    free(m->gpu_mem);
+    free(m->replicas);
+    free(m->slots);
+    free(m->bound);
+    free(m->seen);
+    free(m->obs);
+    memset(m, 0, sizeof(*m));
+}
+
+bool ex_pod_wants_gpu(const struct ex_pod *p) {
+    return p->gpus > 0 || p->compute_pct > 0 || p->gpu_mem_mib > 0;
+}
+
+int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, struct pl_pod *out, char *why,
+                   size_t len) {
+    const struct pl_node *n = &m->c.nodes[i];
+    *out = (struct pl_pod){ .cpu = p->cpu, .mem = p->mem };
+    if (p->compute_pct > 0 || p->gpu_mem_mib > 0) {
+        if (p->gpus > 0) {
+            snprintf(why, len,
+                     "a share of a GPU (gpuslice.io/gpu-compute, gpu-memory) with a whole-GPU count "
+                     "(nvidia.com/gpu: %d): ask for one or the other",
+                     p->gpus);
+            return -EINVAL;
+        }
+        if (p->compute_pct > 100) {
+            snprintf(why, len, "gpuslice.io/gpu-compute %d: at most 100 (percent of one GPU)", p->compute_pct);
+            return -EINVAL;
+        }
+        int milli = p->compute_pct * 10;
+        if (p->gpu_mem_mib > 0) {
+            int64_t gm = m->gpu_mem[i];
+            if (gm <= 0) {
+                snprintf(why, len, "the memory of this node's GPUs is not known (gpuslice.io/gpu.memory)");
+                return -EINVAL;
+            }
+            if (p->gpu_mem_mib > gm) {
+                snprintf(why, len, "gpuslice.io/gpu-memory %lld MiB: this node's GPUs have %lld MiB",
+                         (long long)p->gpu_mem_mib, (long long)gm);
+                return -EINVAL;
+            }
+            int64_t mm = (p->gpu_mem_mib * PL_MILLI + gm - 1) / gm;
+            if (mm > milli)
+                milli = (int)mm;
+        }
+        out->num_gpu = 1;
+        out->gpu_milli = milli;
+    } else if (p->gpus > 0) {
+        int rep = m->replicas[i] > 1 ? m->replicas[i] : 1;
+        out->num_gpu = p->gpus;
+        out->gpu_milli = PL_MILLI / rep;
+    }
+    if (out->num_gpu > n->n_gpu) {
+        snprintf(why, len, "%d GPU(s) asked, the node has %d", out->num_gpu, n->n_gpu);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* appends text or a number to why[*o..len) (snprintf per failed node cost more than the filter) */
+static void app(char *why, size_t len, size_t *o, const char *t) {
+    while (*t && *o + 1 < len)
+        why[(*o)++] = *t++;
+    why[*o < len ? *o : len - 1] = '\0';
+}
+
+static void app_num(char *why, size_t len, size_t *o, long long v) {
+    char num[24], *q = num + sizeof(num);
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    *--q = '\0';
+    do
+        *--q = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--q = '-';
+    app(why, len, o, q);
+}
+
+/* why the GPUs of n do not hold q: the free milli-GPU of each GPU and their sum */
+static void gpu_reason(const struct pl_node *n, const struct pl_pod *q, char *why, size_t len) {
+    size_t o = 0;
+    int64_t sum = 0;
+    if (q->num_gpu == 1) {
+        app(why, len, &o, "no single GPU has ");
+    } else {
+        app(why, len, &o, "fewer than ");
+        app_num(why, len, &o, q->num_gpu);
+        app(why, len, &o, " GPUs have ");
+    }
+    app_num(why, len, &o, q->gpu_milli);
+    app(why, len, &o, " milli-GPU free (free per GPU: ");
+    for (int g = 0; g < n->n_gpu; g++) {
+        if (g)
+            app(why, len, &o, ",");
+        app_num(why, len, &o, n->gpu_free[g]);
+        sum += n->gpu_free[g];
+    }
+    if (q->num_gpu == 1) {
+        app(why, len, &o, "; ");
+        app_num(why, len, &o, sum);
+        app(why, len, &o, " in all");
+    }
+    app(why, len, &o, ")");
+}
+
+enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len) {
+    long i = ex_model_find(m, node);
+    bool gpu = ex_pod_wants_gpu(p);
+    if (i < 0) {
+        if (!gpu)
+            return EX_FIT;
+        snprintf(why, len, "the gpuslice extender knows no GPUs on this node");
+        return EX_UNRESOLVABLE;
+    }
+    if (!gpu)
+        return EX_FIT; /* CPU and memory: the scheduler's own filters, on the real state */
+    struct pl_pod q;
+    if (ex_pod_on_node(m, (size_t)i, p, &q, why, len) < 0)
+        return EX_UNRESOLVABLE;
+    const struct pl_node *n = &m->c.nodes[i];
+    int k = 0;
+    for (int g = 0; g < n->n_gpu; g++)
+        k += n->gpu_free[g] >= q.gpu_milli;
+    if (k >= q.num_gpu)
+        return EX_FIT;
+    gpu_reason(n, &q, why, len);
+    return EX_FAIL;
+}
+
+void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    char why[EX_REASON_MAX];
+    /* raw scores first (INT64_MIN: no fit), then mapped onto 1..10 */
+    for (size_t k = 0; k < n; k++) {
+        long i = ex_model_find(m, nodes[k]);
+        struct pl_pod q;
+        int64_t s;
+        scores[k] = INT64_MIN;
+        if (i < 0 || ex_pod_on_node(m, (size_t)i, p, &q, why, sizeof(why)) < 0 ||
+            pl_score_node(&m->c, m->policy, (size_t)i, &q, &s, NULL) < 0)
+            continue;
+        scores[k] = s;
+        lo = s < lo ? s : lo;
+        hi = s > hi ? s : hi;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (scores[k] == INT64_MIN)
+            scores[k] = 0;
+        else if (hi == lo)
+            scores[k] = EX_MAX_PRIORITY;
+        else /* rounded to nearest, so the best node alone reaches 10 */
+            scores[k] = 1 + ((scores[k] - lo) * (EX_MAX_PRIORITY - 1) * 2 + (hi - lo)) / (2 * (hi - lo));
+    }
+}
+
+/* the uid's slot in the seen table (open addressing, cap_seen a power of two) */
+static size_t seen_slot(const struct ex_model *m, const char *uid) {
+    size_t k = hash_str(uid) & (m->cap_seen - 1);
+    while (m->seen[k][0] && strcmp(m->seen[k], uid) != 0)
+        k = (k + 1) & (m->cap_seen - 1);
+    return k;
+}
+
+/* whether uid was seen before; records it (the table is reset when it would pass 1 << 20 pods) */
+static bool seen_before(struct ex_model *m, const char *uid) {
+    if (m->cap_seen == 0 || 2 * (m->n_seen + 1) > m->cap_seen) {
+        size_t cap = m->cap_seen ? m->cap_seen * 2 : 1024;
+        if (cap > (size_t)1 << 21) { /* forget: a pod seen again counts twice, no more */
+            memset(m->seen, 0, m->cap_seen * sizeof(*m->seen));
+            m->n_seen = 0;
+        } else {
+            char(*old)[EX_UID_MAX] = m->seen;
+            size_t old_cap = m->cap_seen;
+            m->seen = calloc(cap, sizeof(*m->seen));
+            if (!m->seen) {
+                m->seen = old;
+                return true; /* not observed: the estimate is an estimate */
+            }
+            m->cap_seen = cap;
+            m->n_seen = 0;
+            for (size_t k = 0; k < old_cap; k++)
+                if (old[k][0]) {
+                    memcpy(m->seen[seen_slot(m, old[k])], old[k], EX_UID_MAX);
+                    m->n_seen++;
+                }
+            free(old);
+        }
+    }
+    size_t k = seen_slot(m, uid);
+    if (m->seen[k][0])
+        return true;
+    snprintf(m->seen[k], EX_UID_MAX, "%s", uid);
+    m->n_seen++;
+    return false;
+}
+
+/* FGD's targets from the pods seen: the most frequent covering 95 % (as the replay's threshold) */
+static void fgd_observe(struct ex_model *m, const struct pl_pod *q) {
+    if (!m->obs && !(m->obs = calloc(EX_OBS_MAX, sizeof(*m->obs))))
+        return;
+    m->obs[m->next_obs] = *q;
+    m->next_obs = (m->next_obs + 1) % EX_OBS_MAX;
+    if (m->n_obs < EX_OBS_MAX)
+        m->n_obs++;
+    /* refreshed when the pods seen grew by 2 % (and 8), then every 2 % of the window */
+    static const size_t step = 8;
+    if (m->n_obs < EX_OBS_MAX && m->n_obs < m->obs_at_targets + m->obs_at_targets / 50 + step)
+        return;
+    if (m->n_obs == EX_OBS_MAX && (m->next_obs % (EX_OBS_MAX / 50)) != 0)
+        return;
+    pl_set_targets(&m->c, m->obs, NULL, m->n_obs, 95);
+    m->obs_at_targets = m->n_obs;
+}
+
+void ex_observe(struct ex_model *m, const struct ex_pod *p) {
+    if ((m->policy != PL_GPUSLICE && m->policy != PL_FGD) || m->c.n_nodes == 0 || (p->uid[0] && seen_before(m, p->uid)))
+        return;
+    /* the pod's request on the first node that takes it (a memory share differs by GPU size) */
+    struct pl_pod q = { .cpu = p->cpu, .mem = p->mem };
+    char why[EX_REASON_MAX];
+    for (size_t i = 0; i < m->c.n_nodes; i++)
+        if (ex_pod_on_node(m, i, p, &q, why, sizeof(why)) == 0 && (!ex_pod_wants_gpu(p) || q.num_gpu > 0))
+            break;
+    if (m->policy == PL_FGD)
+        fgd_observe(m, &q);
+    else
+        pl_observe(&m->c, &q);
+}
+
+const struct ex_bound *ex_find_bound(const struct ex_model *m, const char *uid) {
+    for (size_t k = 0; uid[0] && k < m->n_bound; k++)
+        if (strcmp(m->bound[k].uid, uid) == 0)
+            return &m->bound[k];
+    return NULL;
+}
+
+static bool takes_gpus(const struct pl_pod *q) {
+    return q->num_gpu > 0 && q->gpu_milli > 0;
+}
+
+static int record(struct ex_model *m, const struct ex_pod *p, size_t node, const struct pl_pod *q,
+                  const struct pl_choice *ch) {
+    if (m->n_bound == m->cap_bound) {
+        size_t cap = m->cap_bound ? m->cap_bound * 2 : 256;
+        struct ex_bound *nb = realloc(m->bound, cap * sizeof(*nb));
+        if (!nb)
+            return -ENOMEM;
+        m->bound = nb;
+        m->cap_bound = cap;
+    }
+    struct ex_bound *b = &m->bound[m->n_bound++];
+    snprintf(b->uid, sizeof(b->uid), "%s", p->uid);
+    b->node = node;
+    b->pod = *q;
+    b->choice = *ch;
+    pl_commit(&m->c, q, ch);
+    return 0;
+}
+
+int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct pl_choice *out, char *why,
+            size_t len) {
+    const struct ex_bound *b = ex_find_bound(m, p->uid);
+    if (b) {
+        *out = b->choice;
+        return -EALREADY;
+    }
+    long i = ex_model_find(m, node);
+    if (i < 0) {
+        snprintf(why, len, "node %s: not known to the gpuslice extender", node);
+        return -ENOENT;
+    }
+    struct pl_pod q;
+    if (ex_pod_on_node(m, (size_t)i, p, &q, why, len) < 0)
+        return -ENOSPC;
+    struct pl_node *n = &m->c.nodes[i];
+    *out = (struct pl_choice){ .node = (int)i };
+    if (takes_gpus(&q)) {
+        int64_t s;
+        int gpu = -1;
+        if (pl_score_node(&m->c, m->policy, (size_t)i, &q, &s, &gpu) < 0) {
+            gpu_reason(n, &q, why, len);
+            return -ENOSPC;
+        }
+        if (gpu >= 0) {
+            out->n_gpus = 1;
+            out->gpus[0] = gpu;
+        } else { /* whole GPUs, or a share the policy does not place per GPU: the fullest that fit */
+            for (int g = 0; g < n->n_gpu && out->n_gpus < q.num_gpu; g++)
+                if (n->gpu_free[g] >= q.gpu_milli)
+                    out->gpus[out->n_gpus++] = g;
+            if (out->n_gpus < q.num_gpu) {
+                gpu_reason(n, &q, why, len);
+                return -ENOSPC;
+            }
+        }
+    }
+    return record(m, p, (size_t)i, &q, out);
+}
+
+int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, const struct pl_choice *ch) {
+    if (ex_find_bound(m, p->uid))
+        return -EALREADY;
+    long i = ex_model_find(m, node);
+    if (i < 0)
+        return -ENOENT;
+    struct pl_pod q;
+    char why[EX_REASON_MAX];
+    if (ex_pod_on_node(m, (size_t)i, p, &q, why, sizeof(why)) < 0)
+        return -EINVAL;
+    const struct pl_node *n = &m->c.nodes[i];
+    struct pl_choice c = *ch;
+    c.node = (int)i;
+    if (!takes_gpus(&q))
+        c.n_gpus = 0;
+    else if (c.n_gpus != q.num_gpu)
+        return -EINVAL;
+    for (int k = 0; k < c.n_gpus; k++) {
+        if (c.gpus[k] < 0 || c.gpus[k] >= n->n_gpu)
+            return -EINVAL;
+        if (n->gpu_free[c.gpus[k]] < q.gpu_milli)
+            return -ENOSPC;
+    }
+    return record(m, p, (size_t)i, &q, &c);
+}

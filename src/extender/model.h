@@ -1,0 +1,111 @@
+/* model.h: the scheduler extender's cluster model and its decisions, in the placement engine's terms
+ * (src/place/place.h). Pure: no I/O, no JSON.
+ *
+ * Nodes are the engine's pl_node (CPU, memory, one GPU model, free milli-GPU per GPU) with a name,
+ * their GPUs' memory and time-slicing replicas; a pod is what it asks of a GPU (whole GPUs, or a
+ * share of one GPU in compute percent and/or memory) and is turned into the engine's pl_pod per
+ * node, because a memory share is a different fraction of GPUs of different sizes. Pods bound are
+ * committed to the engine (pl_commit) with the GPUs chosen, so the free fractions are per GPU.
+ *
+ *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
+ *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
+ *   prioritize  the policy's score of each fitting node (pl_score_node), mapped onto 1..10 (0 for a
+ *               node that does not fit), the best node 10.
+ *   bind        the GPU(s) the pod takes on the chosen node (the policy's choice), committed. */
+#ifndef GS_EXTENDER_MODEL_H
+#define GS_EXTENDER_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "place/place.h"
+
+#define EX_NAME_MAX 254 /* a Kubernetes object name: at most 253 characters */
+#define EX_UID_MAX 64
+#define EX_REASON_MAX 200
+#define EX_MAX_PRIORITY 10 /* the extender API's MaxExtenderPriority */
+#define EX_OBS_MAX 20000   /* pods kept for FGD's target workload */
+
+struct ex_node_spec {
+    char name[EX_NAME_MAX];
+    int64_t cpu, mem;         /* allocatable milli-CPU and MiB */
+    char model[PL_MODEL_LEN]; /* GPU product ("" with no GPU) */
+    int n_gpu;
+    int64_t gpu_mem_mib;       /* memory of one GPU (0: not known) */
+    int replicas;              /* time-slicing replicas per GPU (0 or 1: whole GPUs) */
+    int gpu_free[PL_MAX_GPUS]; /* free milli-GPU per GPU (1000 each when nothing is bound) */
+};
+
+/* What a pod asks of GPUs (requests, or limits where requests are not given). */
+struct ex_pod {
+    char uid[EX_UID_MAX];
+    char ns[EX_NAME_MAX], name[EX_NAME_MAX];
+    int64_t cpu, mem;    /* milli-CPU, MiB */
+    int gpus;            /* nvidia.com/gpu: whole GPUs, or replicas of time-sliced GPUs */
+    int compute_pct;     /* gpuslice.io/gpu-compute: percent of one GPU (0: none) */
+    int64_t gpu_mem_mib; /* gpuslice.io/gpu-memory (0: none) */
+};
+
+struct ex_bound {
+    char uid[EX_UID_MAX];
+    size_t node;
+    struct pl_pod pod; /* as committed */
+    struct pl_choice choice;
+};
+
+struct ex_model {
+    struct pl_cluster c;
+    enum pl_policy policy;
+    char (*names)[EX_NAME_MAX];
+    int64_t *gpu_mem;
+    int *replicas;
+    uint32_t *slots; /* open addressing: node index + 1 (0: empty) */
+    size_t n_slots;
+    struct ex_bound *bound;
+    size_t n_bound, cap_bound;
+    char (*seen)[EX_UID_MAX]; /* pods told to the policy's online estimate (pl_observe), hashed */
+    size_t n_seen, cap_seen;
+    struct pl_pod *obs; /* FGD's target workload: the pods seen (the last EX_OBS_MAX) */
+    size_t n_obs, next_obs, obs_at_targets;
+};
+
+enum ex_verdict { EX_FIT, EX_FAIL, EX_UNRESOLVABLE };
+
+/* Builds the model of n nodes under policy pol (not random). -EINVAL with the node and field in
+ * err (a duplicate name, too many GPUs, a GPU model table full), -ENOMEM. */
+int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_spec *nodes, size_t n, char *err,
+                  size_t errlen);
+void ex_model_free(struct ex_model *m);
+/* The node's index, or -1. */
+long ex_model_find(const struct ex_model *m, const char *name);
+/* Whether the pod asks for any GPU. */
+bool ex_pod_wants_gpu(const struct ex_pod *p);
+
+/* The pod in the engine's terms on node i: 0, or EX_UNRESOLVABLE's cause as -EINVAL with the
+ * reason (more memory than the node's GPUs have, a share beside a whole-GPU count, more GPUs
+ * than the node has). */
+int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, struct pl_pod *out, char *why,
+                   size_t len);
+
+/* filter for one node by name: the verdict and, unless EX_FIT, the reason. A node the model does
+ * not know fits a pod that asks for no GPU, and is unresolvable for one that does. */
+enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len);
+/* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). */
+void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores);
+/* Tells the policy about the pod, once per uid (no uid: every time): gpuslice's online estimate
+ * (pl_observe), or FGD's target workload (pl_set_targets over the pods seen, refreshed as they
+ * grow by 2 %; the paper's FGD takes it from the trace, a scheduler only has the past). */
+void ex_observe(struct ex_model *m, const struct ex_pod *p);
+
+/* bind: the GPUs the pod takes on node (the policy's choice), committed to the model; *out the
+ * choice. -ENOENT (node not known), -ENOSPC (it does not fit now, with why), -EALREADY (the uid
+ * is bound already: *out its choice). */
+int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct pl_choice *out, char *why, size_t len);
+/* Commits a pod bound elsewhere (a known GPU choice, e.g. from its annotation): -EALREADY when its
+ * uid is bound, -ENOENT, -ENOSPC when a GPU has not enough free, -EINVAL for a bad GPU index. */
+int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, const struct pl_choice *ch);
+/* The bound pod of uid, or NULL. */
+const struct ex_bound *ex_find_bound(const struct ex_model *m, const char *uid);
+
+#endif

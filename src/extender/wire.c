@@ -1,0 +1,668 @@
+/* wire.c: the extender API's JSON (wire.h). Pure. */
+#include "extender/wire.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int ex_quantity_milli(const char *s, int64_t *out) {
+    /* <digits>[.<digits>][suffix]: suffix one of the binary (Ki..Ei), decimal (m, k, M..E) or an
+     * exponent (e<int>) of resource.Quantity */
+    const char *p = s;
+    if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1])))
+        return -EINVAL;
+    long double v = 0;
+    for (; isdigit((unsigned char)*p); p++)
+        v = v * 10 + (*p - '0');
+    if (*p == '.') {
+        long double f = 0.1L;
+        for (p++; isdigit((unsigned char)*p); p++, f /= 10)
+            v += f * (*p - '0');
+    }
+    static const struct {
+        const char *sfx;
+        long double mult;
+    } units[] = {
+        { "", 1e3L },
+        { "m", 1L },
+        { "k", 1e6L },
+        { "M", 1e9L },
+        { "G", 1e12L },
+        { "T", 1e15L },
+        { "P", 1e18L },
+        { "E", 1e21L },
+        { "Ki", 1024e3L },
+        { "Mi", 1048576e3L },
+        { "Gi", 1073741824e3L },
+        { "Ti", 1099511627776e3L },
+        { "Pi", 1125899906842624e3L },
+        { "Ei", 1152921504606846976e3L },
+    };
+    long double mult = -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(p, units[i].sfx) == 0)
+            mult = units[i].mult;
+    if (mult < 0 && (*p == 'e' || *p == 'E')) {
+        char *end;
+        errno = 0;
+        long e = strtol(p + 1, &end, 10);
+        if (p[1] == '\0' || *end || errno || e < -30 || e > 30)
+            return -EINVAL;
+        mult = 1e3L * powl(10, (long double)e);
+    }
+    if (mult < 0)
+        return -EINVAL;
+    long double r = ceill(v * mult - 1e-9L); /* binary fractions of exact decimals stay exact */
+    if (r > 9.2e18L)
+        return -ERANGE;
+    *out = r < 0 ? 0 : (int64_t)r;
+    return 0;
+}
+
+/* obj[key], the key matched without regard to case (Go's decoder) */
+static json_t *get_ci(const json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    if (v || !json_is_object(obj))
+        return v;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)obj, k, x) if (strcasecmp(k, key) == 0) return x;
+    return NULL;
+}
+
+struct req {
+    int64_t cpu, mem, gpus, compute, gpu_mem;
+}; /* milli-CPU, bytes, counts, %, bytes */
+
+/* the resources of one container: requests, else limits, per resource */
+static int container_req(const json_t *c, const char *where, struct req *r, char *err, size_t errlen) {
+    const json_t *res = json_object_get(c, "resources");
+    const json_t *rq = json_object_get(res, "requests"), *lim = json_object_get(res, "limits");
+    static const char *const names[] = {
+        "cpu", "memory", EX_RES_GPU, EX_RES_GPU_SHARED, EX_RES_COMPUTE, EX_RES_MEMORY
+    };
+    memset(r, 0, sizeof(*r));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const json_t *v = json_object_get(rq, names[i]);
+        const char *from = "requests";
+        if (!v) {
+            v = json_object_get(lim, names[i]);
+            from = "limits";
+        }
+        if (!v)
+            continue;
+        int64_t milli;
+        const char *txt = json_string_value(v);
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < INT64_MAX / 1000)
+            milli = json_integer_value(v) * 1000;
+        else if (!txt || ex_quantity_milli(txt, &milli) < 0) {
+            snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': not a quantity", where, from, names[i],
+                     txt ? txt : "(not a string)");
+            return -EINVAL;
+        }
+        switch (i) {
+        case 0: r->cpu = milli; break;
+        case 1: r->mem = milli / 1000 + (milli % 1000 != 0); break;
+        case 4: r->compute = milli / 1000; break;
+        case 5: r->gpu_mem = milli / 1000 + (milli % 1000 != 0); break;
+        default:
+            if (milli % 1000) {
+                snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': GPUs are counted in whole devices", where, from,
+                         names[i], txt ? txt : "");
+                return -EINVAL;
+            }
+            r->gpus += milli / 1000;
+        }
+    }
+    return 0;
+}
+
+static int containers(const json_t *spec, const char *field, bool init, struct req *tot, char *err, size_t errlen) {
+    const json_t *arr = json_object_get(spec, field);
+    size_t i;
+    const json_t *c;
+    json_array_foreach(arr, i, c) {
+        char where[64];
+        snprintf(where, sizeof(where), "Pod.spec.%s[%zu]", field, i);
+        struct req r;
+        int e = container_req(c, where, &r, err, errlen);
+        if (e < 0)
+            return e;
+        if (init) { /* init containers run one at a time: the largest counts */
+            tot->cpu = r.cpu > tot->cpu ? r.cpu : tot->cpu;
+            tot->mem = r.mem > tot->mem ? r.mem : tot->mem;
+            tot->gpus = r.gpus > tot->gpus ? r.gpus : tot->gpus;
+            tot->compute = r.compute > tot->compute ? r.compute : tot->compute;
+            tot->gpu_mem = r.gpu_mem > tot->gpu_mem ? r.gpu_mem : tot->gpu_mem;
+        } else {
+            tot->cpu += r.cpu, tot->mem += r.mem, tot->gpus += r.gpus;
+            tot->compute += r.compute, tot->gpu_mem += r.gpu_mem;
+        }
+    }
+    return 0;
+}
+
+static void copy_str(char *dst, size_t len, const json_t *v) {
+    const char *s = json_string_value(v);
+    snprintf(dst, len, "%s", s ? s : "");
+}
+
+int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (!json_is_object(pod)) {
+        snprintf(err, errlen, "Pod: not an object");
+        return -EINVAL;
+    }
+    const json_t *md = json_object_get(pod, "metadata"), *spec = json_object_get(pod, "spec");
+    copy_str(out->uid, sizeof(out->uid), json_object_get(md, "uid"));
+    copy_str(out->ns, sizeof(out->ns), json_object_get(md, "namespace"));
+    copy_str(out->name, sizeof(out->name), json_object_get(md, "name"));
+    struct req main_ = { 0 }, init = { 0 };
+    int e = containers(spec, "containers", false, &main_, err, errlen);
+    if (e == 0)
+        e = containers(spec, "initContainers", true, &init, err, errlen);
+    if (e < 0)
+        return e;
+#define MAXR(f) (main_.f > init.f ? main_.f : init.f)
+    out->cpu = MAXR(cpu);
+    out->mem = (MAXR(mem) + (1 << 20) - 1) >> 20;
+    int64_t gpus = MAXR(gpus), compute = MAXR(compute);
+    out->gpu_mem_mib = (MAXR(gpu_mem) + (1 << 20) - 1) >> 20;
+#undef MAXR
+    if (gpus > PL_MAX_GPUS * 64 || compute > 100000) {
+        snprintf(err, errlen, "Pod: %lld GPUs, %lld %% of a GPU: out of range", (long long)gpus, (long long)compute);
+        return -EINVAL;
+    }
+    out->gpus = (int)gpus;
+    out->compute_pct = (int)compute;
+    return 0;
+}
+
+/* A JSON scanner for ExtenderArgs' top level: with 1,213 nodes the node names are most of the
+ * request, and jansson's tree of them cost more than the decision (docs/benchmarks.md). The names
+ * are taken in place (the body is copied and each name NUL-terminated there); the Pod (and Nodes,
+ * without nodeCacheCapable) are parsed with jansson from their extent. Every value is checked as
+ * JSON (RFC 8259) on the way, nesting at most MAX_DEPTH deep. */
+#define MAX_DEPTH 64
+
+struct scan {
+    char *p, *end;
+    int depth;
+};
+
+static void ws(struct scan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+/* a string at s->p (its quote); *esc: it holds an escape. Returns its content's start, NULL when
+ * it is not a valid string; s->p after the closing quote */
+static char *scan_string(struct scan *s, bool *esc) {
+    if (s->p >= s->end || *s->p != '"')
+        return NULL;
+    char *start = ++s->p;
+    *esc = false;
+    while (s->p < s->end) {
+        unsigned char c = (unsigned char)*s->p;
+        if (c == '"') {
+            s->p++;
+            return start;
+        }
+        if (c < 0x20)
+            return NULL;
+        if (c == '\\') {
+            *esc = true;
+            if (++s->p >= s->end)
+                return NULL;
+            if (*s->p == 'u') {
+                for (int k = 1; k <= 4; k++)
+                    if (s->p + k >= s->end || !isxdigit((unsigned char)s->p[k]))
+                        return NULL;
+                s->p += 4;
+            } else if (!strchr("\"\\/bfnrt", *s->p)) {
+                return NULL;
+            }
+        }
+        s->p++;
+    }
+    return NULL;
+}
+
+static bool scan_value(struct scan *s);
+
+static bool scan_number(struct scan *s) {
+    char *q = s->p;
+    if (q < s->end && *q == '-')
+        q++;
+    if (q >= s->end || !isdigit((unsigned char)*q))
+        return false;
+    if (*q == '0')
+        q++;
+    else
+        while (q < s->end && isdigit((unsigned char)*q))
+            q++;
+    if (q < s->end && *q == '.') {
+        if (++q >= s->end || !isdigit((unsigned char)*q))
+            return false;
+        while (q < s->end && isdigit((unsigned char)*q))
+            q++;
+    }
+    if (q < s->end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < s->end && (*q == '+' || *q == '-'))
+            q++;
+        if (q >= s->end || !isdigit((unsigned char)*q))
+            return false;
+        while (q < s->end && isdigit((unsigned char)*q))
+            q++;
+    }
+    s->p = q;
+    return true;
+}
+
+/* an array or object's members, after its opening bracket */
+static bool scan_members(struct scan *s, char close, bool keys) {
+    if (++s->depth > MAX_DEPTH)
+        return false;
+    ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return true;
+    }
+    for (;;) {
+        bool esc;
+        ws(s);
+        if (keys) {
+            if (!scan_string(s, &esc))
+                return false;
+            ws(s);
+            if (s->p >= s->end || *s->p++ != ':')
+                return false;
+            ws(s);
+        }
+        if (!scan_value(s))
+            return false;
+        ws(s);
+        if (s->p >= s->end)
+            return false;
+        char c = *s->p++;
+        if (c == close) {
+            s->depth--;
+            return true;
+        }
+        if (c != ',')
+            return false;
+    }
+}
+
+static bool scan_value(struct scan *s) {
+    bool esc;
+    if (s->p >= s->end)
+        return false;
+    switch (*s->p) {
+    case '"': return scan_string(s, &esc) != NULL;
+    case '{': s->p++; return scan_members(s, '}', true);
+    case '[': s->p++; return scan_members(s, ']', false);
+    case 't':
+    case 'f':
+    case 'n': {
+        const char *w = *s->p == 't' ? "true" : *s->p == 'f' ? "false" : "null";
+        size_t n = strlen(w);
+        if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n) != 0)
+            return false;
+        s->p += n;
+        return true;
+    }
+    default: return scan_number(s);
+    }
+}
+
+static int args_fail(struct ex_args *a, int r, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int args_fail(struct ex_args *a, int r, char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    ex_args_free(a);
+    return r;
+}
+
+/* NodeNames: an array of strings, each NUL-terminated in place */
+static int scan_names(struct scan *s, struct ex_args *a, char *err, size_t errlen) {
+    if (s->p >= s->end || *s->p != '[')
+        return snprintf(err, errlen, "ExtenderArgs: NodeNames: not an array"), -EBADMSG;
+    s->p++;
+    size_t cap = 256;
+    a->names = malloc(cap * sizeof(*a->names));
+    if (!a->names)
+        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        ws(s);
+        bool esc;
+        char *v = scan_string(s, &esc);
+        size_t n = v ? (size_t)(s->p - 1 - v) : 0;
+        if (!v || esc || n == 0 || n >= EX_NAME_MAX)
+            return snprintf(err, errlen, "ExtenderArgs: NodeNames[%zu]: not a node name", a->n_names), -EBADMSG;
+        v[n] = '\0'; /* the closing quote */
+        if (a->n_names == cap) {
+            const char **nn = realloc(a->names, 2 * cap * sizeof(*nn));
+            if (!nn)
+                return snprintf(err, errlen, "out of memory"), -ENOMEM;
+            a->names = nn;
+            cap *= 2;
+        }
+        a->names[a->n_names++] = v;
+        ws(s);
+        if (s->p >= s->end || (*s->p != ',' && *s->p != ']'))
+            return snprintf(err, errlen, "ExtenderArgs: NodeNames: expected ',' or ']'"), -EBADMSG;
+        if (*s->p++ == ']')
+            return 0;
+    }
+}
+
+/* Nodes (a v1.NodeList): the names of its items */
+static int nodes_names(json_t *nodes, struct ex_args *a, char *err, size_t errlen) {
+    const json_t *items = json_object_get(nodes, "items");
+    if (!json_is_array(items))
+        return snprintf(err, errlen, "ExtenderArgs: Nodes.items: not an array"), -EBADMSG;
+    a->names = calloc(json_array_size(items) + 1, sizeof(*a->names));
+    if (!a->names)
+        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(items, i, v) {
+        const char *s = json_string_value(json_object_get(json_object_get(v, "metadata"), "name"));
+        if (!s || !s[0] || strlen(s) >= EX_NAME_MAX)
+            return snprintf(err, errlen, "ExtenderArgs: Nodes.items[%zu]: not a node name", i), -EBADMSG;
+        a->names[a->n_names++] = s;
+    }
+    return 0;
+}
+
+static json_t *parse_extent(const char *from, const char *to, const char *what, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *j = json_loadb(from, (size_t)(to - from), JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        snprintf(err, errlen, "ExtenderArgs: %s: %s", what, je.text);
+    return j;
+}
+
+int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, size_t errlen) {
+    memset(a, 0, sizeof(*a));
+    a->buf = malloc(len + 1);
+    if (!a->buf)
+        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    memcpy(a->buf, body, len);
+    a->buf[len] = '\0';
+    struct scan s = { a->buf, a->buf + len, 0 };
+    ws(&s);
+    if (s.p >= s.end || *s.p != '{') {
+        bool valid = scan_value(&s);
+        ws(&s);
+        if (valid && s.p == s.end)
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: not a JSON object");
+        return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: not JSON", (size_t)(s.p - a->buf));
+    }
+    s.p++;
+    s.depth = 1;
+    const char *pod_from = NULL, *pod_to = NULL, *nodes_from = NULL, *nodes_to = NULL;
+    bool have_names = false, first = true;
+    for (;;) {
+        ws(&s);
+        if (first && s.p < s.end && *s.p == '}') {
+            s.p++;
+            break;
+        }
+        first = false;
+        bool esc;
+        char *k = scan_string(&s, &esc);
+        if (!k)
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: expected a key",
+                             (size_t)(s.p - a->buf));
+        size_t kn = (size_t)(s.p - 1 - k);
+        ws(&s);
+        if (s.p >= s.end || *s.p++ != ':')
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: expected ':'",
+                             (size_t)(s.p - a->buf));
+        ws(&s);
+        char *v = s.p;
+        bool is_pod = !esc && kn == 3 && !strncasecmp(k, "Pod", 3);
+        bool is_names = !esc && kn == 9 && !strncasecmp(k, "NodeNames", 9);
+        bool is_nodes = !esc && kn == 5 && !strncasecmp(k, "Nodes", 5);
+        if ((is_pod && pod_from) || (is_names && have_names) || (is_nodes && nodes_from))
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: duplicate key",
+                             (size_t)(k - a->buf));
+        if (is_names && !(s.end - v >= 4 && !memcmp(v, "null", 4))) {
+            int r = scan_names(&s, a, err, errlen);
+            if (r < 0) {
+                ex_args_free(a);
+                return r;
+            }
+            have_names = true;
+        } else if (!scan_value(&s)) {
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: not JSON", (size_t)(s.p - a->buf));
+        }
+        if (is_pod)
+            pod_from = v, pod_to = s.p;
+        if (is_nodes)
+            nodes_from = v, nodes_to = s.p;
+        ws(&s);
+        if (s.p >= s.end)
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: the object is not closed",
+                             (size_t)(s.p - a->buf));
+        char c = *s.p++;
+        if (c == '}')
+            break;
+        if (c != ',')
+            return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: expected ',' or '}'",
+                             (size_t)(s.p - 1 - a->buf));
+    }
+    ws(&s);
+    if (s.p != s.end)
+        return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: text after the object",
+                         (size_t)(s.p - a->buf));
+    if (!pod_from || *pod_from != '{')
+        return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: no Pod");
+    if (!have_names && !(nodes_from && *nodes_from == '{'))
+        return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: neither NodeNames nor Nodes.items");
+    json_t *pod = parse_extent(pod_from, pod_to, "Pod", err, errlen);
+    int r = pod ? ex_pod_from_json(pod, &a->pod, err, errlen) : -EBADMSG;
+    json_decref(pod);
+    if (r == 0 && !have_names) {
+        a->root = parse_extent(nodes_from, nodes_to, "Nodes", err, errlen);
+        r = a->root ? nodes_names(a->root, a, err, errlen) : -EBADMSG;
+    }
+    if (r < 0) {
+        ex_args_free(a);
+        return r;
+    }
+    if (!a->names && !(a->names = calloc(1, sizeof(*a->names)))) {
+        ex_args_free(a);
+        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    }
+    return 0;
+}
+
+void ex_args_free(struct ex_args *a) {
+    free(a->names);
+    free(a->buf);
+    json_decref(a->root);
+    memset(a, 0, sizeof(*a));
+}
+
+static char *dump(json_t *j, size_t *len) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    *len = s ? strlen(s) : 0;
+    return s;
+}
+
+/* A growing text, for the answers that list every node: written by hand, as json_pack per node
+ * costs more than the decision (docs/benchmarks.md). */
+struct out {
+    char *s;
+    size_t len, cap;
+    bool failed;
+};
+
+static void put(struct out *o, const char *p, size_t n) {
+    if (o->failed)
+        return;
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (o->len + n + 1 > cap)
+            cap *= 2;
+        char *ns = realloc(o->s, cap);
+        if (!ns) {
+            o->failed = true;
+            return;
+        }
+        o->s = ns;
+        o->cap = cap;
+    }
+    memcpy(o->s + o->len, p, n);
+    o->len += n;
+    o->s[o->len] = '\0';
+}
+
+static void puts_(struct out *o, const char *p) {
+    put(o, p, strlen(p));
+}
+
+/* a JSON string (RFC 8259 escapes; bytes >= 0x80 as they are: the names came as valid JSON) */
+static void put_str(struct out *o, const char *p) {
+    put(o, "\"", 1);
+    const char *run = p;
+    for (; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(o, run, (size_t)(p - run));
+        char esc[8];
+        if (c == '"' || c == '\\')
+            snprintf(esc, sizeof(esc), "\\%c", c);
+        else
+            snprintf(esc, sizeof(esc), "\\u%04x", c);
+        puts_(o, esc);
+        run = p + 1;
+    }
+    put(o, run, (size_t)(p - run));
+    put(o, "\"", 1);
+}
+
+static char *finish(struct out *o, size_t *len) {
+    if (o->failed) {
+        free(o->s);
+        *len = 0;
+        return NULL;
+    }
+    *len = o->len;
+    return o->s;
+}
+
+/* "KEY":{"node":"why",...} of the nodes with verdict v */
+static void put_failed(struct out *o, const char *key, enum ex_verdict v, const char *const *names,
+                       const enum ex_verdict *verdicts, char (*reasons)[EX_REASON_MAX], size_t n) {
+    put_str(o, key);
+    puts_(o, ":{");
+    bool first = true;
+    for (size_t k = 0; k < n; k++)
+        if (verdicts[k] == v) {
+            if (!first)
+                puts_(o, ",");
+            first = false;
+            put_str(o, names[k]);
+            puts_(o, ":");
+            put_str(o, reasons[k]);
+        }
+    puts_(o, "}");
+}
+
+char *ex_filter_render(const char *const *names, const enum ex_verdict *verdicts, char (*reasons)[EX_REASON_MAX],
+                       size_t n, size_t *len) {
+    struct out o = { 0 };
+    puts_(&o, "{\"NodeNames\":[");
+    bool first = true;
+    for (size_t k = 0; k < n; k++)
+        if (verdicts[k] == EX_FIT) {
+            if (!first)
+                puts_(&o, ",");
+            first = false;
+            put_str(&o, names[k]);
+        }
+    puts_(&o, "],");
+    put_failed(&o, "FailedNodes", EX_FAIL, names, verdicts, reasons, n);
+    puts_(&o, ",");
+    put_failed(&o, "FailedAndUnresolvableNodes", EX_UNRESOLVABLE, names, verdicts, reasons, n);
+    puts_(&o, ",\"Error\":\"\"}");
+    return finish(&o, len);
+}
+
+char *ex_filter_error_render(const char *error, size_t *len) {
+    return dump(
+        json_pack("{s:n, s:{}, s:{}, s:s}", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error", error),
+        len);
+}
+
+char *ex_priorities_render(const char *const *names, const int64_t *scores, size_t n, size_t *len) {
+    struct out o = { 0 };
+    puts_(&o, "[");
+    for (size_t k = 0; k < n; k++) {
+        char num[32], *e = num + sizeof(num), *q = e;
+        unsigned long long v = scores[k] < 0 ? 0 : (unsigned long long)scores[k]; /* 0..10 */
+        *--q = '}';
+        do
+            *--q = (char)('0' + v % 10);
+        while (v /= 10);
+        puts_(&o, k ? ",{\"Host\":" : "{\"Host\":");
+        put_str(&o, names[k]);
+        puts_(&o, ",\"Score\":");
+        put(&o, q, (size_t)(e - q));
+    }
+    puts_(&o, "]");
+    return finish(&o, len);
+}
+
+int ex_bind_args_parse(const char *body, size_t len, struct ex_bind_args *b, char *err, size_t errlen) {
+    memset(b, 0, sizeof(*b));
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(root)) {
+        snprintf(err, errlen,
+                 root ? "ExtenderBindingArgs: not a JSON object" : "ExtenderBindingArgs: line %d column %d: %s",
+                 je.line, je.column, je.text);
+        json_decref(root);
+        return -EBADMSG;
+    }
+    static const char *const keys[] = { "PodName", "PodNamespace", "PodUID", "Node" };
+    char *dst[] = { b->name, b->ns, b->uid, b->node };
+    size_t sz[] = { sizeof(b->name), sizeof(b->ns), sizeof(b->uid), sizeof(b->node) };
+    for (size_t i = 0; i < 4; i++) {
+        const char *s = json_string_value(get_ci(root, keys[i]));
+        if (!s || (i != 2 && !s[0]) || strlen(s) >= sz[i]) {
+            snprintf(err, errlen, "ExtenderBindingArgs: %s: missing or too long", keys[i]);
+            json_decref(root);
+            return -EBADMSG;
+        }
+        snprintf(dst[i], sz[i], "%s", s);
+    }
+    json_decref(root);
+    return 0;
+}
+
+char *ex_bind_result_render(const char *error, size_t *len) {
+    return dump(json_pack("{s:s}", "Error", error ? error : ""), len);
+}

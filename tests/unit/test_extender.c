@@ -1,0 +1,339 @@
+/* test_extender.c: the scheduler extender's model, decisions and JSON (src/extender). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "extender/model.h"
+#include "extender/snapshot.h"
+#include "extender/wire.h"
+
+static struct ex_node_spec node(const char *name, int n_gpu, const int *free_, int64_t gpu_mem) {
+    struct ex_node_spec s = { .cpu = 64000, .mem = 256 * 1024, .n_gpu = n_gpu, .gpu_mem_mib = gpu_mem };
+    snprintf(s.name, sizeof(s.name), "%s", name);
+    snprintf(s.model, sizeof(s.model), "A100");
+    for (int g = 0; g < n_gpu; g++)
+        s.gpu_free[g] = free_ ? free_[g] : 1000;
+    return s;
+}
+
+static struct ex_pod share_pod(const char *uid, int pct) {
+    struct ex_pod p = { .cpu = 1000, .mem = 1024, .compute_pct = pct };
+    snprintf(p.uid, sizeof(p.uid), "%s", uid);
+    return p;
+}
+
+/* Two GPUs with 0.4 free each: the node's sum (0.8) would take a 0.5 pod, no GPU does. */
+static void test_filter_per_gpu_fit(void **state) {
+    (void)state;
+    const int split[] = { 400, 400 }, one[] = { 600, 0 };
+    struct ex_node_spec ns[] = { node("split", 2, split, 81920), node("one", 2, one, 81920) };
+    struct ex_model m;
+    char err[256], why[EX_REASON_MAX];
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 2, err, sizeof(err)), 0);
+    struct ex_pod p = share_pod("u1", 50);
+    assert_int_equal(ex_filter(&m, &p, "split", why, sizeof(why)), EX_FAIL);
+    assert_non_null(strstr(why, "no single GPU has 500 milli-GPU free"));
+    assert_non_null(strstr(why, "400,400; 800 in all"));
+    assert_int_equal(ex_filter(&m, &p, "one", why, sizeof(why)), EX_FIT);
+    /* 0.4 fits both */
+    struct ex_pod small = share_pod("u2", 40);
+    assert_int_equal(ex_filter(&m, &small, "split", why, sizeof(why)), EX_FIT);
+    /* a node it does not know: unresolvable for a GPU pod, fine for a CPU-only one */
+    assert_int_equal(ex_filter(&m, &p, "ghost", why, sizeof(why)), EX_UNRESOLVABLE);
+    struct ex_pod cpu = { .cpu = 500 };
+    assert_int_equal(ex_filter(&m, &cpu, "ghost", why, sizeof(why)), EX_FIT);
+    /* whole GPUs: two asked, one free */
+    const int one_free[] = { 1000, 300 };
+    ex_model_free(&m);
+    ns[0] = node("n", 2, one_free, 81920);
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 1, err, sizeof(err)), 0);
+    struct ex_pod two = { .gpus = 2 };
+    assert_int_equal(ex_filter(&m, &two, "n", why, sizeof(why)), EX_FAIL);
+    assert_non_null(strstr(why, "fewer than 2 GPUs have 1000 milli-GPU free"));
+    struct ex_pod three = { .gpus = 3 };
+    assert_int_equal(ex_filter(&m, &three, "n", why, sizeof(why)), EX_UNRESOLVABLE);
+    ex_model_free(&m);
+}
+
+/* Memory shares are fractions of the node's GPU size; impossible requests are unresolvable. */
+static void test_memory_share(void **state) {
+    (void)state;
+    const int f[] = { 300, 1000 };
+    struct ex_node_spec ns[] = { node("big", 2, f, 81920), node("small", 1, NULL, 24576), node("unknown", 1, NULL, 0) };
+    struct ex_model m;
+    char err[256], why[EX_REASON_MAX];
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 3, err, sizeof(err)), 0);
+    struct ex_pod p = { .gpu_mem_mib = 20480 }; /* 20 GiB: 250 milli of 80 GiB, 834 of 24 GiB */
+    struct pl_pod q;
+    assert_int_equal(ex_pod_on_node(&m, 0, &p, &q, why, sizeof(why)), 0);
+    assert_int_equal(q.gpu_milli, 250);
+    assert_int_equal(q.num_gpu, 1);
+    assert_int_equal(ex_pod_on_node(&m, 1, &p, &q, why, sizeof(why)), 0);
+    assert_int_equal(q.gpu_milli, 834);
+    assert_int_equal(ex_filter(&m, &p, "unknown", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "not known"));
+    p.gpu_mem_mib = 40960; /* more than the small GPU has */
+    assert_int_equal(ex_filter(&m, &p, "small", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "24576 MiB"));
+    /* compute and memory: the larger fraction */
+    p = (struct ex_pod){ .gpu_mem_mib = 10240, .compute_pct = 30 };
+    assert_int_equal(ex_pod_on_node(&m, 0, &p, &q, why, sizeof(why)), 0);
+    assert_int_equal(q.gpu_milli, 300);
+    /* a share with a whole-GPU count */
+    p.gpus = 1;
+    assert_int_equal(ex_filter(&m, &p, "big", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "whole-GPU count"));
+    ex_model_free(&m);
+}
+
+/* prioritize orders the nodes as the engine's score does, best 10, unfit 0. */
+static void test_prioritize_follows_engine(void **state) {
+    (void)state;
+    const int a[] = { 1000, 1000, 1000, 1000 }, b[] = { 500, 1000, 1000, 1000 }, c[] = { 250, 0, 0, 0 },
+              d[] = { 700, 700, 1000, 1000 };
+    struct ex_node_spec ns[] = { node("a", 4, a, 81920), node("b", 4, b, 81920), node("c", 4, c, 81920),
+                                 node("d", 4, d, 81920) };
+    enum pl_policy pols[] = { PL_FGD, PL_GPUSLICE };
+    for (size_t k = 0; k < 2; k++) {
+        struct ex_model m;
+        char err[256];
+        assert_int_equal(ex_model_init(&m, pols[k], ns, 4, err, sizeof(err)), 0);
+        /* a workload for the policies to learn: half and quarter GPUs */
+        for (int i = 0; i < 200; i++) {
+            char uid[16];
+            snprintf(uid, sizeof(uid), "w%d", i);
+            struct ex_pod w = share_pod(uid, i % 2 ? 50 : 25);
+            ex_observe(&m, &w);
+        }
+        struct ex_pod p = share_pod("x", 50);
+        const char *names[] = { "a", "b", "c", "d", "ghost" };
+        int64_t sc[5];
+        ex_prioritize(&m, &p, names, 5, sc);
+        int64_t raw[4];
+        int best = -1;
+        for (int i = 0; i < 4; i++) {
+            struct pl_pod q;
+            char why[EX_REASON_MAX];
+            assert_int_equal(ex_pod_on_node(&m, (size_t)i, &p, &q, why, sizeof(why)), 0);
+            int r = pl_score_node(&m.c, pols[k], (size_t)i, &q, &raw[i], NULL);
+            if (i == 2) {
+                assert_int_equal(r, -ENOSPC); /* 250 free: a 500 pod does not fit */
+                assert_int_equal(sc[i], 0);
+                continue;
+            }
+            assert_int_equal(r, 0);
+            assert_in_range(sc[i], 1, EX_MAX_PRIORITY);
+            if (best < 0 || raw[i] > raw[best])
+                best = i;
+        }
+        assert_int_equal(sc[4], 0);
+        assert_int_equal(sc[best], EX_MAX_PRIORITY);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                if (i != 2 && j != 2 && raw[i] > raw[j])
+                    assert_true(sc[i] >= sc[j]);
+        /* the engine's own decision picks a node of the top score */
+        struct pl_pod q;
+        char why[EX_REASON_MAX];
+        ex_pod_on_node(&m, 0, &p, &q, why, sizeof(why));
+        struct pl_choice ch;
+        assert_int_equal(pl_schedule(&m.c, pols[k], &q, NULL, &ch), 0);
+        assert_int_equal(sc[ch.node], EX_MAX_PRIORITY);
+        ex_model_free(&m);
+    }
+}
+
+/* bind takes the policy's GPU and commits it: the next filter sees the GPU's new free share. */
+static void test_bind_commits(void **state) {
+    (void)state;
+    const int f[] = { 600, 1000 };
+    struct ex_node_spec ns[] = { node("n", 2, f, 81920) };
+    struct ex_model m;
+    char err[256], why[EX_REASON_MAX];
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 1, err, sizeof(err)), 0);
+    struct ex_pod p = share_pod("u1", 50);
+    struct pl_choice ch;
+    assert_int_equal(ex_bind(&m, &p, "n", &ch, why, sizeof(why)), 0);
+    assert_int_equal(ch.n_gpus, 1);
+    int g = ch.gpus[0];
+    assert_int_equal(m.c.nodes[0].gpu_free[g], (g == 0 ? 600 : 1000) - 500);
+    assert_int_equal(ex_bind(&m, &p, "n", &ch, why, sizeof(why)), -EALREADY);
+    assert_int_equal(ch.gpus[0], g);
+    assert_non_null(ex_find_bound(&m, "u1"));
+    struct ex_pod q = share_pod("u2", 60);
+    struct pl_choice same = { .n_gpus = 1, .gpus = { g } }, other = { .n_gpus = 1, .gpus = { 1 - g } };
+    assert_int_equal(ex_commit(&m, &q, "n", &same), -ENOSPC); /* 100 or 500 left there */
+    assert_int_equal(ex_commit(&m, &q, "n", &other), 0);
+    assert_int_equal(m.c.nodes[0].gpu_free[1 - g], (g == 0 ? 1000 : 600) - 600);
+    struct pl_choice bad = { .n_gpus = 1, .gpus = { 7 } };
+    struct ex_pod q2 = share_pod("u4", 10);
+    assert_int_equal(ex_commit(&m, &q2, "n", &bad), -EINVAL);
+    assert_int_equal(ex_bind(&m, &p, "ghost", &ch, why, sizeof(why)), -EALREADY); /* by uid first */
+    struct ex_pod r = share_pod("u3", 10);
+    assert_int_equal(ex_bind(&m, &r, "ghost", &ch, why, sizeof(why)), -ENOENT);
+    ex_model_free(&m);
+    /* duplicate names are refused */
+    struct ex_node_spec dup[] = { node("n", 1, NULL, 0), node("n", 1, NULL, 0) };
+    assert_int_equal(ex_model_init(&m, PL_FGD, dup, 2, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "node n: listed twice"));
+    assert_int_equal(ex_model_init(&m, PL_RANDOM, dup, 1, err, sizeof(err)), -EINVAL);
+}
+
+static void test_quantity(void **state) {
+    (void)state;
+    int64_t v;
+    assert_int_equal(ex_quantity_milli("500m", &v), 0);
+    assert_int_equal(v, 500);
+    assert_int_equal(ex_quantity_milli("2", &v), 0);
+    assert_int_equal(v, 2000);
+    assert_int_equal(ex_quantity_milli("1.5", &v), 0);
+    assert_int_equal(v, 1500);
+    assert_int_equal(ex_quantity_milli("1Gi", &v), 0);
+    assert_true(v == 1073741824LL * 1000);
+    assert_int_equal(ex_quantity_milli("10G", &v), 0);
+    assert_true(v == 10000000000LL * 1000);
+    assert_int_equal(ex_quantity_milli("1e3", &v), 0);
+    assert_int_equal(v, 1000000);
+    assert_int_equal(ex_quantity_milli("0.1m", &v), 0);
+    assert_int_equal(v, 1); /* rounded up */
+    assert_int_equal(ex_quantity_milli("-1", &v), -EINVAL);
+    assert_int_equal(ex_quantity_milli("1x", &v), -EINVAL);
+    assert_int_equal(ex_quantity_milli("", &v), -EINVAL);
+    assert_int_equal(ex_quantity_milli("1e", &v), -EINVAL);
+    assert_int_equal(ex_quantity_milli("9Ei", &v), -ERANGE);
+}
+
+static const char args_json[] =
+    "{\"Pod\": {\"metadata\": {\"name\": \"p\", \"namespace\": \"ns\", \"uid\": \"u-1\"},"
+    " \"spec\": {\"initContainers\": [{\"resources\": {\"requests\": {\"cpu\": \"4\"}}}],"
+    "  \"containers\": [{\"resources\": {\"requests\": {\"cpu\": \"500m\", \"memory\": \"1Gi\"},"
+    "    \"limits\": {\"gpuslice.io/gpu-compute\": \"30\", \"gpuslice.io/gpu-memory\": \"10Gi\"}}},"
+    "   {\"resources\": {\"limits\": {\"cpu\": \"1\", \"memory\": \"512Mi\"}}}]}},"
+    " \"nodenames\": [\"n1\", \"n2\"]}";
+
+static void test_args_mapping(void **state) {
+    (void)state;
+    struct ex_args a;
+    char err[256];
+    assert_int_equal(ex_args_parse(args_json, strlen(args_json), &a, err, sizeof(err)), 0);
+    assert_string_equal(a.pod.uid, "u-1");
+    assert_string_equal(a.pod.ns, "ns");
+    assert_string_equal(a.pod.name, "p");
+    assert_int_equal(a.pod.cpu, 4000); /* the init container's 4 > 0.5 + 1 */
+    assert_int_equal(a.pod.mem, 1536);
+    assert_int_equal(a.pod.compute_pct, 30);
+    assert_int_equal(a.pod.gpu_mem_mib, 10240);
+    assert_int_equal(a.pod.gpus, 0);
+    assert_int_equal(a.n_names, 2); /* "nodenames": matched without regard to case */
+    assert_string_equal(a.names[1], "n2");
+    ex_args_free(&a);
+    /* Nodes (nodeCacheCapable false): names from the items */
+    const char *nodes = "{\"Pod\": {\"spec\": {}}, \"Nodes\": {\"items\": [{\"metadata\": {\"name\": \"x\"}}]}}";
+    assert_int_equal(ex_args_parse(nodes, strlen(nodes), &a, err, sizeof(err)), 0);
+    assert_int_equal(a.n_names, 1);
+    assert_string_equal(a.names[0], "x");
+    ex_args_free(&a);
+    struct {
+        const char *in;
+        int r;
+        const char *msg;
+    } bad[] = {
+        { "{", -EBADMSG, "ExtenderArgs: at byte 1: expected a key" },
+        { "{\"Pod\": {}, \"NodeNames\": []} x", -EBADMSG, "text after the object" },
+        { "{\"Pod\": {\"a\": [1, 2,]}, \"NodeNames\": []}", -EBADMSG, "not JSON" },
+        { "{\"Pod\": {}, \"NodeNames\": [\"a\\u0041\"]}", -EBADMSG, "NodeNames[0]: not a node name" },
+        { "[]", -EBADMSG, "not a JSON object" },
+        { "{\"NodeNames\": []}", -EBADMSG, "no Pod" },
+        { "{\"Pod\": {}}", -EBADMSG, "neither NodeNames nor Nodes" },
+        { "{\"Pod\": {}, \"NodeNames\": [1]}", -EBADMSG, "NodeNames[0]: not a node name" },
+        { "{\"Pod\": {\"spec\": {\"containers\": [{}, {\"resources\": {\"requests\": {\"cpu\": \"5x\"}}}]}}, "
+          "\"NodeNames\": []}",
+          -EINVAL, "Pod.spec.containers[1].resources.requests.cpu: '5x': not a quantity" },
+        { "{\"Pod\": {\"spec\": {\"containers\": [{\"resources\": {\"limits\": {\"nvidia.com/gpu\": \"500m\"}}}]}}, "
+          "\"NodeNames\": []}",
+          -EINVAL, "whole devices" },
+        { "{\"Pod\": {}, \"Pod\": {}, \"NodeNames\": []}", -EBADMSG, "duplicate" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(ex_args_parse(bad[i].in, strlen(bad[i].in), &a, err, sizeof(err)), bad[i].r);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("%s: '%s' lacks '%s'", bad[i].in, err, bad[i].msg);
+    }
+}
+
+static void test_render(void **state) {
+    (void)state;
+    const char *names[] = { "a", "b", "c" };
+    enum ex_verdict v[] = { EX_FIT, EX_FAIL, EX_UNRESOLVABLE };
+    char why[3][EX_REASON_MAX] = { "", "no single GPU", "no GPUs" };
+    size_t len;
+    char *t = ex_filter_render(names, v, why, 3, &len);
+    assert_non_null(t);
+    json_t *j = json_loads(t, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(json_object_get(j, "NodeNames")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "NodeNames"), 0)), "a");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "FailedNodes"), "b")), "no single GPU");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "FailedAndUnresolvableNodes"), "c")),
+                        "no GPUs");
+    assert_string_equal(json_string_value(json_object_get(j, "Error")), "");
+    assert_int_equal(strlen(t), len);
+    json_decref(j);
+    free(t);
+    int64_t sc[] = { 10, 0, 3 };
+    t = ex_priorities_render(names, sc, 3, &len);
+    assert_string_equal(t, "[{\"Host\":\"a\",\"Score\":10},{\"Host\":\"b\",\"Score\":0},{\"Host\":\"c\",\"Score\":3}]");
+    free(t);
+    struct ex_bind_args b;
+    char err[256];
+    const char *bj = "{\"PodName\":\"p\",\"PodNamespace\":\"ns\",\"PodUID\":\"u\",\"Node\":\"n1\"}";
+    assert_int_equal(ex_bind_args_parse(bj, strlen(bj), &b, err, sizeof(err)), 0);
+    assert_string_equal(b.node, "n1");
+    assert_string_equal(b.uid, "u");
+    assert_int_equal(ex_bind_args_parse("{\"PodName\":\"p\"}", 15, &b, err, sizeof(err)), -EBADMSG);
+    assert_non_null(strstr(err, "PodNamespace"));
+}
+
+static void test_snapshot(void **state) {
+    (void)state;
+    const char *js = "{\"nodes\": [{\"name\": \"n1\", \"cpuMilli\": 8000, \"gpuModel\": \"T4\", \"gpuFree\": [400, 400]},"
+                     " {\"name\": \"n2\", \"gpus\": 2}]}";
+    struct ex_node_spec *ns;
+    size_t n;
+    char err[256];
+    assert_int_equal(ex_snapshot_parse(js, strlen(js), "s.json", &ns, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ns[0].n_gpu, 2);
+    assert_int_equal(ns[0].gpu_free[1], 400);
+    assert_int_equal(ns[1].gpu_free[1], 1000);
+    free(ns);
+    const char *bad = "{\"nodes\": [{\"name\": \"n1\", \"gpus\": 1, \"gpuFree\": [400, 400]}]}";
+    assert_int_equal(ex_snapshot_parse(bad, strlen(bad), "s.json", &ns, &n, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "s.json: nodes[0].gpuFree: 2 values for 1 GPUs");
+    const char *bad2 = "{\"nodes\": [{\"name\": \"n1\", \"gpuFree\": [1001]}]}";
+    assert_int_equal(ex_snapshot_parse(bad2, strlen(bad2), "s.json", &ns, &n, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "s.json: nodes[0].gpuFree[0]: expected milli-GPU 0..1000");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_filter_per_gpu_fit),
+        cmocka_unit_test(test_memory_share),
+        cmocka_unit_test(test_prioritize_follows_engine),
+        cmocka_unit_test(test_bind_commits),
+        cmocka_unit_test(test_quantity),
+        cmocka_unit_test(test_args_mapping),
+        cmocka_unit_test(test_render),
+        cmocka_unit_test(test_snapshot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
