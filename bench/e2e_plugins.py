@@ -16,7 +16,7 @@ turn on the same simulated node with the same NVIDIA config, registered with the
     checkpoint no longer lists a device of that GPU as healthy (its inode and mtime polled every
     1 ms; from before the `sim xid` command, whose own time is recorded too), and until
     the Node's allocatable in the API server changes (polled every 20 ms; the kubelet reports node
-    status every 2 s in this cluster), which devices went, and whether they come back (gpuslice:
+    status every 2 s in this cluster: each Xid comes after a random wait of 0-2 s), which devices went, and whether they come back (gpuslice:
     after its quiet period; NVIDIA's plugin: waited for --nvidia-recovery-wait seconds, then
     restarted for the next trial).
 
@@ -36,6 +36,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import ssl
@@ -55,6 +56,7 @@ CONFIGS = {  # name: (NVIDIA config, node, hand-made MIG instances (gpu, profile
                   ((0, "3g.40gb", 0), (0, "1g.10gb", 6), (1, "7g.80gb", 0), (2, "2g.20gb", 0))),
 }
 ALLOC = "kubelet_device_plugin_alloc_duration_seconds"
+RNG = random.Random(18)
 
 
 class BenchError(Exception):
@@ -321,6 +323,10 @@ def xid_trial(turn, api, recover_wait):
     base_ck = healthy_in_checkpoint(turn)
     if allocatable() != turn.want or not base_ck or any(len(v) != turn.want[r] for r, v in base_ck.items()):
         raise BenchError(f"{turn.plugin}: not every device healthy before the Xid: {allocatable()}")
+    # the kubelet reports node status every 2 s: an Xid at a random point of that period, not at
+    # the same point after the last change every time
+    phase = RNG.uniform(0, 2.0)
+    time.sleep(phase)
     t0 = time.monotonic()
     turn.gs("sim", "xid", "0", str(XID))
     t_cli = time.monotonic() - t0
@@ -362,7 +368,7 @@ def xid_trial(turn, api, recover_wait):
             break
         time.sleep(0.1)
     return {"cli_ms": t_cli * 1e3, "checkpoint_ms": ck, "api_s": t_api, "first_allocatable": got,
-            "allocatable": settled, "went": went, "back_s": back, "waited_s": recover_wait}
+            "allocatable": settled, "went": went, "back_s": back, "waited_s": recover_wait, "phase_s": phase}
 
 
 def one_turn(cluster, api, kubelet, plugin, plugin_bin, config):
