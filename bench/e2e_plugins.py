@@ -16,9 +16,9 @@ turn on the same simulated node with the same NVIDIA config, registered with the
     checkpoint no longer lists a device of that GPU as healthy (its inode and mtime polled every
     1 ms; from before the `sim xid` command, whose own time is recorded too), and until
     the Node's allocatable in the API server changes (polled every 20 ms; the kubelet reports node
-    status every 2 s in this cluster: each Xid comes after a random wait of 0-2 s), which devices went, and whether they come back (gpuslice:
-    after its quiet period; NVIDIA's plugin: waited for --nvidia-recovery-wait seconds, then
-    restarted for the next trial).
+    status every 2 s in this cluster: each Xid comes after a random wait of 0-2 s), which devices
+    went, and whether they come back (gpuslice: after its quiet period; NVIDIA's plugin: waited
+    for --nvidia-recovery-wait seconds, then restarted for the next trial).
 
 It brings up a cluster of its own (tests/e2e/cluster.sh up, GS_E2E_PORT_BASE chooses its ports)
 and takes it down at the end (its directory removed after a good run, kept with its logs after a
@@ -474,7 +474,8 @@ def table(results):
             backs = [x["back_s"] for x in xs if x["back_s"] is not None]
             waited = [x for x in xs if x["waited_s"]]
             lines.append(f"\n{p}: the Xid took out (devices of GPU 0 per resource) {'; '.join(went)}; "
-                         f"allocatable became {'; '.join(alloc)}; back in {len(backs)} of {len(waited)} trials waited for"
+                         f"allocatable became {'; '.join(alloc)}; "
+                         f"back in {len(backs)} of {len(waited)} trials waited for"
                          + (f" (after {spread(backs, '{:.1f}')} s)" if backs else "")
                          + (f", each waited for at most {max(x['waited_s'] for x in waited):.0f} s" if waited else ""))
     return "\n".join(lines)
