@@ -53,7 +53,7 @@ static const char *const mps_resource_keys[] = { "name", "rename", "devices", "r
                                                  "pinnedMemoryPerReplica", "memoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
 static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", "coexistence", "labels", NULL };
-static const char *const coexistence_keys[] = { "otherPlugin", NULL };
+static const char *const coexistence_keys[] = { "otherPlugin", "otherMigManager", NULL };
 static const char *const labels_keys[] = { "nvidiaNames", NULL };
 static const char *const gpuslice_mps_keys[] = { "exclusiveProcess", NULL };
 static const char *const mig_keys[] = { "config", "layoutFile", "force", NULL };
@@ -64,6 +64,7 @@ static const char *const health_keys[] = { "ignoredXids", "recoveryQuietPeriod",
 /* Same order as the enums in policy.h. */
 static const char *const mig_values[] = { "none", "single", "mixed", NULL };
 static const char *const other_plugin_values[] = { "refuse", "warn", "share", NULL };
+static const char *const other_mig_manager_values[] = { "refuse", "warn", NULL };
 static const char *const id_values[] = { "uuid", "index", NULL };
 static const char *const alloc_values[] = { "distributed", "packed", "fragmentation", NULL };
 static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };
@@ -1110,7 +1111,8 @@ static int parse_gpuslice_mps(struct gs_yaml *y, const yaml_node_t *map, struct 
 }
 
 /* gpuslice.coexistence: what the agent does beside another device plugin serving one of its
- * resources (src/agent/coexist.c). */
+ * resources, and beside NVIDIA's MIG manager's nvidia.com/mig.config label on its Node
+ * (src/agent/coexist.c). */
 static int parse_coexistence(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "gpuslice.coexistence", coexistence_keys);
     if (r < 0)
@@ -1120,6 +1122,11 @@ static int parse_coexistence(struct gs_yaml *y, const yaml_node_t *map, struct g
     if (node && (r = gs_yaml_enum(y, node, "gpuslice.coexistence.otherPlugin", other_plugin_values, &v)) < 0)
         return r;
     p->other_plugin = (enum gs_other_plugin)v;
+    node = gs_yaml_map_get(y, map, "otherMigManager");
+    v = 0;
+    if (node && (r = gs_yaml_enum(y, node, "gpuslice.coexistence.otherMigManager", other_mig_manager_values, &v)) < 0)
+        return r;
+    p->other_mig_manager = (enum gs_other_mig_manager)v;
     return 0;
 }
 

@@ -73,6 +73,8 @@ enum gs_alloc_policy { GS_ALLOC_DISTRIBUTED = 0, GS_ALLOC_PACKED, GS_ALLOC_FRAGM
 enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
 /* gpuslice.coexistence.otherPlugin: beside another plugin serving one of our resources. */
 enum gs_other_plugin { GS_OTHER_REFUSE = 0, GS_OTHER_WARN, GS_OTHER_SHARE };
+/* gpuslice.coexistence.otherMigManager: beside NVIDIA's MIG manager's nvidia.com/mig.config label. */
+enum gs_other_mig_manager { GS_OTHER_MIG_REFUSE = 0, GS_OTHER_MIG_WARN };
 enum gs_list_strategy {
     GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3
 };
@@ -156,6 +158,7 @@ struct gs_policy {
     bool mig_force;                       /* gpuslice.mig.force: destroy instances in use */
 
     enum gs_other_plugin other_plugin;    /* gpuslice.coexistence.otherPlugin, default refuse */
+    enum gs_other_mig_manager other_mig_manager; /* gpuslice.coexistence.otherMigManager, default refuse */
     bool labels_nvidia_names;             /* gpuslice.labels.nvidiaNames: GFD's label names too */
 
     unsigned n_ignored_xids;

@@ -520,6 +520,28 @@ static void test_mps_percentages(void **state) {
     }
 }
 
+/* gpuslice.coexistence: both keys, each default refuse, each on its own. */
+static void test_coexistence(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    static const struct {
+        const char *text;
+        enum gs_other_plugin plugin;
+        enum gs_other_mig_manager mig;
+    } cases[] = {
+        { "version: v1\n", GS_OTHER_REFUSE, GS_OTHER_MIG_REFUSE },
+        { "gpuslice:\n  coexistence:\n    otherMigManager: warn\n", GS_OTHER_REFUSE, GS_OTHER_MIG_WARN },
+        { "gpuslice:\n  coexistence:\n    otherPlugin: share\n    otherMigManager: refuse\n", GS_OTHER_SHARE,
+          GS_OTHER_MIG_REFUSE },
+        { "gpuslice:\n  coexistence:\n    otherPlugin: warn\n", GS_OTHER_WARN, GS_OTHER_MIG_REFUSE },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(cases); i++) {
+        parse_ok(cases[i].text, p);
+        assert_int_equal(p->other_plugin, cases[i].plugin);
+        assert_int_equal(p->other_mig_manager, cases[i].mig);
+    }
+}
+
 static void test_health(void **state) {
     (void)state;
     _cleanup_free_ struct gs_policy *p = new_policy();
@@ -916,7 +938,9 @@ static const struct bad_case bad_cases[] = {
     { "otherPlugin bad", "gpuslice:\n  coexistence:\n    otherPlugin: yield\n",
       "t.yaml:3:18: gpuslice.coexistence.otherPlugin: invalid value 'yield'; expected one of: refuse, warn, share" },
     { "coexistence unknown key", "gpuslice:\n  coexistence:\n    other: warn\n",
-      "t.yaml:3:5: gpuslice.coexistence.other: unknown key 'other'; allowed keys: otherPlugin" },
+      "t.yaml:3:5: gpuslice.coexistence.other: unknown key 'other'; allowed keys: otherPlugin, otherMigManager" },
+    { "otherMigManager bad", "gpuslice:\n  coexistence:\n    otherMigManager: share\n",
+      "t.yaml:3:22: gpuslice.coexistence.otherMigManager: invalid value 'share'; expected one of: refuse, warn" },
     { "labels nvidiaNames bad", "gpuslice:\n  labels:\n    nvidiaNames: both\n",
       "t.yaml:3:18: gpuslice.labels.nvidiaNames: invalid value 'both'; expected true or false (or yes/no)" },
     /* gpuslice.gpus rules with mode mps */
@@ -1134,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(test_mps_full),
         cmocka_unit_test(test_mps_rules),
         cmocka_unit_test(test_mps_percentages),
+        cmocka_unit_test(test_coexistence),
         cmocka_unit_test(test_health),
         cmocka_unit_test(test_xid_ignored_defaults),
         cmocka_unit_test(test_warnings),
