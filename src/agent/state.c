@@ -33,6 +33,13 @@ static void set_policy(struct agent *a, struct gs_policy *p) {
         gs_strlcpy(p->driver_root, root, sizeof(p->driver_root));
     if (root && root[0] && !strcmp(p->dev_root, "/"))
         gs_strlcpy(p->dev_root, root, sizeof(p->dev_root));
+    /* gpuslice.dra.gpus: the DRA driver's GPUs; without the key, or without --dra, none (the
+     * device plugins serve every GPU). */
+    if (!a->o->dra && (p->dra_gpus == GS_DRA_ALL || p->dra_gpus == GS_DRA_LIST))
+        log_warn("Policy %s: gpuslice.dra.gpus gives GPUs to the DRA driver, but the agent runs without --dra: the "
+                 "device plugins serve them", a->o->config_path ? a->o->config_path : "(defaults)");
+    if (!a->o->dra || p->dra_gpus == GS_DRA_UNSET)
+        p->dra_gpus = GS_DRA_NONE;
     const struct gs_policy *old = agent_shared_set_policy(&a->shared, p);
     a->policy = p;
     free((void *)old);

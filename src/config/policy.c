@@ -52,7 +52,8 @@ static const char *const ts_resource_keys[] = { "name", "rename", "devices", "re
 static const char *const mps_resource_keys[] = { "name", "rename", "devices", "replicas", "computePerReplica",
                                                  "pinnedMemoryPerReplica", "memoryPerReplica", NULL };
 static const char *const imex_keys[] = { "channelIDs", "required", NULL };
-static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", "coexistence", "labels", NULL };
+static const char *const gpuslice_keys[] = { "gpus", "health", "mig", "mps", "coexistence", "labels", "dra", NULL };
+static const char *const dra_keys[] = { "gpus", NULL };
 static const char *const coexistence_keys[] = { "otherPlugin", "otherMigManager", NULL };
 static const char *const labels_keys[] = { "nvidiaNames", NULL };
 static const char *const gpuslice_mps_keys[] = { "exclusiveProcess", NULL };
@@ -1138,6 +1139,46 @@ static int parse_labels(struct gs_yaml *y, const yaml_node_t *map, struct gs_pol
     return opt_bool(y, map, "gpuslice.labels", "nvidiaNames", &p->labels_nvidia_names);
 }
 
+/* gpuslice.dra: which GPUs the DRA driver serves: none (the default), all, or a list of GPU
+ * indices and UUIDs; the device plugins serve the rest. */
+static int parse_dra(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
+    int r = gs_yaml_check_keys(y, map, "gpuslice.dra", dra_keys);
+    if (r < 0)
+        return r;
+    const char *path = "gpuslice.dra.gpus";
+    const yaml_node_t *node = gs_yaml_map_get(y, map, "gpus");
+    if (!node || gs_yaml_is_null(node))
+        return 0;
+    p->dra_gpus_pos = pos_of(node);
+    if (node->type != YAML_SEQUENCE_NODE) {
+        const char *s;
+        if ((r = gs_yaml_scalar(y, node, path, &s)) < 0)
+            return r;
+        if (strcmp(s, "all") && strcmp(s, "none"))
+            return gs_yaml_error(y, node, path, "'%.64s' is not all, none or a list of GPU indices and UUIDs", s);
+        p->dra_gpus = strcmp(s, "all") == 0 ? GS_DRA_ALL : GS_DRA_NONE;
+        return 0;
+    }
+    size_t n = gs_yaml_seq_len(node);
+    if (n > GS_POLICY_MAX_DEVICES)
+        return gs_yaml_error(y, node, path, "lists %zu GPUs; at most %d are supported", n, GS_POLICY_MAX_DEVICES);
+    for (size_t i = 0; i < n; i++) {
+        char ip[GS_YAML_PATH_MAX];
+        const yaml_node_t *item = gs_yaml_seq_at(y, node, i);
+        gs_yaml_path_index(ip, path, i);
+        if ((r = parse_device_ref(y, item, ip, &p->dra_devices[i])) < 0)
+            return r;
+        if (strncmp(p->dra_devices[i].text, "MIG-", 4) == 0)
+            return gs_yaml_error(y, item, ip, "a MIG device cannot be given to DRA alone; name its GPU");
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(p->dra_devices[j].text, p->dra_devices[i].text) == 0)
+                return gs_yaml_error(y, item, ip, "GPU '%s' is listed twice", p->dra_devices[i].text);
+    }
+    p->n_dra_devices = (unsigned)n;
+    p->dra_gpus = GS_DRA_LIST;
+    return 0;
+}
+
 static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_policy *p) {
     int r = gs_yaml_check_keys(y, map, "gpuslice", gpuslice_keys);
     if (r < 0)
@@ -1172,6 +1213,9 @@ static int parse_gpuslice(struct gs_yaml *y, const yaml_node_t *map, struct gs_p
         return r;
     const yaml_node_t *labels = get_section(y, map, "labels");
     if (labels && (r = parse_labels(y, labels, p)) < 0)
+        return r;
+    const yaml_node_t *dra = get_section(y, map, "dra");
+    if (dra && (r = parse_dra(y, dra, p)) < 0)
         return r;
     return 0;
 }

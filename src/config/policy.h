@@ -47,6 +47,9 @@
  *       config: all-balanced                  # a config of layoutFile, or a built-in layout
  *       layoutFile: /etc/gpuslice/mig.yaml    # optional, mig-parted v1 format
  *       force: false                          # destroy instances that processes use
+ *     dra:                                    # which GPUs the DRA driver serves (agent --dra; docs/dra.md)
+ *       gpus: none | all | ["0", "GPU-..."]   # default none: the device plugins serve every GPU; a GPU
+ *                                             # DRA serves is left out of the device plugins' plan
  *     health:
  *       ignoredXids: [13, 31, 43, 45, 68, 109] # application errors (the default list)
  *       recoveryQuietPeriod: 300s             # Healthy again after this long without a critical Xid
@@ -75,6 +78,8 @@ enum gs_id_strategy { GS_ID_UUID = 0, GS_ID_INDEX };
 enum gs_other_plugin { GS_OTHER_REFUSE = 0, GS_OTHER_WARN, GS_OTHER_SHARE };
 /* gpuslice.coexistence.otherMigManager: beside NVIDIA's MIG manager's nvidia.com/mig.config label. */
 enum gs_other_mig_manager { GS_OTHER_MIG_REFUSE = 0, GS_OTHER_MIG_WARN };
+/* gpuslice.dra.gpus: the GPUs the DRA driver publishes (never also the device plugins). */
+enum gs_dra_gpus { GS_DRA_UNSET = 0, GS_DRA_NONE, GS_DRA_ALL, GS_DRA_LIST };
 enum gs_list_strategy {
     GS_LIST_ENVVAR = 1 << 0, GS_LIST_VOLUME_MOUNTS = 1 << 1, GS_LIST_CDI_ANNOTATIONS = 1 << 2, GS_LIST_CDI_CRI = 1 << 3
 };
@@ -160,6 +165,11 @@ struct gs_policy {
     enum gs_other_plugin other_plugin;    /* gpuslice.coexistence.otherPlugin, default refuse */
     enum gs_other_mig_manager other_mig_manager; /* gpuslice.coexistence.otherMigManager, default refuse */
     bool labels_nvidia_names;             /* gpuslice.labels.nvidiaNames: GFD's label names too */
+
+    enum gs_dra_gpus dra_gpus;            /* gpuslice.dra.gpus (GS_DRA_UNSET: not written) */
+    struct gs_policy_pos dra_gpus_pos;
+    unsigned n_dra_devices;               /* GS_DRA_LIST: GPU indices ("0") or GPU UUIDs */
+    struct gs_device_ref dra_devices[GS_POLICY_MAX_DEVICES];
 
     unsigned n_ignored_xids;
     unsigned long long ignored_xids[GS_POLICY_MAX_XIDS]; /* default 13, 31, 43, 45, 68, 109 */

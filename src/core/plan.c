@@ -580,6 +580,21 @@ static void single_mixed(struct gs_plan *plan, const struct gs_policy *pol) {
     }
 }
 
+bool gs_plan_dra_serves(const struct gs_policy *p, unsigned index, const char *uuid, bool if_unset) {
+    switch (p->dra_gpus) {
+    case GS_DRA_UNSET: return if_unset;
+    case GS_DRA_NONE: return false;
+    case GS_DRA_ALL: return true;
+    case GS_DRA_LIST: break;
+    }
+    char idx[16];
+    snprintf(idx, sizeof(idx), "%u", index);
+    for (unsigned i = 0; i < p->n_dra_devices && i < GS_POLICY_MAX_DEVICES; i++)
+        if (!strcmp(p->dra_devices[i].text, idx) || (uuid && !strcmp(p->dra_devices[i].text, uuid)))
+            return true;
+    return false;
+}
+
 int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, const struct gs_health *health,
                   struct gs_plan *out) {
     memset(out, 0, sizeof(*out));
@@ -593,6 +608,11 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
         if (!g->uuid[0]) {
             gp->mode = GS_MODE_DISABLED;
             warn(out, "GPU %u could not be read (%s): not advertised", g->index, g->error[0] ? g->error : "no UUID");
+            continue;
+        }
+        if (gs_plan_dra_serves(pol, g->index, g->uuid, false)) {
+            gp->mode = GS_MODE_DISABLED; /* the DRA driver's (gpuslice.dra.gpus), never both */
+            gp->dra = true;
             continue;
         }
         bool healthy = !g->lost && !g->error[0] && !(health && i < GS_MAX_GPUS && health->unhealthy[i]);

@@ -50,6 +50,7 @@ struct gs_gpu_plan {
     enum gs_gpu_mode mode;      /* resolved: never GS_MODE_DEFAULT */
     unsigned replicas;          /* time-slicing, MPS */
     const char *resource;       /* points into the plan's resources, NULL if nothing advertised */
+    bool dra;                   /* served by the DRA driver (gpuslice.dra.gpus): mode disabled here */
 };
 
 #define GS_PLAN_MAX_RESOURCES 64
@@ -79,6 +80,11 @@ struct gs_health {
     unsigned withdrawn_gi[GS_MAX_GPUS]; /* bit g: MIG devices of GPU instance g are not advertised
                                            (withdrawn before a MIG apply destroys them) */
 };
+
+/* True if the policy's gpuslice.dra.gpus gives the GPU (NVML index, UUID) to the DRA driver, whose
+ * GPUs the plan leaves out; unset: if_unset (the agent puts "none" in force without the key,
+ * `gpuslice dra slices` previews "all"). */
+bool gs_plan_dra_serves(const struct gs_policy *p, unsigned index, const char *uuid, bool if_unset);
 
 /* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule
  * on a GPU without MIG mode, ...) become warnings; settings this node cannot honour become

@@ -692,6 +692,7 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
     }
     *pol = *policy;
     pol->mig_strategy = GS_MIG_MIXED;
+    pol->dra_gpus = GS_DRA_NONE; /* the plan of every GPU; those DRA serves are picked below */
     /* nor resource names: a time-sliced and an MPS rule under one default name would make the
      * plan leave one of them out; here each rule's devices get a name of their own */
     for (unsigned i = 0; i < pol->n_rules && i < GS_POLICY_MAX_RULES; i++)
@@ -707,6 +708,8 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
         const struct gs_gpu *g = &inv->gpus[i];
         if (g->lost || !g->uuid[0])
             continue; /* a lost GPU is not offered (its identity is the last good read) */
+        if (!gs_plan_dra_serves(policy, g->index, g->uuid, true))
+            continue; /* the device plugins' (gpuslice.dra.gpus; unset: every GPU) */
         r = gpu_devices(&b, i);
         /* MIG on demand: GPUs the policy puts in MIG mode, unless a MIG layout owns them */
         if (!r && plan->gpus[i].mode == GS_MODE_MIG && g->mig_capable && g->mig_current && !policy->mig_config[0])

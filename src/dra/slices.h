@@ -2,6 +2,9 @@
  * (resource.k8s.io/v1, Kubernetes 1.36) as JSON, a pure function of the inventory and the policy
  * (docs/dra.md). No I/O: the REST client (src/kube/) creates or updates the objects.
  *
+ * Only the GPUs the policy's gpuslice.dra.gpus gives the DRA driver (every GPU when the key is
+ * not written: a preview; the agent puts "none" in force then).
+ *
  * One pool per node (pool name = node name), every slice of it with the same generation and
  * resourceSliceCount. Per GPU, by the policy's mode (src/core/plan.h resolves it; DRA ignores
  * flags.migStrategy):

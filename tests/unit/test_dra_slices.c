@@ -582,6 +582,38 @@ static void test_names_valid(void **state) {
     free(inv);
 }
 
+/* gpuslice.dra.gpus: only the GPUs given to DRA are published; unset: every GPU (a preview). */
+static void test_dra_gpus_only(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("580.65.06", 13000);
+    cat_gpu(inv, "L4", false);
+    cat_gpu(inv, "L4", false);
+    cat_gpu(inv, "L4", false);
+    static const struct {
+        const char *yaml;
+        size_t n;
+        bool gpu[3];
+    } cases[] = {
+        { "version: v1\n", 3, { true, true, true } },
+        { "gpuslice:\n  dra:\n    gpus: all\n", 3, { true, true, true } },
+        { "gpuslice:\n  dra:\n    gpus: none\n", 0, { false, false, false } },
+        { "gpuslice:\n  dra:\n    gpus: [\"1\"]\n", 1, { false, true, false } },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(cases); i++) {
+        json_t *s = build(inv, cases[i].yaml, 1);
+        json_t *all = all_devices(s);
+        assert_int_equal(json_array_size(all), cases[i].n);
+        for (unsigned g = 0; g < 3; g++) {
+            char name[16];
+            snprintf(name, sizeof(name), "gpu-%u", g);
+            assert_int_equal(device(s, name) != NULL, cases[i].gpu[g]);
+        }
+        json_decref(all);
+        json_decref(s);
+    }
+    free(inv);
+}
+
 static void test_left_out_and_errors(void **state) {
     (void)state;
     struct gs_inventory *inv = fx_node("580.65.06", 13000);
@@ -651,7 +683,7 @@ int main(void) {
         cmocka_unit_test(test_mig_existing_instances), cmocka_unit_test(test_mig_shared_by_mps),
         cmocka_unit_test(test_split_at_128),         cmocka_unit_test(test_split_counters),
         cmocka_unit_test(test_names_valid),          cmocka_unit_test(test_left_out_and_errors),
-        cmocka_unit_test(test_device_parse),
+        cmocka_unit_test(test_device_parse),        cmocka_unit_test(test_dra_gpus_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -766,6 +766,61 @@ static void test_gpu_of_device_id(void **state) {
     assert_int_equal(gs_inventory_gpu_of_device_id(&inv, ""), -1);
 }
 
+/* gs_plan_dra_serves: gpuslice.dra.gpus by index or UUID; unset: what the caller says. */
+static void test_dra_serves(void **state) {
+    (void)state;
+    const char *u1 = "GPU-00000001-0000-0000-0000-000000000000";
+    struct gs_policy *p = policy("version: v1\n");
+    assert_false(gs_plan_dra_serves(p, 0, u1, false));
+    assert_true(gs_plan_dra_serves(p, 0, u1, true));
+    free(p);
+    p = policy("gpuslice:\n  dra:\n    gpus: all\n");
+    assert_true(gs_plan_dra_serves(p, 5, u1, false));
+    free(p);
+    p = policy("gpuslice:\n  dra:\n    gpus: none\n");
+    assert_false(gs_plan_dra_serves(p, 0, u1, true));
+    free(p);
+    p = policy("gpuslice:\n  dra:\n    gpus: [\"0\", \"GPU-00000001-0000-0000-0000-00000000000A\"]\n");
+    assert_true(gs_plan_dra_serves(p, 0, "GPU-x", false));
+    assert_true(gs_plan_dra_serves(p, 7, "GPU-00000001-0000-0000-0000-00000000000a", false)); /* by UUID */
+    assert_false(gs_plan_dra_serves(p, 1, u1, true));
+    assert_false(gs_plan_dra_serves(p, 1, NULL, true));
+    free(p);
+}
+
+/* gpuslice.dra.gpus: a GPU the DRA driver serves is not the device plugins' (never both). */
+static void test_dra_gpus_left_out(void **state) {
+    (void)state;
+    struct gs_inventory *inv = inv_new(3, "Tesla T4");
+    static const struct {
+        const char *yaml;
+        unsigned devices;
+        bool dra[3];
+    } cases[] = {
+        { "version: v1\n", 3, { false, false, false } },
+        { "gpuslice:\n  dra:\n    gpus: none\n", 3, { false, false, false } },
+        { "gpuslice:\n  dra:\n    gpus: [\"0\", \"GPU-00000002-0000-0000-0000-000000000000\"]\n", 1, { true, false, true } },
+        { "gpuslice:\n  dra:\n    gpus: all\n", 0, { true, true, true } },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gs_policy *pol = policy(cases[i].yaml);
+        struct gs_plan plan;
+        assert_int_equal(gs_plan_build(inv, pol, NULL, &plan), 0);
+        const struct gs_resource *r = gs_plan_resource(&plan, "nvidia.com/gpu");
+        assert_int_equal(r ? r->n_devices : 0, cases[i].devices);
+        for (unsigned g = 0; g < 3; g++) {
+            assert_int_equal(plan.gpus[g].dra, cases[i].dra[g]);
+            if (cases[i].dra[g])
+                assert_int_equal(plan.gpus[g].mode, GS_MODE_DISABLED);
+        }
+        if (cases[i].devices == 1)
+            assert_string_equal(r->devices[0].id, inv->gpus[1].uuid);
+        gs_plan_free(&plan);
+        free(pol);
+    }
+    free(inv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_whole),   cmocka_unit_test(test_nvidia_time_slicing),
@@ -776,6 +831,7 @@ int main(void) {
         cmocka_unit_test(test_quota_larger_than_gpu), cmocka_unit_test(test_single_mixed_node),
         cmocka_unit_test(test_single_profiles_warning),
         cmocka_unit_test(test_gpu_of_device_id),
+        cmocka_unit_test(test_dra_gpus_left_out), cmocka_unit_test(test_dra_serves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

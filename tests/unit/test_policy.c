@@ -542,6 +542,44 @@ static void test_coexistence(void **state) {
     }
 }
 
+/* gpuslice.dra.gpus: which GPUs the DRA driver serves (the device plugins the rest). */
+static void test_dra_gpus(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    parse_ok("version: v1\n", p);
+    assert_int_equal(p->dra_gpus, GS_DRA_UNSET);
+    parse_ok("gpuslice:\n  dra:\n    gpus: all\n", p);
+    assert_int_equal(p->dra_gpus, GS_DRA_ALL);
+    parse_ok("gpuslice:\n  dra:\n    gpus: none\n", p);
+    assert_int_equal(p->dra_gpus, GS_DRA_NONE);
+    parse_ok("gpuslice:\n  dra:\n    gpus: [\"0\", \"GPU-00000001-0000-0000-0000-00000000000A\"]\n", p);
+    assert_int_equal(p->dra_gpus, GS_DRA_LIST);
+    assert_int_equal(p->n_dra_devices, 2);
+    assert_string_equal(p->dra_devices[0].text, "0");
+    assert_string_equal(p->dra_devices[1].text, "GPU-00000001-0000-0000-0000-00000000000a"); /* NVML's case */
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        { "gpuslice:\n  dra:\n    gpus: some\n",
+          "t.yaml:3:11: gpuslice.dra.gpus: 'some' is not all, none or a list of GPU indices and UUIDs" },
+        { "gpuslice:\n  dra:\n    gpus: [\"0\", \"0\"]\n", "t.yaml:3:17: gpuslice.dra.gpus[1]: GPU '0' is listed twice" },
+        { "gpuslice:\n  dra:\n    gpus: [\"64\"]\n",
+          "t.yaml:3:12: gpuslice.dra.gpus[0]: invalid device '64'; expected a GPU index in 0..63, a GPU UUID (GPU-...) "
+          "or a MIG UUID (MIG-...)" },
+        { "gpuslice:\n  dra:\n    gpus: [\"MIG-00000000-0000-0000-0000-000000000000\"]\n",
+          "t.yaml:3:12: gpuslice.dra.gpus[0]: a MIG device cannot be given to DRA alone; name its GPU" },
+        { "gpuslice:\n  dra:\n    devices: all\n", NULL },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(bad); i++) {
+        char err[512] = "";
+        assert_int_equal(parse(bad[i].text, p, err, sizeof(err)), -EINVAL);
+        if (bad[i].want)
+            assert_string_equal(err, bad[i].want);
+        else
+            assert_non_null(strstr(err, "gpuslice.dra"));
+    }
+}
+
 static void test_health(void **state) {
     (void)state;
     _cleanup_free_ struct gs_policy *p = new_policy();
@@ -1160,6 +1198,7 @@ int main(void) {
         cmocka_unit_test(test_mps_percentages),
         cmocka_unit_test(test_coexistence),
         cmocka_unit_test(test_health),
+        cmocka_unit_test(test_dra_gpus),
         cmocka_unit_test(test_xid_ignored_defaults),
         cmocka_unit_test(test_warnings),
         cmocka_unit_test(test_crlf_bom_flow),
