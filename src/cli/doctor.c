@@ -16,6 +16,7 @@
 #include "config/policy.h"
 #include "core/plan.h"
 #include "doctor/doctor.h"
+#include "kube/kube.h"
 #include "kubelet/plugindir.h"
 #include "kubelet/podresources.h"
 #include "mig/migapply.h"
@@ -25,13 +26,14 @@
 #define DEFAULT_CONTAINERD "/etc/containerd/config.toml"
 #define DEFAULT_CRIO "/etc/crio/crio.conf"
 #define OPERATOR_VALIDATIONS "/run/nvidia/validations"
-#define SA_TOKEN "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 struct doc {
     const struct cli *cli;
     struct gs_doc_report rep;
     const char *config, *kubelet_dir, *pod_resources, *cdi_root, *cdi_kind, *guard_root, *proc_root;
     const char *containerd, *crio, *operator_dir;
+    const char *kubeconfig, *node_name; /* the API server's checks (check_api) */
+    bool dra;
     const char *scan[GS_DOC_MAX_DIRS];
     size_t n_scan;
     struct gpu_node *node;
@@ -489,10 +491,7 @@ static void check_dirs(struct doc *d) {
 static void check_operator(struct doc *d) {
     struct stat st;
     bool operator = stat(d->operator_dir, &st) == 0 && S_ISDIR(st.st_mode);
-    bool api = getenv("KUBECONFIG") || access(SA_TOKEN, R_OK) == 0;
-    const char *label = api ? "an API-server token is present, but the doctor has no API-server client: "
-                              "the nvidia.com/mig.config label was not checked"
-                            : "no kubeconfig or in-cluster token: the nvidia.com/mig.config label was not checked";
+    const char *label = "the " GS_DOC_MIG_LABEL " label itself is the api.mig-manager finding's";
     if (operator && d->policy_ok && d->policy.mig_config[0])
         ADD(d, "operator.mig-manager", GS_DOC_WARN,
             "turn NVIDIA's MIG manager off (GPU Operator: migManager.enabled=false; docs/operator.md)",
@@ -503,12 +502,109 @@ static void check_operator(struct doc *d) {
             label);
 }
 
+/* The Node's name as the agent takes it: --node-name, $NODE_NAME (the chart's, from
+ * spec.nodeName), else the host name (the kubelet's default). */
+static const char *node_name(const struct doc *d, char *buf, size_t len, const char **from) {
+    const char *env = getenv("NODE_NAME");
+    if (d->node_name) {
+        *from = "--node-name";
+        return d->node_name;
+    }
+    if (env && env[0]) {
+        *from = "NODE_NAME";
+        return env;
+    }
+    *from = "the host name";
+    if (gethostname(buf, len) < 0)
+        buf[0] = '\0';
+    buf[len - 1] = '\0';
+    for (char *p = buf; *p; p++)
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    return buf;
+}
+
+/* DRA: resource.k8s.io/v1 served, and a SelfSubjectAccessReview of creating ResourceSlices. */
+static void ask_dra(struct kube_client *c, struct gs_doc_api *a, char *api_err, char *sar_err, size_t errlen,
+                    json_t **sar) {
+    a->dra_api_r = kube_get(c, "/apis/resource.k8s.io/v1", NULL, api_err, errlen);
+    a->dra_api_err = api_err;
+    json_t *review = json_pack("{s:s,s:s,s:{s:{s:s,s:s,s:s}}}", "apiVersion", "authorization.k8s.io/v1", "kind",
+                               "SelfSubjectAccessReview", "spec", "resourceAttributes", "group", "resource.k8s.io",
+                               "resource", "resourceslices", "verb", "create");
+    a->sar_r = review ? kube_create(c, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, sar, sar_err,
+                                    errlen)
+                      : -ENOMEM;
+    json_decref(review);
+    a->sar_err = sar_err;
+    json_t *status = a->sar_r == 0 ? json_object_get(*sar, "status") : NULL;
+    a->sar_allowed = json_is_true(json_object_get(status, "allowed"));
+    a->sar_reason = json_string_value(json_object_get(status, "reason"));
+}
+
+/* The API server, when the doctor can reach it (--kubeconfig, else the in-cluster service
+ * account): its own Node (authentication, the name, nvidia.com/mig.config), and DRA's API. Each
+ * request bounded (5 s to connect, 10 s in all). */
+static void check_api(struct doc *d) {
+    struct gs_doc_api a = { .mig_config = d->policy_ok ? d->policy.mig_config : NULL,
+                            .mig_warn = d->policy_ok && d->policy.other_mig_manager == GS_OTHER_MIG_WARN,
+                            .dra = d->dra };
+    char cfg_err[1024], node_err[1024], dra_err[1024], sar_err[1024], host[256], path[KUBE_URL_MAX], source[PATH_MAX + 16];
+    struct kube_config cfg = { 0 };
+    int r;
+    if (d->kubeconfig) {
+        r = kube_config_load(d->kubeconfig, NULL, &cfg, cfg_err, sizeof(cfg_err));
+        snprintf(source, sizeof(source), "--kubeconfig %s", d->kubeconfig);
+    } else {
+        r = kube_config_in_cluster(NULL, &cfg, cfg_err, sizeof(cfg_err));
+        snprintf(source, sizeof(source), "the in-cluster service account");
+        if (r == -ENOENT && !getenv("KUBERNETES_SERVICE_HOST"))
+            snprintf(cfg_err, sizeof(cfg_err), "no --kubeconfig, and not in a cluster (no KUBERNETES_SERVICE_HOST)");
+    }
+    struct kube_limits lim = KUBE_DEFAULT_LIMITS;
+    lim.connect_timeout_ms = 5000;
+    lim.timeout_ms = 10000;
+    lim.max_response = (size_t)4 << 20;
+    struct kube_client *c = NULL;
+    char server[512] = "";
+    if (r == 0) {
+        snprintf(server, sizeof(server), "%s", cfg.server);
+        r = kube_client_new(&cfg, &lim, &c, cfg_err, sizeof(cfg_err));
+    }
+    kube_config_free(&cfg);
+    if (r < 0) {
+        a.why_none = cfg_err;
+        a.bad_config = d->kubeconfig || getenv("KUBERNETES_SERVICE_HOST");
+        gs_doc_api_findings(&d->rep, &a);
+        return;
+    }
+    a.server = server;
+    a.source = source;
+    a.node = node_name(d, host, sizeof(host), &a.node_from);
+    json_t *node = NULL, *sar = NULL;
+    a.node_r = kube_path(path, sizeof(path), "v1", NULL, "nodes", a.node);
+    if (a.node_r == 0)
+        a.node_r = kube_get(c, path, &node, node_err, sizeof(node_err));
+    else
+        snprintf(node_err, sizeof(node_err), "'%s' is not a Node name", a.node);
+    a.node_err = node_err;
+    a.mig_label = json_string_value(json_object_get(json_object_get(json_object_get(node, "metadata"), "labels"),
+                                                    GS_DOC_MIG_LABEL));
+    if (d->dra && (a.node_r == 0 || a.node_r == -ENOENT))
+        ask_dra(c, &a, dra_err, sar_err, sizeof(dra_err), &sar);
+    gs_doc_api_findings(&d->rep, &a);
+    json_decref(node);
+    json_decref(sar);
+    kube_client_free(c);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "Usage: gpuslice [GLOBAL OPTIONS] doctor [--config POLICY.yaml] [OPTIONS]\n\n"
             "Checks the node as the agent needs it: NVML and the GPUs, device nodes, privileges, the kubelet's\n"
             "sockets, competing device plugins, the policy and its MIG layout, the container runtime's CDI\n"
-            "setting and directories, the MPS and guard paths. One line per finding with its fix\n"
+            "setting and directories, the MPS and guard paths, the API server (the agent's Node, NVIDIA's MIG\n"
+            "manager's label on it, DRA). One line per finding with its fix\n"
             "(docs/doctor.md). Exit status: 0 ready, 1 not ready (a failed check), 2 usage.\n\n"
             "  -c, --config FILE           the sharing policy, parsed and planned as the agent would\n"
             "  --kubelet-dir DIR           device-plugin directory (default " DEFAULT_KUBELET_DIR ")\n"
@@ -522,13 +618,17 @@ static void usage(FILE *f) {
             "  --guard-root DIR            the guard's files (default /var/lib/gpuslice/guard)\n"
             "  --proc-root DIR             where devices and mig-minors are (default /proc; --sim: ROOT/proc)\n"
             "  --operator-dir DIR          the GPU Operator's validation marks (default " OPERATOR_VALIDATIONS ")\n"
+            "  --kubeconfig FILE           the API server's checks with this kubeconfig (default: the in-cluster\n"
+            "                              service account when in a cluster, else none)\n"
+            "  --node-name NAME            the Node the agent runs as (default $NODE_NAME, else the host name)\n"
+            "  --dra                       the agent serves the DRA driver (agent --dra): check DRA's API and RBAC\n"
             "  --json                      schema gpuslice.doctor/v1 (docs/cli.md)\n"
             "  --termination-log FILE      also write the failures and warnings there (e.g. /dev/termination-log)\n");
 }
 
 int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_POD_RESOURCES, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CDI_DIR, OPT_CONTAINERD, OPT_CRIO,
-           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG };
+           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -542,6 +642,9 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         { "proc-root", required_argument, NULL, OPT_PROC_ROOT },
         { "operator-dir", required_argument, NULL, OPT_OPERATOR },
         { "termination-log", required_argument, NULL, OPT_TERMLOG },
+        { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+        { "node-name", required_argument, NULL, OPT_NODE_NAME },
+        { "dra", no_argument, NULL, OPT_DRA },
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -582,6 +685,13 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         case OPT_PROC_ROOT: d.proc_root = optarg; break;
         case OPT_OPERATOR: d.operator_dir = optarg; break;
         case OPT_TERMLOG: termlog = optarg; break;
+        case OPT_KUBECONFIG: d.kubeconfig = optarg; break;
+        case OPT_NODE_NAME:
+            if (!optarg[0])
+                return cli_usage_error("doctor", "--node-name: empty");
+            d.node_name = optarg;
+            break;
+        case OPT_DRA: d.dra = true; break;
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
@@ -601,6 +711,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     check_cdi_dirs(&d);
     check_dirs(&d);
     check_operator(&d);
+    check_api(&d);
     if (as_json) {
         char *s = gs_doc_json(&d.rep);
         if (s)

@@ -1,6 +1,6 @@
 /* doctor.h: `gpuslice doctor`, the node's readiness for the agent. The findings (report.c) and
  * the parsers of what it reads on the node (parse.c: the container runtime's CDI settings,
- * /proc/self/status) are pure; probe.c holds the I/O (directories, loading a library). The
+ * /proc/self/status) and the API server's answers as findings (api.c) are pure; probe.c holds the I/O (directories, loading a library). The
  * device-plugins directory's socket names, checkpoint and socket probe are kubelet/plugindir.h's,
  * shared with the agent. src/cli/doctor.c runs the checks (docs/doctor.md). */
 #ifndef GS_DOCTOR_H
@@ -47,6 +47,38 @@ char *gs_doc_json(const struct gs_doc_report *r);
  * at a line): the init container's termination message (Kubernetes keeps 4096 bytes). Returns the
  * length written. */
 size_t gs_doc_summary(const struct gs_doc_report *r, char *buf, size_t len);
+
+/* ---- the API server (api.c, pure): what the doctor's requests found, as findings -------------- */
+
+#define GS_DOC_MIG_LABEL "nvidia.com/mig.config" /* NVIDIA's MIG manager acts on it */
+
+/* What src/cli/doctor.c asked the API server (docs/doctor.md, the api findings). Strings may be
+ * NULL where not known. */
+struct gs_doc_api {
+    const char *server;       /* the API server's URL; NULL: no API access */
+    const char *source;       /* how: "--kubeconfig FILE", "the in-cluster service account" */
+    const char *why_none;     /* server NULL: why there is no access, or the configuration's error */
+    bool bad_config;          /* a configuration was given and cannot be used (a fail, not a skip) */
+    const char *node;         /* the Node's name, as the agent will use it */
+    const char *node_from;    /* where the name came from: "--node-name", "NODE_NAME", "the host name" */
+    int node_r;               /* GET /api/v1/nodes/NAME: 0, -EACCES (401), -EPERM (403), -ENOENT, -errno */
+    const char *node_err;     /* its error line */
+    const char *mig_label;    /* the Node's nvidia.com/mig.config value (NULL: absent) */
+    const char *mig_config;   /* the policy's gpuslice.mig.config ("" or NULL: gpuslice leaves MIG alone) */
+    bool mig_warn;            /* gpuslice.coexistence.otherMigManager: warn */
+    bool dra;                 /* the agent serves the DRA driver (--dra) */
+    int dra_api_r;            /* GET /apis/resource.k8s.io/v1 */
+    const char *dra_api_err;
+    int sar_r;                /* the SelfSubjectAccessReview's POST */
+    const char *sar_err;
+    bool sar_allowed;         /* its status.allowed: may create resource.k8s.io resourceslices */
+    const char *sar_reason;   /* its status.reason */
+};
+
+/* Adds the api findings: `api` (access and authentication), `api.node` (the Node exists),
+ * `api.mig-manager` (nvidia.com/mig.config while gpuslice manages MIG), `api.dra` and
+ * `api.dra.rbac` (with --dra). Without access: one `api` warning (a node can work without it). */
+void gs_doc_api_findings(struct gs_doc_report *r, const struct gs_doc_api *a);
 
 /* ---- parsers (parse.c): hostile input, bounded ------------------------------------------------- */
 

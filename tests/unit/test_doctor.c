@@ -1,5 +1,6 @@
 /* test_doctor.c: the doctor's pure parts: the runtime config scanner (containerd 1.7/2.x config
- * versions 2 and 3, CRI-O), the kubelet's checkpoint, socket names, CapEff, the report. */
+ * versions 2 and 3, CRI-O), the kubelet's checkpoint, socket names, CapEff, the report, the API
+ * server's answers as findings. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -232,12 +233,99 @@ static void test_report(void **state) {
     assert_int_equal(r.dropped, 6);
 }
 
+/* The api findings of one set of answers: {check, status, a piece of the message, of the fix}. */
+struct want {
+    const char *check;
+    enum gs_doc_status st;
+    const char *msg, *fix;
+};
+
+static void api_case(const struct gs_doc_api *a, const struct want *w, size_t n) {
+    static struct gs_doc_report r;
+    memset(&r, 0, sizeof(r));
+    gs_doc_api_findings(&r, a);
+    assert_int_equal(r.n, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(r.f[i].check, w[i].check);
+        if (r.f[i].status != w[i].st || !strstr(r.f[i].message, w[i].msg) || !strstr(r.f[i].fix, w[i].fix))
+            fail_msg("finding %zu: %s %s: %s; fix: %s (want %s ... %s)", i, gs_doc_status_name(r.f[i].status),
+                     r.f[i].check, r.f[i].message, r.f[i].fix, w[i].msg, w[i].fix);
+        if (r.f[i].status != GS_DOC_OK)
+            assert_true(r.f[i].fix[0]); /* every problem comes with its fix */
+    }
+}
+
+static void test_api_findings(void **state) {
+    (void)state;
+    struct gs_doc_api none = { .why_none = "not in a cluster" };
+    api_case(&none, (struct want[]){ { "api", GS_DOC_WARN, "no API access (not in a cluster)", "--kubeconfig" } }, 1);
+    none.dra = true;
+    api_case(&none, (struct want[]){ { "api", GS_DOC_WARN, "nvidia.com/mig.config, DRA's API and RBAC", "" } }, 1);
+    struct gs_doc_api bad = { .why_none = "k.yaml:3:1: users[0].user.exec: not supported", .bad_config = true };
+    api_case(&bad, (struct want[]){ { "api", GS_DOC_FAIL, "users[0].user.exec", "correct the kubeconfig" } }, 1);
+
+    struct gs_doc_api a = { .server = "https://10.0.0.1:443", .source = "the in-cluster service account",
+                            .node = "gpu-1", .node_from = "NODE_NAME", .mig_config = "all-1g.10gb" };
+    api_case(&a, (struct want[]){ { "api", GS_DOC_OK, "authenticated, GET /api/v1/nodes/gpu-1", "" },
+                                  { "api.node", GS_DOC_OK, "Node gpu-1 exists (the name from NODE_NAME)", "" },
+                                  { "api.mig-manager", GS_DOC_OK, "no nvidia.com/mig.config label", "" } },
+             3);
+    a.mig_label = "all-balanced";
+    const struct want refuse[] = {
+        { "api", GS_DOC_OK, "", "" },
+        { "api.node", GS_DOC_OK, "", "" },
+        { "api.mig-manager", GS_DOC_FAIL, "nvidia.com/mig.config=all-balanced",
+          "migManager.enabled=false) and remove the label: kubectl label node gpu-1 nvidia.com/mig.config-" },
+    };
+    api_case(&a, refuse, 3);
+    a.mig_warn = true;
+    api_case(&a, (struct want[]){ refuse[0], refuse[1],
+                                  { "api.mig-manager", GS_DOC_WARN, "applies its layout anyway", "migManager" } },
+             3);
+    a.mig_config = ""; /* gpuslice leaves MIG alone: the label is NVIDIA's business */
+    api_case(&a, (struct want[]){ refuse[0], refuse[1], { "api.mig-manager", GS_DOC_OK, "leaves MIG alone", "" } }, 3);
+
+    a.node_r = -EACCES;
+    a.node_err = "GET /api/v1/nodes/gpu-1: 401 Unauthorized: Unauthorized";
+    api_case(&a, (struct want[]){ { "api", GS_DOC_FAIL, "401 Unauthorized", "api-token" } }, 1);
+    a.node_r = -EPERM;
+    a.node_err = "nodes \"gpu-1\" is forbidden";
+    api_case(&a, (struct want[]){ { "api", GS_DOC_FAIL, "may not get Node gpu-1: nodes", "ClusterRole" } }, 1);
+    a.node_r = -ETIMEDOUT;
+    a.node_err = "Timeout was reached";
+    api_case(&a, (struct want[]){ { "api", GS_DOC_WARN, "did not answer: Timeout was reached", "background" } }, 1);
+    a.node_r = -ENOENT;
+    a.dra = true;
+    a.dra_api_r = -ENOENT;
+    a.dra_api_err = "404 Not Found";
+    a.sar_allowed = false;
+    a.sar_reason = "";
+    api_case(&a, (struct want[]){ { "api", GS_DOC_OK, "", "" },
+                                  { "api.node", GS_DOC_FAIL, "no Node gpu-1 (the name from NODE_NAME)", "--node-name" },
+                                  { "api.dra", GS_DOC_FAIL, "404 Not Found", "1.34" },
+                                  { "api.dra.rbac", GS_DOC_FAIL, "may not create resource.k8s.io resourceslices",
+                                    "resourceslices" } },
+             4);
+    a.node_r = 0;
+    a.dra_api_r = 0;
+    a.sar_allowed = true;
+    api_case(&a, (struct want[]){ refuse[0], refuse[1], { "api.mig-manager", GS_DOC_OK, "", "" },
+                                  { "api.dra", GS_DOC_OK, "resource.k8s.io/v1 is served", "" },
+                                  { "api.dra.rbac", GS_DOC_OK, "may create", "" } },
+             5);
+    a.sar_r = -EIO;
+    a.sar_err = "500";
+    api_case(&a, (struct want[]){ refuse[0], refuse[1], { "api.mig-manager", GS_DOC_OK, "", "" },
+                                  { "api.dra", GS_DOC_OK, "", "" }, { "api.dra.rbac", GS_DOC_FAIL, "not known: 500", "" } },
+             5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
         cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint), cmocka_unit_test(test_checkpoint_foreign_nvidia_resource),
         cmocka_unit_test(test_checkpoint_each),
-        cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report),
+        cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report), cmocka_unit_test(test_api_findings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
