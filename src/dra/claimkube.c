@@ -1,0 +1,84 @@
+/* claimkube.c: claims from the API server (see apiserver.h): a GET of the ResourceClaim at
+ * prepare, parsed by dra_claim_parse. Called on the DRA server's thread only. */
+#include "dra/apiserver.h"
+#include "dra/prepare.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+struct dra_claim_kube {
+    struct kube_client *client;
+    unsigned long long down_until_ns; /* fail fast until then: the API server did not answer */
+    char down_why[256];
+};
+
+int dra_claim_kube_new(struct kube_client *c, struct dra_claim_kube **out) {
+    struct dra_claim_kube *k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->client = c;
+    *out = k;
+    return 0;
+}
+
+void dra_claim_kube_free(struct dra_claim_kube *k) {
+    free(k);
+}
+
+/* The errors that say the API server cannot be reached now (not what it answered). */
+static bool unreachable(int r) {
+    return r == -ETIMEDOUT || r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -EPIPE || r == -EPROTO || r == -EIO ||
+           r == -ECANCELED;
+}
+
+static int fetch_kube(void *ctx, const char *driver, const char *ns, const char *name, const char *uid,
+                      struct dra_claim *out, char *err, size_t errlen) {
+    struct dra_claim_kube *k = ctx;
+    unsigned long long now = gs_now_ns();
+    if (now < k->down_until_ns) {
+        snprintf(err, errlen, "ResourceClaim %.63s/%.200s not read: the API server did not answer %.1f s ago (%.200s)",
+                 ns, name, (double)(now + DRA_API_DOWN_MS * 1000000ULL - k->down_until_ns) / 1e9, k->down_why);
+        return -EAGAIN;
+    }
+    char path[KUBE_URL_MAX];
+    if (kube_path(path, sizeof(path), "resource.k8s.io/v1", ns, "resourceclaims", name) < 0) {
+        snprintf(err, errlen, "'%.63s/%.200s' is not a claim's namespace and name", ns, name);
+        return -EINVAL;
+    }
+    json_t *obj = NULL;
+    char why[512];
+    int r = kube_get(k->client, path, &obj, why, sizeof(why));
+    if (r < 0) {
+        if (unreachable(r)) {
+            k->down_until_ns = gs_now_ns() + DRA_API_DOWN_MS * 1000000ULL;
+            gs_strlcpy(k->down_why, why, sizeof(k->down_why));
+            snprintf(err, errlen, "ResourceClaim %.63s/%.200s not read: %.400s", ns, name, why);
+            return -EAGAIN;
+        }
+        if (r == -ENOENT)
+            snprintf(err, errlen, "ResourceClaim %.63s/%.200s not found (%.300s)", ns, name, why);
+        else
+            snprintf(err, errlen, "GET ResourceClaim %.63s/%.200s: %.400s", ns, name, why);
+        return r;
+    }
+    k->down_until_ns = 0;
+    char *text = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    r = dra_claim_parse(text, strlen(text), driver, ns, name, uid, out, why, sizeof(why));
+    free(text);
+    if (r < 0)
+        snprintf(err, errlen, "%.500s", why);
+    return r;
+}
+
+struct dra_claim_source dra_claim_kube_source(struct dra_claim_kube *k) {
+    return (struct dra_claim_source){ k, fetch_kube };
+}
