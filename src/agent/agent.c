@@ -211,6 +211,7 @@ static int setup_jobs(struct agent *a) {
         { "health recovery", LOOP_TICK, 0, agent_recovery_job, NULL },
         { "heap trim", LOOP_TICK, 0, trim_job, NULL },
         { "plan", LOOP_TICK, 0, agent_plan_job, NULL },
+        { "MIG manager", LOOP_KICKED, 0, agent_mig_job, agent_migmgr_due }, /* coexist.c kicks it */
     };
     int ids[GS_ARRAY_SIZE(jobs)];
     for (size_t i = 0; i < GS_ARRAY_SIZE(jobs); i++)
@@ -219,6 +220,7 @@ static int setup_jobs(struct agent *a) {
     a->mps.job = ids[0];
     a->replan_job = ids[1];
     a->policy_job = ids[2];
+    a->migmgr.job = ids[GS_ARRAY_SIZE(jobs) - 1];
     return 0;
 }
 
@@ -266,6 +268,7 @@ static int start_dra(struct agent *a) {
 
 static void teardown(struct agent *a) {
     atomic_store(&a->stop, true); /* the event thread's current wait ends while the rest stops */
+    agent_migmgr_stop(a);
     agent_pub_free(&a->pub);
     agent_mps_stop(a);
     dra_server_stop(a->dra);
@@ -315,6 +318,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     struct dp_handlers h = agent_shared_handlers(&a->shared);
     if (dp_manager_new(o->kubelet_dir, &h, &a->dp) < 0)
         goto out;
+    agent_migmgr_start(a);
     agent_reconcile_mig(a); /* before serving: nothing to withdraw yet */
     if (agent_replan(a, true) < 0 || dp_manager_start(a->dp) < 0)
         goto out;

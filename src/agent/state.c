@@ -324,7 +324,7 @@ static void retry_later(struct agent *a, const char *err) {
 
 /* retry: a pass of the re-lay job over a partial layout. */
 static void reconcile_mig(struct agent *a, bool retry) {
-    if (!a->policy->mig_config[0])
+    if (!a->policy->mig_config[0] || agent_migmgr_blocks(a))
         return;
     struct gs_layout_file *file = NULL;
     char err[1024];
@@ -419,6 +419,11 @@ out:
 }
 
 void agent_reconcile_mig(struct agent *a) { reconcile_mig(a, false); }
+
+void agent_mig_job(void *ctx, uint64_t now_ns) {
+    (void)now_ns;
+    reconcile_mig(ctx, false);
+}
 
 /* While a layout is partial, what pods hold is asked again at the pod attribution's pace: once
  * they release it, the next pass makes the rest of the layout. */

@@ -50,6 +50,7 @@ struct agent {
     struct agent_mps mps;          /* mps_glue.c */
     struct agent_pub pub;          /* publish.c */
     struct agent_coexist coexist;  /* coexist.c: resources other plugins serve, as last checked */
+    struct agent_migmgr migmgr;    /* coexist.c: NVIDIA's MIG manager's label on the Node */
     char attribution_error[256];   /* cleanup.c: why PodResources could not be asked, as last logged */
     char mig_partial[2048];        /* state.c: the reason of the partial MIG layout, as last logged */
 };
@@ -84,5 +85,6 @@ loop_job_fn agent_recovery_job;  /* tick: GPUs quiet for the policy's recovery p
 loop_job_fn agent_plan_job;      /* tick, last: replan; the poll's reconcile_seconds */
 loop_job_fn agent_replan_job;    /* kicked: replan (an MPS daemon changed state) */
 loop_job_fn agent_mig_relay_job; /* tick interval: a partial MIG layout tried again (pods may have gone) */
+loop_job_fn agent_mig_job;       /* kicked: the MIG layout again (NVIDIA's MIG manager's label gone) */
 
 #endif

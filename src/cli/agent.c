@@ -27,7 +27,8 @@ static const char *kind_name(enum gs_dev_kind k) {
 int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
            OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT,
-           OPT_CDI_HOOK, OPT_DRA, OPT_DRA_DRIVER, OPT_DRA_REGISTRY, OPT_DRA_PLUGINS, OPT_DRA_CLAIMS };
+           OPT_CDI_HOOK, OPT_DRA, OPT_DRA_DRIVER, OPT_DRA_REGISTRY, OPT_DRA_PLUGINS, OPT_DRA_CLAIMS, OPT_KUBECONFIG,
+           OPT_NODE_NAME };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -53,6 +54,8 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "kubelet-registry-dir", required_argument, NULL, OPT_DRA_REGISTRY },
         { "kubelet-plugins-dir", required_argument, NULL, OPT_DRA_PLUGINS },
         { "dra-claims-dir", required_argument, NULL, OPT_DRA_CLAIMS },
+        { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+        { "node-name", required_argument, NULL, OPT_NODE_NAME },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -83,6 +86,12 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         case OPT_DRA_REGISTRY: o.dra_registry_dir = optarg; break;
         case OPT_DRA_PLUGINS: o.dra_plugins_dir = optarg; break;
         case OPT_DRA_CLAIMS: o.dra_claims_dir = optarg; break;
+        case OPT_KUBECONFIG: o.kubeconfig = optarg; break;
+        case OPT_NODE_NAME:
+            if (!optarg[0])
+                return cli_usage_error("agent", "--node-name: empty");
+            o.node_name = optarg;
+            break;
         case OPT_GUARD_GC:
         case OPT_GUARD_GRACE:
         case OPT_GUARD_RECONCILE:
@@ -168,7 +177,11 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --kubelet-plugins-dir DIR the kubelet's plugins directory: NAME/dra.sock and the\n"
                    "                            prepared claims' checkpoint (default " DRA_PLUGINS_DIR_DEFAULT ")\n"
                    "  --dra-claims-dir DIR      read each ResourceClaim from DIR/NAMESPACE/NAME.json (as\n"
-                   "                            kubectl get -o json prints it) instead of the API server\n",
+                   "                            kubectl get -o json prints it) instead of the API server\n"
+                   "  --kubeconfig FILE         the API server, to read the agent's Node for NVIDIA's MIG\n"
+                   "                            manager's nvidia.com/mig.config label (default: the in-cluster\n"
+                   "                            service account when in a cluster, else the check is off)\n"
+                   "  --node-name NAME          the agent's Node (default $NODE_NAME, else the host name)\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

@@ -153,8 +153,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class Emulator:
-    def __init__(self, pki):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    def __init__(self, pki, handler=Handler):
+        """handler: Handler or a subclass of it (tests/integration/test_doctor_api.py serves Nodes)."""
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(os.path.join(pki, "server.crt"), os.path.join(pki, "server.key"))
