@@ -97,7 +97,8 @@ def test_plain_manifests_are_what_the_script_renders():
 
 
 def test_default_render_kinds_and_order():
-    assert [o["kind"] for o in default_objects()] == ["ServiceAccount", "ConfigMap", "Service", "DaemonSet"]
+    assert [o["kind"] for o in default_objects()] == ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding",
+                                                      "Service", "DaemonSet"]
     notes = helmchart.notes()
     assert "kubectl -n gpuslice-system logs ds/gpuslice -c agent" in notes
 
@@ -213,6 +214,32 @@ def test_doctor_init_container():
     assert "containerd-config" not in {v["name"] for v in none["volumes"]}
 
 
+def test_api_access_of_the_doctor_and_the_agent():
+    """The doctor and the agent GET their own Node (nvidia.com/mig.config): a token of their own
+    (the pod's automount stays off), NODE_NAME from spec.nodeName, and get on nodes only."""
+    objs = default_objects()
+    role, binding, sa = find(objs, "ClusterRole"), find(objs, "ClusterRoleBinding"), find(objs, "ServiceAccount")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                             {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"],
+                              "verbs": ["create"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": helmchart.NAMESPACE}]
+    spec = pod_spec(objs)
+    vols = {v["name"]: v for v in spec["volumes"]}
+    sources = vols["api-token"]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["path"] == "token"
+    assert sources[1]["configMap"]["name"] == "kube-root-ca.crt"
+    token = {"name": "api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}
+    for c in spec["initContainers"] + spec["containers"]:
+        has = token in c.get("volumeMounts", [])
+        assert has == (c["name"] in ("doctor", "agent")), c["name"]
+        if has:
+            env = {e["name"]: e for e in c["env"]}
+            assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, c["name"]
+
+
 def test_doctor_runs_and_fails_a_broken_node(pods):
     """The rendered doctor container on the simulated node: ready with the agent's mounts and the
     kubelet listening; a stale kubelet.sock fails it, the failure in its termination message."""
@@ -247,7 +274,7 @@ def test_runtime_class_instead_of_driver_root():
     assert "--nvml-lib" not in c["args"]
     assert "driver-root" not in [v["name"] for v in spec["volumes"]]
     assert "driver-root" not in [m["name"] for m in c["volumeMounts"]]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
     other = objects(helmchart.render({"driver": {"root": "/run/nvidia/driver", "nvmlLibrary": "/usr/lib64/libnvidia-ml.so.1"}}))
     args = agent_container(other)["args"]
@@ -317,7 +344,10 @@ def test_plain_manifests_validate_against_kubernetes_api():
 def test_objects_are_consistent(name):
     objs = objects(helmchart.render(RENDERS[name]))
     for o in objs:
-        assert o["metadata"]["namespace"] == helmchart.NAMESPACE, o["kind"]
+        if o["kind"] in ("ClusterRole", "ClusterRoleBinding"):  # cluster-scoped: no namespace
+            assert "namespace" not in o["metadata"], o["kind"]
+        else:
+            assert o["metadata"]["namespace"] == helmchart.NAMESPACE, o["kind"]
         assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
     ds, svc, sa, cm = (find(objs, k) for k in ("DaemonSet", "Service", "ServiceAccount", "ConfigMap"))
     spec = ds["spec"]["template"]["spec"]
@@ -528,6 +558,8 @@ class RenderedPod:
     def env(self, c):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE")}
         for e in c.get("env", []):
+            if "value" not in e:  # valueFrom (NODE_NAME): the kubelet's; no API server here
+                continue
             env[e["name"]] = self.host(e["value"]) if e["value"].startswith("/") else e["value"]
         return env
 

@@ -3,8 +3,8 @@ by tests/deploy/helmchart.py, as the chart tests of tests/deploy render it) and 
 server: `helm template` renders deploy/helm/gpuslice under several value sets, and every object
 is accepted by the API server's own validation (`kubectl apply --dry-run=server`: schemas, defaulting,
 admission with Pod Security at the level the chart's namespace asks for). The default render is
-then applied for real and its ServiceAccount is checked to have no API access (the agent talks to
-the kubelet only; the chart has no RBAC objects, and needs none)."""
+then applied for real and its ServiceAccount is checked to have no API access beyond get on nodes
+(the doctor and the agent read their own Node for nvidia.com/mig.config; rbac-node.yaml)."""
 import os
 import sys
 
@@ -64,8 +64,11 @@ def test_chart_installed_for_real_has_no_api_access(cluster, namespace):
         # no node carries nvidia.com/gpu.present=true here: the DaemonSet schedules nothing
         assert ds.get("desiredNumberScheduled", 0) == 0, ds
         sa = f"system:serviceaccount:{namespace}:{helmchart.RELEASE}"
-        for verb, res in (("get", "pods"), ("list", "nodes"), ("get", "configmaps"), ("create", "events")):
+        for verb, res in (("get", "pods"), ("list", "nodes"), ("get", "configmaps"), ("create", "events"),
+                          ("watch", "nodes"), ("patch", "nodes"), ("get", "secrets")):
             p = cluster.kubectl("auth", "can-i", verb, res, "-n", namespace, "--as", sa, check=False)
             assert p.stdout.strip() == "no", f"{sa} can {verb} {res}: {p.stdout}{p.stderr}"
+        p = cluster.kubectl("auth", "can-i", "get", "nodes", "--as", sa, check=False)
+        assert p.stdout.strip() == "yes", f"{sa} cannot get nodes: {p.stdout}{p.stderr}"
     finally:
         cluster.kubectl("delete", "-f", "-", "--wait=false", input=text, check=False)
