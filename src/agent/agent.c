@@ -253,6 +253,10 @@ static int start_dra(struct agent *a) {
         .plugins_dir = o->dra_plugins_dir ? o->dra_plugins_dir : DRA_PLUGINS_DIR_DEFAULT,
         .cdi_root = o->cdi_root,
         .cdi_kind = o->cdi_kind,
+        .guard_root = o->guard_root,
+        .guard_lib = o->guard_lib,
+        .nvml_lib = gpu_node_lib(a->node), /* MIG on demand: the DRA thread's own handle */
+        .proc_root = o->proc_root,
     };
     if (o->dra_claims_dir)
         d.source = dra_claim_files_source(o->dra_claims_dir);

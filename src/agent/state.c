@@ -141,7 +141,7 @@ void agent_dra_devices(struct agent *a) {
     if (!a->dra)
         return;
     struct dra_device devs[GS_MAX_GPUS];
-    dra_server_set_devices(a->dra, devs, dra_devices_of(a->inv, devs, GS_MAX_GPUS));
+    dra_server_set_devices(a->dra, devs, dra_devices_of(a->inv, a->policy, devs, GS_MAX_GPUS));
 }
 
 int agent_replan(struct agent *a, bool log_warnings) {

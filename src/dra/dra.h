@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config/policy.h"
 #include "core/inventory.h"
 
 #define DRA_DRIVER_DEFAULT "gpu.gpuslice.io"
@@ -77,16 +78,30 @@ struct dra_claim_source {
  * reference). */
 struct dra_claim_source dra_claim_files_source(const char *dir);
 
-/* A device of the node as the driver publishes it: its name in the ResourceSlice and the name of
- * its device in the node's CDI spec (the GPU's UUID). */
+/* How a GPU is shared, from the policy (as the slices publish it: docs/dra.md). */
+enum dra_sharing {
+    DRA_SHARING_EXCLUSIVE,    /* a whole GPU, one claim */
+    DRA_SHARING_TIME_SLICING, /* claims take memory and compute: the guard enforces them */
+    DRA_SHARING_MPS,          /* claims are MPS clients of the GPU's daemon */
+    DRA_SHARING_MIG,          /* MIG mode: claims name MIG placements (src/dra/migdemand.c) */
+};
+
+/* A GPU of the node as the driver publishes it: its name in the ResourceSlice, the name of its
+ * device in the node's CDI spec (the GPU's UUID), and what prepare needs to enforce a share. */
 struct dra_device {
     char name[64];
     char cdi[GS_UUID_LEN];
+    enum dra_sharing sharing;
+    unsigned index, minor, arch;   /* NVML index, /dev/nvidia<minor>, NVML architecture */
+    unsigned long long mem_total;  /* bytes */
+    char mps_root[256];            /* MPS: the policy's root (<root>/<uuid>/pipe, <root>/shm) */
 };
 
-/* The node's devices for the driver: "gpu-<index>" per GPU, lost GPUs included (a claim prepared
- * on one stays valid). Returns the number written (at most max). */
-size_t dra_devices_of(const struct gs_inventory *inv, struct dra_device *out, size_t max);
+/* The node's GPUs for the driver: "gpu-<index>" per GPU, lost GPUs included (a claim prepared
+ * on one stays valid), each with its sharing under policy (NULL: every GPU whole). Returns the
+ * number written (at most max). */
+size_t dra_devices_of(const struct gs_inventory *inv, const struct gs_policy *policy, struct dra_device *out,
+                      size_t max);
 
 struct dra_options {
     const char *driver;       /* DRA_DRIVER_DEFAULT */
@@ -95,6 +110,10 @@ struct dra_options {
     const char *cdi_root;     /* where the claims' transient specs go */
     const char *cdi_kind;     /* the node spec's kind, gpuslice.io/gpu */
     struct dra_claim_source source; /* fetch NULL: every claim fails, saying there is no source */
+    const char *guard_root;   /* shared GPUs: the claims' guard files (GUARD_ROOT/claim-<uid>/) */
+    const char *guard_lib;    /* libgpuslice-guard.so on the host (NULL: time-sliced claims fail) */
+    const char *nvml_lib;     /* MIG on demand: the NVML library the DRA thread opens (NULL: none) */
+    const char *proc_root;    /* /proc: devices, driver/nvidia-caps/mig-minors (MIG devices' nodes) */
 };
 
 struct dra_server;

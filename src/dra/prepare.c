@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cdi/cdi.h"
+#include "dra/slices.h"
 #include "util/util.h"
 
 bool dra_uid_valid(const char *uid) {
@@ -233,17 +234,100 @@ void dra_claim_spec_file(const char *kind, const char *uid, char *buf, size_t le
     snprintf(buf, len, "%s_claim-%s.json", vc, uid);
 }
 
-size_t dra_devices_of(const struct gs_inventory *inv, struct dra_device *out, size_t max) {
+size_t dra_devices_of(const struct gs_inventory *inv, const struct gs_policy *policy, struct dra_device *out,
+                      size_t max) {
+    struct gs_plan *plan = policy ? malloc(sizeof(*plan)) : NULL;
+    if (plan && gs_dra_plan(inv, policy, plan) < 0) {
+        free(plan);
+        plan = NULL; /* out of memory: every GPU whole, which enforces nothing a share needs */
+    }
     size_t n = 0;
     for (unsigned i = 0; i < inv->n_gpus && n < max; i++, n++) {
-        snprintf(out[n].name, sizeof(out[n].name), "gpu-%u", inv->gpus[i].index);
-        gs_strlcpy(out[n].cdi, inv->gpus[i].uuid, sizeof(out[n].cdi));
+        const struct gs_gpu *g = &inv->gpus[i];
+        struct dra_device *d = &out[n];
+        memset(d, 0, sizeof(*d));
+        snprintf(d->name, sizeof(d->name), "gpu-%u", g->index);
+        gs_strlcpy(d->cdi, g->uuid, sizeof(d->cdi));
+        d->index = g->index;
+        d->minor = g->minor;
+        d->arch = g->arch;
+        d->mem_total = g->mem_total;
+        if (policy)
+            gs_strlcpy(d->mps_root, policy->mps_root, sizeof(d->mps_root));
+        switch (plan && i < GS_MAX_GPUS ? plan->gpus[i].mode : GS_MODE_WHOLE) {
+        case GS_MODE_TIME_SLICING: d->sharing = DRA_SHARING_TIME_SLICING; break;
+        case GS_MODE_MPS: d->sharing = DRA_SHARING_MPS; break;
+        case GS_MODE_MIG: d->sharing = DRA_SHARING_MIG; break;
+        default: d->sharing = DRA_SHARING_EXCLUSIVE; break;
+        }
+    }
+    if (plan) {
+        gs_plan_free(plan);
+        free(plan);
     }
     return n;
 }
 
+int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs,
+                const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen) {
+    for (unsigned i = 0; i < c->n_results && i < DRA_MAX_RESULTS; i++) {
+        const struct dra_result *r = &c->results[i];
+        struct gs_dra_device_ref ref;
+        char gpu[64];
+        bool mig = gs_dra_device_parse(r->device, &ref) == 0 && ref.mig;
+        if (mig)
+            snprintf(gpu, sizeof(gpu), "gpu-%u", ref.gpu);
+        out[i] = NULL;
+        for (size_t k = 0; k < n_devs && !out[i]; k++)
+            if (!strcmp(devs[k].name, mig ? gpu : r->device) && (!mig || devs[k].sharing == DRA_SHARING_MIG))
+                out[i] = &devs[k];
+        if (!out[i]) {
+            snprintf(err, errlen, "request %.127s: device %.63s (pool %.200s) is not a device of this node%s",
+                     r->request, r->device, r->pool, mig ? " (its GPU is not in MIG mode by the policy)" : "");
+            return -ENODEV;
+        }
+    }
+    return 0;
+}
+
 int dra_prepare_claim(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs, const char *kind,
                       struct dra_prepared *out, char **spec, char *err, size_t errlen) {
+    const struct dra_device *bound[DRA_MAX_RESULTS];
+    *spec = NULL;
+    memset(out, 0, sizeof(*out));
+    if (!dra_uid_valid(c->uid)) {
+        snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
+        return -EINVAL;
+    }
+    int rc = dra_resolve(c, devs, n_devs, bound, err, errlen);
+    return rc < 0 ? rc : dra_prepare_claim_ex(c, bound, NULL, kind, out, spec, err, errlen);
+}
+
+/* The claim's spec with the edits' device nodes in its device's containerEdits. */
+static int add_nodes(const struct dra_edits *e, char **spec, char *err, size_t errlen) {
+    if (!e || !e->n_nodes)
+        return 0;
+    json_t *root = json_loads(*spec, 0, NULL), *nodes = json_array();
+    json_t *edits = json_object_get(json_array_get(json_object_get(root, "devices"), 0), "containerEdits");
+    for (unsigned i = 0; nodes && i < e->n_nodes; i++)
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:i,s:i}", "path", e->nodes[i].path, "type", "c", "major",
+                                               e->nodes[i].major, "minor", e->nodes[i].minor));
+    char *text = NULL;
+    if (edits && nodes && json_object_set(edits, "deviceNodes", nodes) == 0)
+        text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(nodes);
+    json_decref(root);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    free(*spec);
+    *spec = text;
+    return 0;
+}
+
+int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *const *bound, const struct dra_edits *e,
+                         const char *kind, struct dra_prepared *out, char **spec, char *err, size_t errlen) {
     *spec = NULL;
     memset(out, 0, sizeof(*out));
     if (!dra_uid_valid(c->uid)) {
@@ -256,38 +340,45 @@ int dra_prepare_claim(const struct dra_claim *c, const struct dra_device *devs, 
     char own[64], own_q[GS_UUID_LEN + 64];
     dra_claim_cdi_name(c->uid, own, sizeof(own));
     gs_cdi_qualified(kind, own, own_q, sizeof(own_q));
-    struct gs_alloc_response a;
-    memset(&a, 0, sizeof(a));
+    struct gs_alloc_response *a = calloc(1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
     size_t used = 0;
-    char list[sizeof(a.envs[0].value)] = "";
-    for (unsigned i = 0; i < c->n_results; i++) {
+    char list[sizeof(a->envs[0].value)] = "";
+    for (unsigned i = 0; i < c->n_results && i < DRA_MAX_RESULTS; i++) {
         const struct dra_result *r = &c->results[i];
-        const struct dra_device *d = NULL;
-        for (size_t k = 0; k < n_devs && !d; k++)
-            if (!strcmp(devs[k].name, r->device))
-                d = &devs[k];
-        if (!d) {
-            snprintf(err, errlen, "request %.127s: device %.63s (pool %.200s) is not a device of this node", r->request,
-                     r->device, r->pool);
-            return -ENODEV;
-        }
+        const struct dra_device *d = bound[i];
+        const char *uuid = e && e->uuid[i] ? e->uuid[i] : d->cdi;
         struct dra_prepared_device *p = &out->devices[out->n_devices++];
         gs_strlcpy(p->request, r->request, sizeof(p->request));
         gs_strlcpy(p->pool, r->pool, sizeof(p->pool));
         gs_strlcpy(p->device, r->device, sizeof(p->device));
         gs_strlcpy(p->share_id, r->share_id, sizeof(p->share_id));
-        gs_cdi_qualified(kind, d->cdi, p->cdi[0], sizeof(p->cdi[0]));
+        gs_cdi_qualified(kind, d->cdi, p->cdi[0], sizeof(p->cdi[0])); /* a MIG device's: its GPU's node */
         gs_strlcpy(p->cdi[1], own_q, sizeof(p->cdi[1]));
-        int w = snprintf(list + used, sizeof(list) - used, "%s%s", used ? "," : "", d->cdi);
+        int w = snprintf(list + used, sizeof(list) - used, "%s%s", used ? "," : "", uuid);
         used = w < 0 || (size_t)w >= sizeof(list) - used ? sizeof(list) - 1 : used + (size_t)w;
     }
     /* What the container is told of its claim: which claim, and the GPUs it was given. */
-    snprintf(a.envs[0].key, sizeof(a.envs[0].key), "GPUSLICE_DRA_CLAIM");
-    snprintf(a.envs[0].value, sizeof(a.envs[0].value), "%.63s/%.95s", c->ns, c->name);
-    snprintf(a.envs[1].key, sizeof(a.envs[1].key), "GPUSLICE_DRA_DEVICES");
-    gs_strlcpy(a.envs[1].value, list, sizeof(a.envs[1].value));
-    a.n_envs = 2;
-    return gs_cdi_alloc_spec(kind, own, &a, spec, err, errlen);
+    snprintf(a->envs[0].key, sizeof(a->envs[0].key), "GPUSLICE_DRA_CLAIM");
+    snprintf(a->envs[0].value, sizeof(a->envs[0].value), "%.63s/%.95s", c->ns, c->name);
+    snprintf(a->envs[1].key, sizeof(a->envs[1].key), "GPUSLICE_DRA_DEVICES");
+    gs_strlcpy(a->envs[1].value, list, sizeof(a->envs[1].value));
+    a->n_envs = 2;
+    int rc = 0;
+    for (unsigned i = 0; e && rc == 0 && i < e->extra.n_envs; i++)
+        rc = gs_alloc_add_env(a, e->extra.envs[i].key, e->extra.envs[i].value);
+    for (unsigned i = 0; e && rc == 0 && i < e->extra.n_extra_mounts; i++)
+        rc = gs_alloc_add_mount(a, e->extra.extra_mounts[i].container_path, e->extra.extra_mounts[i].host_path,
+                                e->extra.extra_mounts[i].read_only);
+    if (rc < 0)
+        snprintf(err, errlen, "the claim's environment and mounts do not fit its CDI edits");
+    else if ((rc = gs_cdi_alloc_spec(kind, own, a, spec, err, errlen)) == 0 && (rc = add_nodes(e, spec, err, errlen)) < 0) {
+        free(*spec);
+        *spec = NULL;
+    }
+    free(a);
+    return rc;
 }
 
 /* ---- checkpoint ----------------------------------------------------------------------------- */
@@ -301,17 +392,67 @@ char *dra_checkpoint_render(const struct dra_checkpoint *cp) {
         json_t *devs = json_array();
         for (unsigned k = 0; devs && k < p->n_devices; k++) {
             const struct dra_prepared_device *d = &p->devices[k];
-            json_array_append_new(devs, json_pack("{s:s,s:s,s:s,s:s,s:[s,s]}", "request", d->request, "pool", d->pool,
-                                                  "device", d->device, "shareID", d->share_id, "cdi", d->cdi[0],
-                                                  d->cdi[1]));
+            json_t *dj = json_pack("{s:s,s:s,s:s,s:s,s:[s,s]}", "request", d->request, "pool", d->pool, "device",
+                                   d->device, "shareID", d->share_id, "cdi", d->cdi[0], d->cdi[1]);
+            if (dj && d->mig.on)
+                json_object_set_new(dj, "mig", json_pack("{s:i,s:i,s:i,s:i,s:i,s:s}", "gpu", (int)d->mig.gpu, "profile",
+                                                         (int)d->mig.profile_id, "start", (int)d->mig.start, "gi",
+                                                         d->mig.gi, "ci", d->mig.ci, "uuid", d->mig.uuid));
+            json_array_append_new(devs, dj);
         }
-        json_array_append_new(claims, json_pack("{s:s,s:s,s:s,s:o}", "uid", p->uid, "namespace", p->ns, "name",
-                                                p->name, "devices", devs));
+        json_t *cj = json_pack("{s:s,s:s,s:s,s:o}", "uid", p->uid, "namespace", p->ns, "name", p->name, "devices", devs);
+        if (cj && p->pending)
+            json_object_set_new(cj, "pending", json_true());
+        if (cj && p->guard_dir[0])
+            json_object_set_new(cj, "guard", json_string(p->guard_dir));
+        json_array_append_new(claims, cj);
     }
     json_t *root = json_pack("{s:i,s:o}", "version", CHECKPOINT_VERSION, "claims", claims);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
     json_decref(root);
     return text;
+}
+
+/* A device's "mig" record (absent: none): GPU, profile and start within NVML's ranges, GI and CI
+ * -1 or IDs, a UUID without blanks. */
+static int parse_mig(const json_t *m, const char *where, struct dra_mig_made *out, char *err, size_t errlen) {
+    static const struct {
+        const char *key;
+        long long min, max;
+    } f[] = { { "gpu", 0, GS_MAX_GPUS - 1 }, { "profile", 0, 1 << 20 }, { "start", 0, 7 }, { "gi", -1, 1 << 20 },
+              { "ci", -1, 1 << 20 } };
+    long long v[5];
+    memset(out, 0, sizeof(*out));
+    if (!m)
+        return 0;
+    if (!json_is_object(m)) {
+        snprintf(err, errlen, "%s.mig: not an object", where);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < GS_ARRAY_SIZE(f); i++) {
+        const json_t *x = json_object_get(m, f[i].key);
+        if (!json_is_integer(x) || json_integer_value(x) < f[i].min || json_integer_value(x) > f[i].max) {
+            snprintf(err, errlen, "%s.mig.%s: not an integer %lld..%lld", where, f[i].key, f[i].min, f[i].max);
+            return -EINVAL;
+        }
+        v[i] = json_integer_value(x);
+    }
+    char mw[160];
+    snprintf(mw, sizeof(mw), "%.100s.mig", where);
+    int rc = take_str(m, "uuid", true, out->uuid, sizeof(out->uuid), mw, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (strpbrk(out->uuid, " \t\n/")) {
+        snprintf(err, errlen, "%s.uuid: not a UUID", mw);
+        return -EINVAL;
+    }
+    out->on = true;
+    out->gpu = (unsigned)v[0];
+    out->profile_id = (unsigned)v[1];
+    out->start = (unsigned)v[2];
+    out->gi = (int)v[3];
+    out->ci = (int)v[4];
+    return 0;
 }
 
 static int parse_prepared(const json_t *c, const char *where, struct dra_prepared *p, char *err, size_t errlen) {
@@ -328,6 +469,14 @@ static int parse_prepared(const json_t *c, const char *where, struct dra_prepare
         snprintf(err, errlen, "%s.uid: '%.40s' is not a UID", where, p->uid);
         return -EINVAL;
     }
+    if ((rc = take_str(c, "guard", false, p->guard_dir, sizeof(p->guard_dir), where, err, errlen)) < 0)
+        return rc;
+    const json_t *pending = json_object_get(c, "pending");
+    if (pending && !json_is_boolean(pending)) {
+        snprintf(err, errlen, "%s.pending: not a boolean", where);
+        return -EINVAL;
+    }
+    p->pending = json_is_true(pending);
     const json_t *devs = json_object_get(c, "devices");
     if (!json_is_array(devs) || json_array_size(devs) > DRA_MAX_RESULTS) {
         snprintf(err, errlen, "%s.devices: not a list of at most %d devices", where, DRA_MAX_RESULTS);
@@ -358,6 +507,8 @@ static int parse_prepared(const json_t *c, const char *where, struct dra_prepare
             }
             gs_strlcpy(pd->cdi[j], json_string_value(v), sizeof(pd->cdi[0]));
         }
+        if ((rc = parse_mig(json_object_get(d, "mig"), here, &pd->mig, err, errlen)) < 0)
+            return rc;
         p->n_devices++;
     }
     return 0;

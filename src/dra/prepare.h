@@ -8,9 +8,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/alloc.h"
 #include "dra/dra.h"
 
 #define DRA_CDI_IDS 2 /* per device: the node spec's device, the claim's */
+
+/* A MIG instance a claim's prepare makes on demand (migdemand.c), recorded before and after each
+ * step so that a restart between two steps finds it. */
+struct dra_mig_made {
+    bool on;                 /* this device is a MIG placement made for the claim */
+    unsigned gpu, profile_id, start;
+    int gi, ci;              /* -1: not made yet */
+    char uuid[GS_UUID_LEN];  /* the MIG device's, once its compute instance exists */
+};
 
 struct dra_prepared_device {
     char request[128];
@@ -18,13 +28,40 @@ struct dra_prepared_device {
     char device[64];
     char share_id[40];
     char cdi[DRA_CDI_IDS][GS_UUID_LEN + 64]; /* fully qualified: "gpuslice.io/gpu=GPU-..." */
+    struct dra_mig_made mig;
 };
 
 struct dra_prepared {
     char uid[40], ns[64], name[254];
+    bool pending;            /* prepare began (MIG instances recorded) but has not answered yet */
+    char guard_dir[256];     /* the claim's guard files ("" none) */
     unsigned n_devices;
     struct dra_prepared_device devices[DRA_MAX_RESULTS];
 };
+
+/* What a claim's container gets besides its devices (server.c gathers it: share.c, migdemand.c). */
+#define DRA_MAX_NODES 16
+struct dra_edits {
+    struct gs_alloc_response extra;       /* mounts and environment (the guard's, MPS's) */
+    const char *uuid[DRA_MAX_RESULTS];    /* per result: the device the container uses (a MIG UUID); NULL: the GPU's */
+    unsigned n_nodes;                     /* device nodes (a MIG device's capabilities) */
+    struct {
+        char path[64];
+        int major, minor;
+    } nodes[DRA_MAX_NODES];
+};
+
+/* The device of each result of c: a GPU by its name in devs, a MIG placement
+ * ("gpu-<i>-mig-...") by its GPU's, which must be in MIG mode. -ENODEV naming the first that is not
+ * a device of this node. */
+int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs,
+                const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen);
+
+/* dra_prepare_claim with each result's device given (dra_resolve) and the edits (NULL: none):
+ * a result with a uuid in e answers with its GPU's node spec device and the claim's, whose spec
+ * has the edits' device nodes. */
+int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *const *bound, const struct dra_edits *e,
+                         const char *kind, struct dra_prepared *out, char **spec, char *err, size_t errlen);
 
 struct dra_checkpoint {
     size_t n, cap;

@@ -4,9 +4,13 @@
  * checkpoint is only ever changed there; the device table is set from the agent's thread, under
  * the lock. */
 #include "dra/dra.h"
+#include "dra/migdemand.h"
 #include "dra/prepare.h"
+#include "dra/share.h"
+#include "dra/slices.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dra/dra.pb-c.h"
@@ -48,6 +53,8 @@ struct dra_server {
     struct dra_device devices[MAX_DEVICES];
 
     struct dra_checkpoint cp; /* the DRA thread's, after the start */
+    char guard_root[PATH_MAX], guard_lib[PATH_MAX];
+    struct dra_mig mig;       /* MIG on demand: the DRA thread's NVML handle */
 };
 
 /* ---- registration --------------------------------------------------------------------------- */
@@ -124,6 +131,177 @@ static void spec_path(const struct dra_server *s, const char *uid, char *buf, si
 
 /* ---- prepare -------------------------------------------------------------------------------- */
 
+/* The claim's guard files (GUARD_ROOT/claim-<uid>: limits, state/region) and the node's
+ * ld.so.preload, for the device plugin's mounts; nothing is left of them when this fails. */
+static int write_guard(const struct dra_server *s, const char *uid, const struct gs_guard_limits *l, char *dir,
+                       size_t dirlen, char *preload, size_t plen, char *err, size_t errlen) {
+    char path[PATH_MAX + 64], text[4096];
+    if (!s->guard_lib[0] || !s->guard_root[0]) {
+        snprintf(err, errlen, "a shared GPU's claim needs the guard, but %s was not found",
+                 s->guard_lib[0] ? "the guard root" : "libgpuslice-guard.so");
+        return -ENOENT;
+    }
+    snprintf(dir, dirlen, "%.200s/claim-%s", s->guard_root, uid);
+    snprintf(preload, plen, "%.200s/ld.so.preload", s->guard_root);
+    int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
+    if (len < 0) {
+        snprintf(err, errlen, "the guard's limits cannot be written (%s)", strerror(-len));
+        return len;
+    }
+    snprintf(path, sizeof(path), "%s/state", dir);
+    if ((r = gs_mkdir_p(path, 0755)) < 0)
+        goto fail;
+    snprintf(path, sizeof(path), "%s/state/region", dir); /* writable by the container's users */
+    if ((fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666)) < 0 || fchmod(fd, 0666) < 0) {
+        r = -errno;
+        if (fd >= 0)
+            close(fd);
+        goto fail;
+    }
+    close(fd);
+    snprintf(path, sizeof(path), "%s/limits", dir);
+    if ((r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0)
+        goto fail;
+    gs_strlcpy(path, preload, sizeof(path));
+    if (access(preload, R_OK) != 0 &&
+        (r = gs_write_file_atomic(preload, DRA_GUARD_LIB_IN_CONTAINER "\n", strlen(DRA_GUARD_LIB_IN_CONTAINER) + 1,
+                                  false)) < 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot write %.400s: %s", path, strerror(-r));
+    gs_remove_tree(dir);
+    dir[0] = '\0';
+    return r;
+}
+
+static int record_checkpoint(void *ctx, char *err, size_t errlen) {
+    return save_checkpoint(ctx, err, errlen);
+}
+
+/* The claim's MIG placements: made (or found) one by one, each recorded in the claim's pending
+ * checkpoint entry, put there before the first step. */
+static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct dra_edits *e,
+                       struct dra_mig_made made[DRA_MAX_RESULTS], char *err, size_t errlen) {
+    struct dra_prepared *entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
+    for (unsigned i = 0; i < c->n_results; i++) {
+        struct gs_dra_device_ref ref;
+        if (gs_dra_device_parse(c->results[i].device, &ref) < 0 || !ref.mig)
+            continue;
+        if (!entry) {
+            struct dra_prepared *p = calloc(1, sizeof(*p));
+            if (!p)
+                return -ENOMEM;
+            gs_strlcpy(p->uid, c->uid, sizeof(p->uid));
+            gs_strlcpy(p->ns, c->ns, sizeof(p->ns));
+            gs_strlcpy(p->name, c->name, sizeof(p->name));
+            p->pending = true;
+            int rc = dra_checkpoint_put(&s->cp, p);
+            free(p);
+            if (rc < 0)
+                return rc;
+            entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
+        }
+        entry->pending = true;
+        if (entry->n_devices < c->n_results) /* the record of each device, by position */
+            entry->n_devices = c->n_results;
+        struct dra_prepared_device *pd = &entry->devices[i];
+        gs_strlcpy(pd->request, c->results[i].request, sizeof(pd->request));
+        gs_strlcpy(pd->pool, c->results[i].pool, sizeof(pd->pool));
+        gs_strlcpy(pd->device, c->results[i].device, sizeof(pd->device));
+        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
+            if (!pd->cdi[j][0])
+                gs_strlcpy(pd->cdi[j], "pending=", sizeof(pd->cdi[j]));
+        char why[400];
+        int rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &pd->mig, record_checkpoint, s, e, why,
+                                 sizeof(why));
+        if (rc < 0) {
+            snprintf(err, errlen, "request %.127s: MIG device %.63s: %.200s", c->results[i].request, c->results[i].device,
+                     why);
+            return rc;
+        }
+        made[i] = pd->mig;
+    }
+    return 0;
+}
+
+/* A fetched claim: its devices, shares and MIG instances, the guard's files, its spec. */
+static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, struct dra_prepared *out, char **spec,
+                           char *err, size_t errlen) {
+    struct dra_device *devs = malloc(sizeof(s->devices));
+    struct dra_edits *e = calloc(1, sizeof(*e));
+    struct dra_mig_made *made = calloc(DRA_MAX_RESULTS, sizeof(*made));
+    struct gs_guard_limits *l = malloc(sizeof(*l));
+    const struct dra_device *bound[DRA_MAX_RESULTS];
+    struct dra_share shares[DRA_MAX_RESULTS];
+    char guard_dir[256] = "", preload[256] = "";
+    int rc = -ENOMEM;
+    if (!devs || !e || !made || !l)
+        goto out;
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->n_devices;
+    memcpy(devs, s->devices, n * sizeof(*devs));
+    pthread_mutex_unlock(&s->lock);
+    if ((rc = dra_resolve(c, devs, n, bound, err, errlen)) < 0)
+        goto out;
+    for (unsigned i = 0; i < c->n_results; i++) {
+        struct dra_gpu_config cfg;
+        if ((rc = dra_config_for(c, c->results[i].request, &cfg, err, errlen)) < 0 ||
+            (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0)
+            goto out;
+    }
+    bool any_mig = false;
+    if ((rc = prepare_mig(s, c, e, made, err, errlen)) < 0)
+        goto out;
+    for (unsigned i = 0; i < c->n_results; i++) {
+        if (made[i].uuid[0]) {
+            e->uuid[i] = made[i].uuid;
+            any_mig = true;
+        }
+    }
+    if ((rc = dra_share_guard_limits(shares, bound, c->n_results, l)) < 0) {
+        snprintf(err, errlen, "more than %d guarded GPUs in one claim", GS_GUARD_MAX_DEVICES);
+        goto out;
+    }
+    if (rc > 0 && (rc = write_guard(s, c->uid, l, guard_dir, sizeof(guard_dir), preload, sizeof(preload), err,
+                                    errlen)) < 0)
+        goto out;
+    if ((rc = dra_share_edits(shares, bound, c->n_results, guard_dir, s->guard_lib, preload, &e->extra, err,
+                              errlen)) < 0 ||
+        (rc = dra_prepare_claim_ex(c, bound, e, s->cdi_kind, out, spec, err, errlen)) < 0)
+        goto out;
+    for (unsigned i = 0; i < out->n_devices; i++)
+        out->devices[i].mig = made[i];
+    gs_strlcpy(out->guard_dir, guard_dir, sizeof(out->guard_dir));
+    if (any_mig || guard_dir[0])
+        log_info("DRA: %.63s/%.200s: %s%s%s", c->ns, c->name, any_mig ? "its MIG devices are there" : "",
+                 any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "");
+    if (guard_dir[0])
+        log_info("DRA: %.63s/%.200s: guard files %s", c->ns, c->name, guard_dir);
+out:
+    if (rc < 0 && guard_dir[0])
+        gs_remove_tree(guard_dir);
+    free(devs);
+    free(e);
+    free(made);
+    free(l);
+    return rc;
+}
+
+/* A pending entry that made nothing (a MIG placement refused before its first step) is not kept. */
+static void drop_unmade(struct dra_server *s, const char *uid) {
+    const struct dra_prepared *p = dra_checkpoint_find(&s->cp, uid);
+    bool made = false;
+    for (unsigned i = 0; p && i < p->n_devices; i++)
+        made |= p->devices[i].mig.on;
+    if (p && p->pending && !made) {
+        char why[512];
+        dra_checkpoint_remove(&s->cp, uid);
+        if (save_checkpoint(s, why, sizeof(why)) < 0)
+            log_error("DRA: %s", why);
+    }
+}
+
 /* One claim: prepared before (and its spec still there), else fetched, mapped and its spec
  * written; *fresh says it is new (the checkpoint must be saved). */
 static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared *out, bool *fresh, char *err,
@@ -136,7 +314,7 @@ static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared
     char path[PATH_MAX + 160];
     spec_path(s, c->uid, path, sizeof(path));
     const struct dra_prepared *known = dra_checkpoint_find(&s->cp, c->uid);
-    if (known && access(path, F_OK) == 0) {
+    if (known && !known->pending && access(path, F_OK) == 0) {
         *out = *known;
         return 0;
     }
@@ -149,15 +327,14 @@ static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared
         return -ENOMEM;
     int rc = s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, err, errlen);
     char *spec = NULL;
-    if (rc == 0) {
-        pthread_mutex_lock(&s->lock);
-        rc = dra_prepare_claim(claim, s->devices, s->n_devices, s->cdi_kind, out, &spec, err, errlen);
-        pthread_mutex_unlock(&s->lock);
-    }
+    if (rc == 0)
+        rc = prepare_fetched(s, claim, out, &spec, err, errlen);
     dra_claim_free(claim);
     free(claim);
-    if (rc < 0)
+    if (rc < 0) {
+        drop_unmade(s, c->uid);
         return rc;
+    }
     rc = gs_write_file_atomic(path, spec, strlen(spec), true);
     free(spec);
     if (rc < 0) {
@@ -291,6 +468,28 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
 
 /* ---- unprepare ------------------------------------------------------------------------------ */
 
+/* What prepare made for the claim beyond its spec: its MIG instances (destroyed, each step
+ * recorded) and its guard files. */
+static int release_claim(struct dra_server *s, const char *uid, char *err, size_t errlen) {
+    struct dra_prepared *p = (struct dra_prepared *)dra_checkpoint_find(&s->cp, uid);
+    for (unsigned i = 0; p && i < p->n_devices; i++) {
+        char why[400];
+        int rc = dra_mig_release(&s->mig, &p->devices[i].mig, record_checkpoint, s, why, sizeof(why));
+        if (rc < 0) {
+            snprintf(err, errlen, "device %.63s: %s", p->devices[i].device, why);
+            return rc;
+        }
+    }
+    if (p && p->guard_dir[0]) {
+        int rc = gs_remove_tree(p->guard_dir);
+        if (rc < 0 && rc != -ENOENT) {
+            snprintf(err, errlen, "cannot remove %.400s: %s", p->guard_dir, strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
 struct unprep_answer {
     UnprepareResp msg; /* first */
     UnprepareEntry *entries;
@@ -324,7 +523,9 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
         } else {
             char path[PATH_MAX + 160];
             spec_path(s, c->uid, path, sizeof(path));
-            if (unlink(path) < 0 && errno != ENOENT)
+            if (release_claim(s, c->uid, a->errors[i], sizeof(a->errors[0])) < 0) {
+                /* the kubelet calls again: what is left and the checkpoint entry stay */
+            } else if (unlink(path) < 0 && errno != ENOENT)
                 snprintf(a->errors[i], sizeof(a->errors[0]), "%.400s: %s", path, strerror(errno));
             else if (dra_checkpoint_remove(&s->cp, c->uid)) {
                 changed = true;
@@ -397,6 +598,10 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
         return -ENOMEM;
     pthread_mutex_init(&s->lock, NULL);
     s->source = o->source;
+    gs_strlcpy(s->guard_root, o->guard_root ? o->guard_root : "", sizeof(s->guard_root));
+    gs_strlcpy(s->guard_lib, o->guard_lib ? o->guard_lib : "", sizeof(s->guard_lib));
+    gs_strlcpy(s->mig.lib, o->nvml_lib ? o->nvml_lib : "", sizeof(s->mig.lib));
+    gs_strlcpy(s->mig.proc_root, o->proc_root ? o->proc_root : "/proc", sizeof(s->mig.proc_root));
     const char *driver = o->driver ? o->driver : DRA_DRIVER_DEFAULT;
     int rc = -ENAMETOOLONG;
     if (gs_strlcpy(s->driver, driver, sizeof(s->driver)) < 0 ||
@@ -467,6 +672,7 @@ void dra_server_stop(struct dra_server *s) {
         return;
     gs_grpc_server_stop(s->reg); /* first: the kubelet stops finding the plugin */
     gs_grpc_server_stop(s->dra);
+    dra_mig_close(&s->mig);
     dra_checkpoint_free(&s->cp);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -665,6 +665,23 @@ static int split(struct builder *b, const char *node, const char *driver, long l
     return r;
 }
 
+int gs_dra_plan(const struct gs_inventory *inv, const struct gs_policy *policy, struct gs_plan *out) {
+    /* DRA has no resource names: MIG devices are published whatever flags.migStrategy says, */
+    struct gs_policy *pol = malloc(sizeof(*pol));
+    if (!pol)
+        return -ENOMEM;
+    *pol = *policy;
+    pol->mig_strategy = GS_MIG_MIXED;
+    pol->dra_gpus = GS_DRA_NONE; /* the plan of every GPU; those DRA serves are picked by the caller */
+    /* nor resource names: a time-sliced and an MPS rule under one default name would make the
+     * plan leave one of them out; here each rule's devices get a name of their own */
+    for (unsigned i = 0; i < pol->n_rules && i < GS_POLICY_MAX_RULES; i++)
+        snprintf(pol->rules[i].resource, sizeof(pol->rules[i].resource), "gpuslice.io/dra-rule-%u", i);
+    int r = gs_plan_build(inv, pol, NULL, out);
+    free(pol);
+    return r;
+}
+
 int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *policy, const char *node,
                         const char *driver, long long generation, json_t **slices_out, char *err, size_t errlen) {
     struct builder b = { .inv = inv, .pol = policy, .err = err, .errlen = errlen };
@@ -679,25 +696,16 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
                     driver ? driver : "", DRIVER_NAME_MAX);
     if (generation < 0)
         return fail(&b, -EINVAL, "pool generation %lld: must not be negative", generation);
-    /* DRA has no resource names: MIG devices are published whatever flags.migStrategy says, */
-    struct gs_policy *pol = malloc(sizeof(*pol));
     struct gs_plan *plan = malloc(sizeof(*plan));
     json_t *out = json_array();
     b.devices = json_array();
     b.counter_sets = json_array();
     int r = 0;
-    if (!pol || !plan || !out || !b.devices || !b.counter_sets) {
+    if (!plan || !out || !b.devices || !b.counter_sets) {
         r = fail(&b, -ENOMEM, "out of memory");
         goto done;
     }
-    *pol = *policy;
-    pol->mig_strategy = GS_MIG_MIXED;
-    pol->dra_gpus = GS_DRA_NONE; /* the plan of every GPU; those DRA serves are picked below */
-    /* nor resource names: a time-sliced and an MPS rule under one default name would make the
-     * plan leave one of them out; here each rule's devices get a name of their own */
-    for (unsigned i = 0; i < pol->n_rules && i < GS_POLICY_MAX_RULES; i++)
-        snprintf(pol->rules[i].resource, sizeof(pol->rules[i].resource), "gpuslice.io/dra-rule-%u", i);
-    if (gs_plan_build(inv, pol, NULL, plan) < 0) {
+    if (gs_dra_plan(inv, policy, plan) < 0) {
         free(plan);
         plan = NULL;
         r = fail(&b, -ENOMEM, "out of memory");
@@ -723,7 +731,6 @@ done:
     if (plan)
         gs_plan_free(plan);
     free(plan);
-    free(pol);
     json_decref(b.devices);
     json_decref(b.counter_sets);
     if (r < 0) {

@@ -35,6 +35,7 @@
 
 #include "config/policy.h"
 #include "core/inventory.h"
+#include "core/plan.h"
 
 #define GS_DRA_DRIVER_DEFAULT "gpu.gpuslice.io"
 #define GS_DRA_MAX_DEVICES_PER_SLICE 128          /* ResourceSliceMaxDevices */
@@ -51,6 +52,11 @@
  * error is one line in err. */
 int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *policy, const char *node,
                         const char *driver, long long generation, json_t **slices_out, char *err, size_t errlen);
+
+/* The plan of every GPU as DRA sees it (no resource names: every rule's devices under a name of
+ * its own; MIG devices whatever flags.migStrategy says; gpuslice.dra.gpus not applied): what the
+ * slices publish per GPU and what prepare enforces. 0 or -ENOMEM; gs_plan_free(out) after. */
+int gs_dra_plan(const struct gs_inventory *inv, const struct gs_policy *policy, struct gs_plan *out);
 
 /* What a device name of ours names (for prepare). */
 struct gs_dra_device_ref {

@@ -49,7 +49,8 @@ def result(device, driver=DRIVER, request="gpu", pool="node-1", **extra):
 
 
 class Node:
-    def __init__(self):
+    def __init__(self, node_file=NODE, extra=()):
+        self.node_file, self.extra = node_file, list(extra)  # a node description, agent arguments
         self.dir = tempfile.mkdtemp(prefix="gsdra.", dir="/tmp")  # short: socket paths
         self.kubelet = os.path.join(self.dir, "k")
         self.registry = os.path.join(self.kubelet, "plugins_registry")
@@ -64,7 +65,7 @@ class Node:
         self.uuids = [g["uuid"] for g in json.loads(self.gpuslice("inspect", "--json").stdout)["gpus"]]
 
     def gpuslice(self, *args):
-        return subprocess.run([GPUSLICE, "--sim", NODE, "--sim-state", self.state, *args], capture_output=True,
+        return subprocess.run([GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, *args], capture_output=True,
                               text=True, timeout=60, check=True)
 
     def write_claim(self, obj):
@@ -74,7 +75,7 @@ class Node:
             json.dump(obj, f)
 
     def start(self):
-        args = [GPUSLICE, "--sim", NODE, "--sim-state", self.state, "agent",
+        args = [GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, "agent", *self.extra,
                 "--kubelet-dir", os.path.join(self.kubelet, "device-plugins"),
                 "--pod-resources-socket", os.path.join(self.kubelet, "pr.sock"),
                 "--cdi-root", self.cdi, "--guard-root", os.path.join(self.dir, "guard"),
@@ -107,8 +108,12 @@ class Node:
 
 @pytest.fixture
 def node(request):
+    yield from running(request, Node())
+
+
+def running(request, n):
+    """A fixture's node: stopped after the test, its agent's log printed when the test failed."""
     assert os.access(GPUSLICE, os.X_OK), f"GPUSLICE={GPUSLICE}: not the built binary"
-    n = Node()
     yield n
     n.stop()
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:

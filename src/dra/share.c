@@ -1,0 +1,294 @@
+/* share.c: a claim's share of a GPU and its enforcement (see share.h). Pure. */
+#include "dra/share.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/util.h"
+
+int dra_quantity_parse(const char *q, unsigned long long *out) {
+    static const struct {
+        const char *suffix;
+        unsigned long long mult;
+    } units[] = {
+        { "Ki", 1ULL << 10 }, { "Mi", 1ULL << 20 }, { "Gi", 1ULL << 30 }, { "Ti", 1ULL << 40 },
+        { "Pi", 1ULL << 50 }, { "Ei", 1ULL << 60 }, { "k", 1000ULL },     { "M", 1000000ULL },
+        { "G", 1000000000ULL }, { "T", 1000000000000ULL }, { "P", 1000000000000000ULL },
+        { "E", 1000000000000000000ULL }, { "", 1 },
+    };
+    size_t digits = strspn(q, "0123456789");
+    if (digits == 0 || digits > 20)
+        return -EINVAL;
+    for (size_t i = 0; i < GS_ARRAY_SIZE(units); i++) {
+        if (strcmp(q + digits, units[i].suffix) != 0)
+            continue;
+        char num[24];
+        memcpy(num, q, digits);
+        num[digits] = '\0';
+        unsigned long long v;
+        if (gs_parse_uint(num, 0, ~0ULL, &v) < 0)
+            return -ERANGE;
+        if (v > ~0ULL / units[i].mult)
+            return -ERANGE;
+        *out = v * units[i].mult;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static const char *strategy_name(enum dra_sharing s) {
+    switch (s) {
+    case DRA_SHARING_TIME_SLICING: return "TimeSlicing";
+    case DRA_SHARING_MPS: return "MPS";
+    case DRA_SHARING_MIG: return "MIG";
+    case DRA_SHARING_EXCLUSIVE: break;
+    }
+    return "exclusive";
+}
+
+/* Every key of o must be one of allowed (NULL-terminated); else -EINVAL naming it. */
+static int only_keys(const json_t *o, const char *where, const char *const *allowed, char *err, size_t errlen) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++)
+            ok = !strcmp(k, *a);
+        if (!ok) {
+            snprintf(err, errlen, "%s%.64s: unknown field", where, k);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int expect_str(const json_t *o, const char *key, const char *want, char *err, size_t errlen) {
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) {
+        snprintf(err, errlen, "%s: %s", key, v ? "not a string" : "missing");
+        return -EINVAL;
+    }
+    if (strcmp(json_string_value(v), want) != 0) {
+        snprintf(err, errlen, "%s: '%.64s', not %s", key, json_string_value(v), want);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *err, size_t errlen) {
+    static const char *const top[] = { "apiVersion", "kind", "sharing", NULL };
+    static const char *const sharing_keys[] = { "strategy", NULL };
+    memset(out, 0, sizeof(*out));
+    json_t *root = json_loads(params ? params : "null", JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+    int rc = -EINVAL;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "parameters: not an object (apiVersion %s, kind %s)", DRA_CONFIG_API_VERSION,
+                 DRA_CONFIG_KIND);
+        goto out;
+    }
+    if ((rc = expect_str(root, "apiVersion", DRA_CONFIG_API_VERSION, err, errlen)) < 0 ||
+        (rc = expect_str(root, "kind", DRA_CONFIG_KIND, err, errlen)) < 0 ||
+        (rc = only_keys(root, "", top, err, errlen)) < 0)
+        goto out;
+    rc = -EINVAL;
+    const json_t *sh = json_object_get(root, "sharing");
+    if (!sh) {
+        rc = 0;
+        goto out;
+    }
+    if (!json_is_object(sh)) {
+        snprintf(err, errlen, "sharing: not an object");
+        goto out;
+    }
+    if ((rc = only_keys(sh, "sharing.", sharing_keys, err, errlen)) < 0)
+        goto out;
+    rc = -EINVAL;
+    const json_t *st = json_object_get(sh, "strategy");
+    const char *s = json_string_value(st);
+    if (!s) {
+        snprintf(err, errlen, "sharing.strategy: %s (TimeSlicing or MPS)", st ? "not a string" : "missing");
+        goto out;
+    }
+    if (!strcmp(s, "TimeSlicing"))
+        out->strategy = DRA_SHARING_TIME_SLICING;
+    else if (!strcmp(s, "MPS"))
+        out->strategy = DRA_SHARING_MPS;
+    else {
+        snprintf(err, errlen, "sharing.strategy: '%.64s' is not TimeSlicing or MPS", s);
+        goto out;
+    }
+    out->set = true;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+static bool config_names(const struct dra_config *c, const char *request) {
+    if (c->n_requests == 0)
+        return true;
+    size_t parent = strcspn(request, "/"); /* "req/sub" is also named by "req" */
+    for (unsigned i = 0; i < c->n_requests; i++)
+        if (!strcmp(c->requests[i], request) ||
+            (strlen(c->requests[i]) == parent && !strncmp(c->requests[i], request, parent)))
+            return true;
+    return false;
+}
+
+int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gpu_config *out, char *err,
+                   size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    for (int pass = 0; pass < 2; pass++) { /* the class's first, then the claim's, which win */
+        for (unsigned i = 0; i < c->n_configs; i++) {
+            const struct dra_config *cf = &c->configs[i];
+            if (cf->from_class != (pass == 0) || !config_names(cf, request))
+                continue;
+            struct dra_gpu_config one;
+            char why[256];
+            if (dra_gpu_config_parse(cf->parameters, &one, why, sizeof(why)) < 0) {
+                snprintf(err, errlen, "opaque config %u for request %.127s (%s %s, from the %s): %s", i, request,
+                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim", why);
+                return -EINVAL;
+            }
+            if (one.set)
+                *out = one;
+        }
+    }
+    return 0;
+}
+
+/* consumedCapacity[name] of r in *v: 1 found, 0 absent, -EINVAL (the error written). */
+static int capacity_of(const struct dra_result *r, const char *name, unsigned long long *v, char *err,
+                       size_t errlen) {
+    for (unsigned i = 0; i < r->n_capacity; i++) {
+        if (strcmp(r->capacity[i].name, name) != 0)
+            continue;
+        if (dra_quantity_parse(r->capacity[i].quantity, v) < 0) {
+            snprintf(err, errlen, "request %.127s: device %.63s: consumedCapacity.%s '%.63s' is not a quantity",
+                     r->request, r->device, name, r->capacity[i].quantity);
+            return -EINVAL;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int dra_share_of(const struct dra_result *r, const struct dra_device *d, const struct dra_gpu_config *cfg,
+                 struct dra_share *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    out->sharing = d->sharing;
+    if (cfg && cfg->set && cfg->strategy != d->sharing &&
+        !(cfg->strategy == DRA_SHARING_TIME_SLICING && d->sharing == DRA_SHARING_EXCLUSIVE)) {
+        snprintf(err, errlen,
+                 "request %.127s: its GpuConfig asks sharing.strategy %s, but device %.63s is %s by the node's policy "
+                 "(one mode per GPU: ask a device of the %s class)",
+                 r->request, strategy_name(cfg->strategy), r->device,
+                 d->sharing == DRA_SHARING_EXCLUSIVE ? "a whole GPU" : strategy_name(d->sharing),
+                 cfg->strategy == DRA_SHARING_MPS ? "mps.gpu.gpuslice.io" : "shared.gpu.gpuslice.io");
+        return -EINVAL;
+    }
+    if (d->sharing != DRA_SHARING_TIME_SLICING && d->sharing != DRA_SHARING_MPS)
+        return 0; /* a whole GPU or a MIG device: the claim has all of it */
+    unsigned long long mem = 0, pct = 0;
+    int hm = capacity_of(r, "memory", &mem, err, errlen), hc = hm < 0 ? hm : capacity_of(r, "compute", &pct, err, errlen);
+    if (hm < 0 || hc < 0)
+        return -EINVAL;
+    if (!hm && d->sharing == DRA_SHARING_TIME_SLICING) {
+        snprintf(err, errlen,
+                 "request %.127s: device %.63s is shared, but its allocation has no consumedCapacity.memory (the "
+                 "guard's quota)", r->request, r->device);
+        return -EINVAL;
+    }
+    if (hm && (mem == 0 || mem > d->mem_total)) {
+        snprintf(err, errlen, "request %.127s: consumedCapacity.memory %llu bytes: not within 1..%llu (device %.63s)",
+                 r->request, mem, d->mem_total, r->device);
+        return -EINVAL;
+    }
+    if (hc && (pct < 1 || pct > 100)) {
+        snprintf(err, errlen, "request %.127s: consumedCapacity.compute %llu: not a percentage 1..100 (device %.63s)",
+                 r->request, pct, r->device);
+        return -EINVAL;
+    }
+    out->memory = mem;
+    out->compute = hc ? (unsigned)pct : (d->sharing == DRA_SHARING_MPS ? 100 : 0);
+    return 0;
+}
+
+int dra_share_guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                           struct gs_guard_limits *l) {
+    memset(l, 0, sizeof(*l));
+    l->fail_closed = true;
+    snprintf(l->region, sizeof(l->region), "%s/region", DRA_GUARD_STATE_IN_CONTAINER);
+    for (unsigned k = 0; k < n; k++) {
+        if (shares[k].sharing != DRA_SHARING_TIME_SLICING)
+            continue;
+        if (l->n_devices == GS_GUARD_MAX_DEVICES)
+            return -E2BIG;
+        /* each CUDA context's memory counts: the largest estimate of the claim's GPUs */
+        uint64_t o = gs_guard_context_overhead_default(gs_arch_name(devs[k]->arch));
+        if (o > l->context_overhead)
+            l->context_overhead = o;
+        struct gs_guard_device_limit *dl = &l->dev[l->n_devices++];
+        dl->ordinal = (int)k;
+        gs_strlcpy(dl->uuid, devs[k]->cdi, sizeof(dl->uuid));
+        dl->vram = shares[k].memory;
+        dl->compute_pct = shares[k].compute;
+    }
+    return (int)l->n_devices;
+}
+
+static int mps_edits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                     struct gs_alloc_response *a, char *err, size_t errlen) {
+    const struct dra_device *daemon = NULL;
+    unsigned pct = 0;
+    unsigned long long pinned = 0;
+    for (unsigned k = 0; k < n; k++) {
+        if (shares[k].sharing != DRA_SHARING_MPS)
+            continue;
+        if (daemon && strcmp(daemon->cdi, devs[k]->cdi) != 0) {
+            snprintf(err, errlen, "MPS devices %.63s and %.63s in one claim: an MPS client talks to one GPU's daemon",
+                     daemon->name, devs[k]->name);
+            return -EXDEV;
+        }
+        daemon = devs[k];
+        pct += shares[k].compute;
+        pinned += shares[k].memory;
+    }
+    if (!daemon)
+        return 0;
+    char pipe[400], shm[300], v_pct[16], v_pin[40];
+    snprintf(pipe, sizeof(pipe), "%s/%s/pipe", daemon->mps_root, daemon->cdi);
+    snprintf(shm, sizeof(shm), "%s/shm", daemon->mps_root);
+    snprintf(v_pct, sizeof(v_pct), "%u", pct > 100 ? 100 : pct);
+    /* the client sees one device, which MPS numbers 0 */
+    snprintf(v_pin, sizeof(v_pin), "0=%lluM", (pinned >> 20) ? pinned >> 20 : 1);
+    if (gs_alloc_add_mount(a, GS_MPS_PIPE_IN_CONTAINER, pipe, false) < 0 || gs_alloc_add_mount(a, "/dev/shm", shm, false) < 0 ||
+        gs_alloc_add_env(a, "CUDA_MPS_PIPE_DIRECTORY", GS_MPS_PIPE_IN_CONTAINER) < 0 ||
+        gs_alloc_add_env(a, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v_pct) < 0 ||
+        (pinned && gs_alloc_add_env(a, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v_pin) < 0)) {
+        snprintf(err, errlen, "MPS root %.200s: its paths do not fit the claim's CDI edits", daemon->mps_root);
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+int dra_share_edits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                    const char *guard_dir, const char *guard_lib, const char *preload, struct gs_alloc_response *a,
+                    char *err, size_t errlen) {
+    if (guard_dir && guard_dir[0]) {
+        char limits[300], state[300];
+        snprintf(limits, sizeof(limits), "%s/limits", guard_dir);
+        snprintf(state, sizeof(state), "%s/state", guard_dir);
+        if (strlen(guard_dir) > 250 || gs_alloc_add_mount(a, DRA_GUARD_LIB_IN_CONTAINER, guard_lib, true) < 0 ||
+            gs_alloc_add_mount(a, DRA_GUARD_CONF_IN_CONTAINER, limits, true) < 0 ||
+            gs_alloc_add_mount(a, DRA_GUARD_STATE_IN_CONTAINER, state, false) < 0 ||
+            gs_alloc_add_mount(a, "/etc/ld.so.preload", preload, true) < 0 ||
+            gs_alloc_add_env(a, "GPUSLICE_GUARD_CONFIG", DRA_GUARD_CONF_IN_CONTAINER) < 0) {
+            snprintf(err, errlen, "the guard's paths (%.200s) do not fit the claim's CDI edits", guard_dir);
+            return -ENAMETOOLONG;
+        }
+    }
+    return mps_edits(shares, devs, n, a, err, errlen);
+}

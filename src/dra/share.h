@@ -1,0 +1,82 @@
+/* share.h: what a claim's result on a shared GPU is allowed, and how that is enforced (used by
+ * server.c). Pure: the claim's consumedCapacity and opaque config, and the GPU's sharing from the
+ * policy, in; the guard's limits and the container's mounts and environment out (server.c writes
+ * the files).
+ *
+ *   time-slicing  the guard: VRAM quota = consumedCapacity.memory, compute share =
+ *                 consumedCapacity.compute (percent), the mounts and ld.so.preload the device
+ *                 plugin's time-sliced Allocate gives;
+ *   MPS           the GPU's MPS daemon: its pipe directory and shared memory,
+ *                 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = compute, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT =
+ *                 memory;
+ *   whole, MIG    nothing to enforce.
+ *
+ * The opaque config (DeviceClass or claim, driver gpu.gpuslice.io):
+ *   apiVersion: gpuslice.io/v1alpha1
+ *   kind: GpuConfig
+ *   sharing: {strategy: TimeSlicing | MPS}
+ * The strategy must be the GPU's (the node runs one mode per GPU, from its policy): a claim asking
+ * MPS of a time-sliced GPU gets an error naming both, not a silent mode. */
+#ifndef GS_DRA_SHARE_H
+#define GS_DRA_SHARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../guard/guard_limits.h"
+#include "core/alloc.h"
+#include "dra/dra.h"
+
+#define DRA_CONFIG_API_VERSION "gpuslice.io/v1alpha1"
+#define DRA_CONFIG_KIND "GpuConfig"
+
+/* Where the guard's files appear inside the container (as the device plugin mounts them). */
+#define DRA_GUARD_LIB_IN_CONTAINER "/usr/lib/gpuslice/libgpuslice-guard.so"
+#define DRA_GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
+#define DRA_GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
+
+/* A Kubernetes quantity as the API server writes it: an integer with an optional suffix (Ki Mi Gi
+ * Ti Pi Ei, k M G T P E). 0, -EINVAL (another form: fractions, exponents, signs, milli), -ERANGE. */
+int dra_quantity_parse(const char *q, unsigned long long *out);
+
+struct dra_gpu_config {
+    bool set;                 /* a config named a strategy */
+    enum dra_sharing strategy; /* DRA_SHARING_TIME_SLICING or DRA_SHARING_MPS */
+};
+
+/* One opaque config's parameters (JSON text): -EINVAL with "FIELD: why" in err. */
+int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *err, size_t errlen);
+
+/* The config for a request of the claim ("req" or "req/sub"): the claim's configs after the
+ * class's, in order, the last that names the request (or every request) wins. -EINVAL with
+ * "status.allocation.devices.config[I] (gpuslice.io/v1alpha1 GpuConfig): FIELD: why". */
+int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gpu_config *out, char *err,
+                   size_t errlen);
+
+struct dra_share {
+    enum dra_sharing sharing;
+    unsigned long long memory; /* bytes: the guard's quota, MPS's pinned limit (0: none) */
+    unsigned compute;          /* percent 1..100 (0: none) */
+};
+
+/* A result's share of device d under cfg (NULL: none). -EINVAL naming the request, the device and
+ * the capacity (a strategy the GPU does not run, a quantity that is not one, memory past the GPU,
+ * compute outside 1..100, a time-sliced result without consumedCapacity.memory). */
+int dra_share_of(const struct dra_result *r, const struct dra_device *d, const struct dra_gpu_config *cfg,
+                 struct dra_share *out, char *err, size_t errlen);
+
+/* The guard's limits for a claim's guarded shares: shares[k] on devs[k] (the claim's k-th device,
+ * its CUDA ordinal), those DRA_SHARING_TIME_SLICING only; the counters region in the container.
+ * Returns how many devices are guarded (0: no guard), or -E2BIG. */
+int dra_share_guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                           struct gs_guard_limits *l);
+
+/* The container's edits for the claim (added to a): the guard's mounts and environment when
+ * guard_dir is set (GUARD_DIR/limits, GUARD_DIR/state, the node's ld.so.preload at preload, the
+ * library at guard_lib), and MPS's for the MPS shares (one daemon a claim: -EXDEV for two GPUs).
+ * -ENAMETOOLONG when a path does not fit the answer. */
+int dra_share_edits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                    const char *guard_dir, const char *guard_lib, const char *preload, struct gs_alloc_response *a,
+                    char *err, size_t errlen);
+
+#endif
