@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent/cleanup.h"
+#include "agent/dra_glue.h"
 #include "agent/metrics_http.h"
 #include "agent/state.h"
 #include "dra/dra.h"
@@ -260,6 +261,7 @@ static int start_dra(struct agent *a) {
     };
     if (o->dra_claims_dir)
         d.source = dra_claim_files_source(o->dra_claims_dir);
+    agent_dra_api_start(a, &d); /* the API server's claims (unless files) and the slices' publisher */
     char err[1024];
     int r = dra_server_start(&d, &a->dra, err, sizeof(err));
     if (r < 0) {
@@ -267,6 +269,7 @@ static int start_dra(struct agent *a) {
         return r;
     }
     agent_dra_devices(a);
+    agent_dra_publish(a);
     return 0;
 }
 
@@ -276,6 +279,7 @@ static void teardown(struct agent *a) {
     agent_pub_free(&a->pub);
     agent_mps_stop(a);
     dra_server_stop(a->dra);
+    agent_dra_api_stop(a);
     dp_manager_free(a->dp);
     if (a->event_thread_started)
         pthread_join(a->event_thread, NULL);

@@ -36,6 +36,7 @@ struct agent_options {
     const char *dra_registry_dir; /* the kubelet's plugins_registry (NULL: /var/lib/kubelet/plugins_registry) */
     const char *dra_plugins_dir;  /* the kubelet's plugins directory (NULL: /var/lib/kubelet/plugins) */
     const char *dra_claims_dir;   /* claims from files there (NS/NAME.json), not from the API server */
+    unsigned dra_resync_ms;       /* how often the published slices are checked (0: 60 s) */
     const char *kubeconfig;       /* the API server (NULL: the in-cluster service account, if any) */
     const char *node_name;        /* the agent's Node (NULL: $NODE_NAME, else the host name) */
 };

@@ -33,6 +33,11 @@ struct agent {
     bool plan_valid;
     struct dp_manager *dp;
     struct dra_server *dra;        /* the DRA driver's kubelet side (--dra), NULL without */
+    struct kube_client *dra_kube_claims, *dra_kube_pub; /* dra_glue.c: the API server's clients */
+    struct dra_claim_kube *dra_claims; /* the claims' source (NULL: files, or no API server) */
+    struct dra_publisher *dra_pub;     /* the ResourceSlices' thread (NULL: none) */
+    char dra_slices_error[512];        /* why the slices could not be built, as last logged */
+    char dra_node[256];                /* the host name, when neither --node-name nor $NODE_NAME says */
     unsigned long long poll_start_ns; /* when this inventory poll began (its reconcile_seconds) */
 
     /* fd sources (agent.c) */

@@ -180,8 +180,12 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "                            kubectl get -o json prints it) instead of the API server\n"
                    "  --kubeconfig FILE         the API server, to read the agent's Node for NVIDIA's MIG\n"
                    "                            manager's nvidia.com/mig.config label (default: the in-cluster\n"
-                   "                            service account when in a cluster, else the check is off)\n"
-                   "  --node-name NAME          the agent's Node (default $NODE_NAME, else the host name)\n",
+                   "                            service account when in a cluster, else the check is off);\n"
+                   "                            with --dra also where ResourceClaims are read and the node's\n"
+                   "                            ResourceSlices published (default there: $KUBECONFIG,\n"
+                   "                            in-cluster, then ~/.kube/config)\n"
+                   "  --node-name NAME          the agent's Node (default $NODE_NAME, else the host name), the\n"
+                   "                            ResourceSlices' spec.nodeName and pool\n",
                    DEFAULT_KUBELET_DIR, GS_PODRESOURCES_SOCKET);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;

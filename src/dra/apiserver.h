@@ -12,7 +12,8 @@
  *   slices, listed with fieldSelector spec.nodeName and spec.driver), the pool's generation bumped
  *   on every change (an unchanged pool found at the start keeps its generation), a 409 re-read and
  *   retried, any failure retried with backoff (0.5 s doubling to 30 s), and a resync every
- *   resync_ms (a slice deleted by hand, an API server that lost its data). The agent's loop hands
+ *   resync_ms (an API server that lost its data). The slices are watched (an informer): one
+ *   deleted (the kubelet wipes the node's slices when it starts) is written again at once. The agent's loop hands
  *   it what the slices say and never waits on the API server. */
 #ifndef GS_DRA_APISERVER_H
 #define GS_DRA_APISERVER_H

@@ -25,6 +25,7 @@ struct dra_publisher {
     unsigned resync_ms;
     struct kube_cancel *cancel;
     pthread_t thread;
+    struct kube_informer *watch; /* the node's slices of this driver: one deleted is written again */
 
     pthread_mutex_t lock; /* the fields below */
     pthread_cond_t cond;
@@ -230,6 +231,29 @@ static void *publisher_thread(void *arg) {
     return NULL;
 }
 
+static void kick(struct dra_publisher *p) {
+    pthread_mutex_lock(&p->lock);
+    p->changed = true;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The kubelet deletes the node's slices when it starts (before the drivers register again) and
+ * 30 s after a driver's socket went away: a slice of ours deleted, or a relist (the API server
+ * back), makes the publisher look again at once instead of at the next resync. */
+static int on_slices_list(void *ctx, json_t *list) {
+    (void)list;
+    kick(ctx);
+    return 0;
+}
+
+static int on_slice_event(void *ctx, enum kube_event_type type, json_t *obj) {
+    (void)obj;
+    if (type == KUBE_DELETED)
+        kick(ctx);
+    return 0;
+}
+
 int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publisher **out, char *err, size_t errlen) {
     *out = NULL;
     struct dra_publisher *p = calloc(1, sizeof(*p));
@@ -256,6 +280,12 @@ int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publis
         free(p);
         return r;
     }
+    const struct kube_informer_ops ops = { .path = SLICES_PATH, .field_selector = p->selector,
+                                           .on_list = on_slices_list, .on_event = on_slice_event, .ctx = p };
+    char why[512];
+    if (kube_informer_start(p->client, &ops, &p->watch, why, sizeof(why)) < 0)
+        log_warn("DRA: the ResourceSlices are not watched (%s): a slice deleted is written again at the next "
+                 "resync", why);
     *out = p;
     return 0;
 }
@@ -290,6 +320,7 @@ void dra_publisher_stop(struct dra_publisher *p) {
     p->stop = true;
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
+    kube_informer_stop(p->watch); /* first: its callbacks use the publisher */
     kube_cancel_fire(p->cancel);
     pthread_join(p->thread, NULL);
     kube_cancel_free(p->cancel);
