@@ -22,6 +22,7 @@
 
 void agent_shared_init(struct agent_shared *s, const struct agent_options *o) {
     s->o = o;
+    memset(&s->frac, 0, sizeof(s->frac));
     atomic_init(&s->last_call_ns, 0);
     pthread_mutex_init(&s->lock, NULL);
 }
@@ -29,6 +30,7 @@ void agent_shared_init(struct agent_shared *s, const struct agent_options *o) {
 void agent_shared_destroy(struct agent_shared *s) {
     free(s->cdi_spec);
     s->cdi_spec = NULL;
+    frac_state_free(&s->frac);
     pthread_mutex_destroy(&s->lock);
 }
 
@@ -164,7 +166,8 @@ static int write_guard_files(const struct agent_shared *s, const struct gs_resou
 static int inject_guard(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids, size_t n,
                         struct gs_alloc_response *out, char *dir, char *err, size_t errlen) {
     static unsigned long long seq;
-    dir[0] = '\0';
+    if (dir[0]) /* a fractional container's second resource: the first one's files, rewritten */
+        return write_guard_files(s, res, ids, n, out, dir, err, errlen);
     if (!s->o->guard_lib) {
         snprintf(err, errlen, "the resource has a VRAM quota but libgpuslice-guard.so was not found");
         return -ENOENT;
@@ -214,7 +217,8 @@ static int write_guard_files(const struct agent_shared *s, const struct gs_resou
         l.context_overhead = gs_guard_context_overhead_default(NULL);
     snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
     for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
-        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes, 0 };
+        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes,
+                                                               out->guarded[i].compute_pct };
     for (unsigned i = 0; i < l.n_devices; i++)
         gs_strlcpy(l.dev[i].uuid, out->guarded[i].uuid, sizeof(l.dev[i].uuid));
     char text[4096];
@@ -313,6 +317,102 @@ static int cdi_transient(const struct agent_shared *s, const struct gs_resource 
     return 0;
 }
 
+/* ---- fractional GPUs (fractional.h) ---- */
+
+/* The pod being admitted that asks for `size` units of r (the API server's; NULL: not known). A
+ * lookup of the last 10 s that matches is reused (GetPreferredAllocation made it). */
+static const struct frac_pod *frac_pod_lookup(struct agent_shared *s, const struct gs_resource *r, size_t size,
+                                              struct frac_pod *p) {
+    uint64_t now = gs_now_ns();
+    pthread_mutex_lock(&s->lock);
+    bool cached = s->frac.pod.uid[0] && now - s->frac.pod_t_ns < 10ULL * 1000000000ULL;
+    for (unsigned c = 0; cached && c < s->frac.pod.n_containers; c++)
+        if (s->frac.pod.c[c].units[r->fraction] == size)
+            break;
+        else if (c + 1 == s->frac.pod.n_containers)
+            cached = false;
+    *p = s->frac.pod;
+    pthread_mutex_unlock(&s->lock);
+    if (cached)
+        return p;
+    json_t *list = NULL;
+    if (frac_list_pods(&s->frac, s->o, &list) < 0) /* the gRPC thread's client: outside the lock */
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    size_t n_done = s->frac.n_done < FRAC_DONE_PODS ? s->frac.n_done : FRAC_DONE_PODS;
+    int rc = frac_find_pod(list, r->fraction, size, (const char(*)[64])s->frac.done, n_done, p);
+    if (rc == 0) {
+        s->frac.pod = *p;
+        s->frac.pod_t_ns = now;
+    }
+    pthread_mutex_unlock(&s->lock);
+    json_decref(list);
+    return rc == 0 ? p : NULL;
+}
+
+/* " for pod NS/NAME", or "" */
+static const char *frac_who(const struct frac_pod *p, char *buf, size_t len) {
+    if (p)
+        snprintf(buf, len, " for pod %s/%s", p->ns, p->name);
+    else
+        buf[0] = '\0';
+    return buf;
+}
+
+struct frac_alloc {
+    const struct frac_pod *pod;
+    struct frac_pod pod_copy;
+    unsigned container, gpu;
+    bool pair;
+    unsigned long long mem_bytes;
+    unsigned compute;
+};
+
+/* After gs_allocate: the units of one GPU, no whole GPUs beside them, and the guard's quota and
+ * compute share of the container (with its other resource's, when this completes a pair: then
+ * dir names the pair's guard files, which are rewritten). On error out is freed. */
+static int frac_prepare(struct agent_shared *s, const struct gs_resource *r, const char *const *ids, size_t n,
+                        struct gs_alloc_response *out, struct frac_alloc *fa, char *dir, char *err, size_t errlen) {
+    memset(fa, 0, sizeof(*fa));
+    int rc = frac_one_gpu(r, ids, n, &fa->gpu, err, errlen);
+    const struct gs_device *d = gs_resource_device(r, ids[0]);
+    fa->pod = rc == 0 ? frac_pod_lookup(s, r, n, &fa->pod_copy) : NULL;
+    if (rc == 0 && fa->pod && fa->pod->whole) {
+        snprintf(err, errlen, "pod %s/%s asks for %s together with whole GPUs (nvidia.com/gpu): a fraction of a GPU "
+                 "and whole GPUs cannot be mixed in one pod (docs/fractional.md)", fa->pod->ns, fa->pod->name, r->name);
+        rc = -EINVAL;
+    }
+    if (rc < 0) {
+        gs_alloc_response_free(out);
+        return rc;
+    }
+    pthread_mutex_lock(&s->lock);
+    frac_assign(&s->frac, fa->pod, r->fraction, fa->gpu, gs_now_ns(), &fa->container, &fa->pair);
+    if (fa->pair) {
+        gs_strlcpy(dir, s->frac.guard_dir, 200);
+        fa->mem_bytes = s->frac.mem_bytes;
+        fa->compute = s->frac.compute;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (r->fraction == GS_FRAC_MEMORY)
+        fa->mem_bytes = (unsigned long long)n * GS_FRAC_MEMORY_UNIT;
+    else
+        fa->compute = (unsigned)(n > 100 ? 100 : n);
+    if (!out->n_guarded) { /* compute units carry no quota: the guard's entry for the GPU */
+        out->n_guarded = 1;
+        memset(&out->guarded[0], 0, sizeof(out->guarded[0]));
+        gs_strlcpy(out->guarded[0].uuid, d->uuid, sizeof(out->guarded[0].uuid));
+        out->guarded[0].arch = d->arch;
+    }
+    out->guarded[0].bytes = fa->mem_bytes;
+    out->guarded[0].compute_pct = fa->compute;
+    char who[256];
+    log_info("Allocate %s: %zu units of GPU %u%s (container %u%s): guard quota %llu MiB, compute %u%%", r->name, n,
+             fa->gpu, frac_who(fa->pod, who, sizeof(who)), fa->container, fa->pair ? ", with its other resource" : "",
+             fa->mem_bytes >> 20, fa->compute);
+    return 0;
+}
+
 static int on_allocate(void *ctx, const struct gs_resource *r, const char *const *ids, size_t n,
                        struct gs_alloc_response *out, char *err, size_t errlen) {
     struct agent_shared *s = ctx;
@@ -336,6 +436,10 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
     pthread_mutex_unlock(&s->lock);
     gs_mig_minors_free(&mm);
     char guard_dir[200] = "";
+    struct frac_alloc fa;
+    if (rc == 0 && r->fraction)
+        rc = frac_prepare(s, r, ids, n, out, &fa, guard_dir, err, errlen);
+    bool shared_dir = guard_dir[0] != '\0'; /* the pair's: never removed here */
     if (rc == 0 && out->n_guarded && (rc = inject_guard(s, r, ids, n, out, guard_dir, err, errlen)) < 0)
         gs_alloc_response_free(out);
     if (rc == 0 && out->n_cdi) {
@@ -346,7 +450,7 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
             rc = cdi_transient(s, r, ids, n, out, err, errlen);
         if (rc < 0) {
             gs_alloc_response_free(out);
-            if (guard_dir[0]) /* no answer names it: nothing left behind */
+            if (guard_dir[0] && !shared_dir) /* no answer names it: nothing left behind */
                 gs_remove_tree(guard_dir);
         }
     }
@@ -356,6 +460,9 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         gs_strlcpy(out->cdi[i], q, sizeof(out->cdi[i]));
     }
     pthread_mutex_lock(&s->lock);
+    if (rc == 0 && r->fraction)
+        frac_record(&s->frac, fa.pod, r->fraction, fa.container, fa.pair, fa.gpu, fa.mem_bytes, fa.compute, guard_dir,
+                    gs_now_ns());
     gs_metrics_count_alloc(&s->counters, r->name, rc == 0);
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -376,6 +483,23 @@ static size_t on_preferred(void *ctx, const struct gs_resource *r, const char *c
                            const char *const *must, size_t n_must, size_t size, const char **out) {
     struct agent_shared *s = ctx;
     atomic_store(&s->last_call_ns, gs_now_ns());
+    if (r->fraction) { /* one GPU: the pair's, else the extender's, else the best fit */
+        struct frac_pod p;
+        const struct frac_pod *pod = n_must ? NULL : frac_pod_lookup(s, r, size, &p);
+        unsigned container;
+        bool pair;
+        pthread_mutex_lock(&s->lock);
+        frac_assign(&s->frac, pod, r->fraction, s->frac.gpu, gs_now_ns(), &container, &pair);
+        int want = pair ? (int)s->frac.gpu : pod ? pod->gpu_index : -1;
+        pthread_mutex_unlock(&s->lock);
+        size_t k = frac_preferred(r, avail, n_avail, must, n_must, size, want, out);
+        char who[256];
+        log_info("GetPreferredAllocation %s: %zu units%s, GPU %d wanted (%s): %s", r->name, size,
+                 frac_who(pod, who, sizeof(who)), want,
+                 pair ? "its other resource's" : pod && pod->gpu_index >= 0 ? "gpuslice.io/gpu-index" : "best fit",
+                 k ? "chosen" : "no GPU holds them");
+        return k;
+    }
     pthread_mutex_lock(&s->lock);
     /* An MPS client talks to one daemon: replicas of one container come from one GPU. */
     enum gs_alloc_policy policy = r->mps ? GS_ALLOC_PACKED : s->policy->alloc_policy;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "agent/agent.h"
+#include "agent/fractional.h"
 #include "core/metrics.h"
 #include "kubelet/deviceplugin.h"
 
@@ -23,6 +24,8 @@ struct agent_shared {
     char *cdi_spec;                /* the node's CDI spec as last written (NULL: none yet) */
     char cdi_error[256];           /* why it could not be written ("": it was) */
     struct gs_metrics_counters counters; /* Allocate counts from the gRPC thread, the rest from the main one */
+    struct frac_state frac;        /* fractional GPUs: the admission in progress (its kube client and node
+                                      name: the gRPC thread's only, used outside the lock) */
     unsigned n_hist;               /* request sizes seen per resource (GetPreferredAllocation) */
     struct {
         char resource[GS_RESOURCE_NAME_MAX];

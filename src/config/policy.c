@@ -73,7 +73,7 @@ static const char *const discovery_values[] = { "auto", "nvml", "tegra", NULL };
  * that the message can say they are not supported rather than unknown. */
 static const char *const list_values[] = { "envvar", "volume-mounts", "cdi-annotations", "cdi-cri", NULL };
 /* Index + 1 = enum gs_gpu_mode. */
-static const char *const mode_values[] = { "whole", "time-slicing", "mig", "disabled", "mps", NULL };
+static const char *const mode_values[] = { "whole", "time-slicing", "mig", "disabled", "mps", "fractional", NULL };
 
 /* ---- warnings ---- */
 
@@ -964,7 +964,7 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
     const yaml_node_t *mode = gs_yaml_map_get(y, entry, "mode");
     if (!mode)
         return gs_yaml_error(y, entry, path, "missing required key 'mode'; expected one of: whole, time-slicing, "
-                                             "mig, disabled, mps");
+                                             "mig, disabled, mps, fractional");
     unsigned v;
     if ((r = gs_yaml_enum(y, mode, gs_yaml_path_key(kp, path, "mode"), mode_values, &v)) < 0)
         return r;
@@ -1024,6 +1024,10 @@ static int parse_rule(struct gs_yaml *y, const yaml_node_t *entry, const char *p
                                               "profile (flags.migStrategy)");
         if (rule->mode == GS_MODE_DISABLED)
             return gs_yaml_error(y, node, kp, "not allowed with mode disabled: the GPU is not advertised");
+        if (rule->mode == GS_MODE_FRACTIONAL)
+            return gs_yaml_error(y, node, kp, "not allowed with mode fractional: its resources are "
+                                              "gpuslice.io/gpu-memory and gpuslice.io/gpu-compute, the names pods "
+                                              "and the scheduler extender use");
         if ((r = parse_resource_name(y, node, kp, rule->resource)) < 0)
             return r;
     }

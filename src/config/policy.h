@@ -33,7 +33,7 @@
  *   gpuslice:
  *     gpus:                                   # first match wins; overrides `sharing`
  *       - index: "0-3"                        # or uuid: GPU-..., or model: "NVIDIA H100*" (glob)
- *         mode: mig                           # whole | time-slicing | mig | disabled | mps
+ *         mode: mig                           # whole | time-slicing | mig | disabled | mps | fractional
  *       - index: "4,5"
  *         mode: time-slicing
  *         replicas: 4
@@ -41,6 +41,8 @@
  *         mode: mps                           # replicas (2..48), computePerReplica, pinnedMemoryPerReplica
  *         replicas: 3
  *         computePerReplica: 30%
+ *       - model: "NVIDIA H100*"
+ *         mode: fractional                    # gpuslice.io/gpu-memory (GiB) and gpuslice.io/gpu-compute (%)
  *     mps:
  *       exclusiveProcess: false               # true: set EXCLUSIVE_PROCESS compute mode on MPS GPUs
  *     mig:                                    # the agent partitions MIG GPUs (docs/mig.md)
@@ -85,7 +87,8 @@ enum gs_list_strategy {
 };
 #define GS_CDI_ANNOTATION_PREFIX_DEFAULT "cdi.k8s.io/"
 enum gs_gpu_mode {
-    GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED, GS_MODE_MPS
+    GS_MODE_DEFAULT = 0, GS_MODE_WHOLE, GS_MODE_TIME_SLICING, GS_MODE_MIG, GS_MODE_DISABLED, GS_MODE_MPS,
+    GS_MODE_FRACTIONAL   /* requests a pod writes: gpuslice.io/gpu-memory and gpu-compute units (docs/fractional.md) */
 };
 
 /* Where a setting was written (1-based; line 0: not written), so that checks that need the node

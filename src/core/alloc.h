@@ -33,6 +33,7 @@ struct gs_guard_quota {
     unsigned ordinal;
     unsigned long long bytes;
     unsigned arch;              /* the GPU's NVML architecture (gs_arch_name) */
+    unsigned compute_pct;       /* the guard's compute share (0: none; fractional GPUs, set by the agent) */
 };
 
 #define GS_ALLOC_MAX_ENVS 6

@@ -28,6 +28,7 @@ const char *gs_mode_name(enum gs_gpu_mode mode) {
     case GS_MODE_MIG: return "mig";
     case GS_MODE_DISABLED: return "disabled";
     case GS_MODE_MPS: return "mps";
+    case GS_MODE_FRACTIONAL: return "fractional";
     default: return "default";
     }
 }
@@ -278,6 +279,10 @@ static unsigned long long replica_quota(unsigned long long memory, unsigned repl
 
 /* A resource carries either time-sliced or MPS replicas: their Allocate answers differ. */
 static bool kind_fits(struct gs_plan *plan, struct gs_resource *r, bool mps, unsigned gpu) {
+    if (r->fraction) {
+        warn(plan, "GPU %u: %s carries fractional units only: not advertised", gpu, r->name);
+        return false;
+    }
     if (r->n_devices && r->replicated && r->mps != mps) {
         warn(plan, "GPU %u: %s already carries %s replicas; give the %s GPUs their own resourceName: not advertised",
              gpu, r->name, r->mps ? "MPS" : "time-sliced", mps ? "MPS" : "time-sliced");
@@ -304,6 +309,57 @@ static bool quota_fits(struct gs_plan *plan, const struct gs_policy *pol, const 
                "%s is more than the %s of %s: its replicas are not advertised (at most %s, or auto)",
                size_text(c->memory, want, sizeof(want)), size_text(mem_total, have, sizeof(have)), what, have);
     return false;
+}
+
+unsigned gs_frac_memory_units(unsigned long long mem_total) {
+    return (unsigned)((mem_total + GS_FRAC_MEMORY_UNIT / 2) / GS_FRAC_MEMORY_UNIT);
+}
+
+/* A fractional GPU: its memory units (GiB, each a GiB of the guard's quota) and its 100 compute
+ * units, under the two fixed resource names, which carry nothing else. */
+static int add_fractional(struct gs_plan *plan, const struct gs_gpu *g, bool healthy, struct gs_gpu_plan *gp) {
+    static const struct {
+        const char *name, *prefix;
+        enum gs_fraction kind;
+    } res[] = { { GS_FRAC_MEMORY_RESOURCE, "mem", GS_FRAC_MEMORY }, { GS_FRAC_COMPUTE_RESOURCE, "sm", GS_FRAC_COMPUTE } };
+    unsigned units[2] = { gs_frac_memory_units(g->mem_total), GS_FRAC_COMPUTE_UNITS };
+    if (!units[0]) {
+        warn(plan, "GPU %u: mode fractional needs at least 1 GiB of memory (NVML says %llu MiB): not advertised",
+             g->index, g->mem_total >> 20);
+        gp->mode = GS_MODE_DISABLED;
+        return 0;
+    }
+    struct gs_resource *r[2];
+    for (unsigned k = 0; k < 2; k++) {
+        if (!(r[k] = resource_get(plan, res[k].name))) {
+            warn(plan, "too many resource names: GPU %u not advertised", g->index);
+            gp->mode = GS_MODE_DISABLED;
+            return 0;
+        }
+        if (r[k]->n_devices && r[k]->fraction != res[k].kind) {
+            warn(plan, "GPU %u: %s already carries other devices (a resourceName rule?): not advertised", g->index,
+                 res[k].name);
+            gp->mode = GS_MODE_DISABLED;
+            return 0;
+        }
+    }
+    for (unsigned k = 0; k < 2; k++) {
+        r[k]->replicated = true;
+        r[k]->fraction = res[k].kind;
+        struct gs_device d = base_device(g, healthy);
+        d.kind = GS_DEV_REPLICA;
+        d.fraction = res[k].kind;
+        d.quota = res[k].kind == GS_FRAC_MEMORY ? GS_FRAC_MEMORY_UNIT : 0;
+        for (unsigned n = 0; n < units[k]; n++) {
+            d.replica = n;
+            snprintf(d.id, sizeof(d.id), "%s::%s-%u", g->uuid, res[k].prefix, n);
+            if (resource_add(r[k], &d) < 0)
+                return -ENOMEM;
+        }
+    }
+    gp->resource = r[0]->name;
+    gp->replicas = units[0];
+    return 0;
 }
 
 /* `replicas` time-sliced or MPS replicas of MIG device m, "<MIG-UUID>::<n>", under `name`. */
@@ -646,6 +702,11 @@ int gs_plan_build(const struct gs_inventory *inv, const struct gs_policy *pol, c
             warn(out, "GPU %u is in MIG mode: it cannot be shared as %s; not advertised", g->index,
                  gs_mode_name(c.mode));
             gp->mode = GS_MODE_DISABLED;
+            continue;
+        }
+        if (c.mode == GS_MODE_FRACTIONAL) {
+            if (add_fractional(out, g, healthy, gp) < 0)
+                goto oom;
             continue;
         }
         char what[GS_UUID_LEN * 2 + 16];

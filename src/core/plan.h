@@ -11,6 +11,16 @@
 
 enum gs_dev_kind { GS_DEV_WHOLE = 0, GS_DEV_REPLICA, GS_DEV_MIG, GS_DEV_MPS };
 
+/* A fractional GPU (gpuslice.gpus mode fractional, docs/fractional.md) carries two resources of
+ * units a pod writes as integers: GiB of its memory ("GPU-...::mem-<k>", one per GiB, the GPU's
+ * memory rounded to the nearest GiB) and percent of its time ("GPU-...::sm-<k>", 100). Both are
+ * replicas (GS_DEV_REPLICA) of the GPU; a container's units must all be of one GPU. */
+enum gs_fraction { GS_FRAC_NONE = 0, GS_FRAC_MEMORY, GS_FRAC_COMPUTE };
+#define GS_FRAC_MEMORY_RESOURCE "gpuslice.io/gpu-memory"
+#define GS_FRAC_COMPUTE_RESOURCE "gpuslice.io/gpu-compute"
+#define GS_FRAC_MEMORY_UNIT (1ULL << 30) /* bytes of one gpuslice.io/gpu-memory unit */
+#define GS_FRAC_COMPUTE_UNITS 100u       /* gpuslice.io/gpu-compute units of one GPU */
+
 #define GS_DEVICE_ID_MAX (GS_UUID_LEN + 16)
 
 struct gs_device {
@@ -28,6 +38,7 @@ struct gs_device {
     bool healthy;
     unsigned long long quota;   /* GS_DEV_REPLICA: VRAM bytes the guard allows it (0: no guard) */
     unsigned arch;              /* NVML architecture of the physical GPU (the guard's context overhead) */
+    enum gs_fraction fraction;  /* a unit of a fractional GPU (quota: GS_FRAC_MEMORY_UNIT for memory) */
 };
 
 /* A MIG device, or a (time-sliced or MPS) replica of one: Allocate names it by MIG UUID or
@@ -41,6 +52,7 @@ struct gs_resource {
     bool replicated;            /* carries time-sliced or MPS replicas */
     bool mps;                   /* carries MPS replicas (never mixed with time-sliced ones) */
     bool fail_gt_one;           /* refuse requests of more than one device */
+    enum gs_fraction fraction;  /* the fractional units of GS_FRAC_*_RESOURCE (GS_FRAC_NONE: other devices) */
     unsigned n_devices, cap;
     struct gs_device *devices;  /* sorted by GPU, then replica / MIG instance */
 };
@@ -48,7 +60,7 @@ struct gs_resource {
 /* Per-GPU decision, for `apply` and labels. */
 struct gs_gpu_plan {
     enum gs_gpu_mode mode;      /* resolved: never GS_MODE_DEFAULT */
-    unsigned replicas;          /* time-slicing, MPS */
+    unsigned replicas;          /* time-slicing, MPS; fractional: its gpuslice.io/gpu-memory units */
     const char *resource;       /* points into the plan's resources, NULL if nothing advertised */
     bool dra;                   /* served by the DRA driver (gpuslice.dra.gpus): mode disabled here */
 };
@@ -85,6 +97,10 @@ struct gs_health {
  * GPUs the plan leaves out; unset: if_unset (the agent puts "none" in force without the key,
  * `gpuslice dra slices` previews "all"). */
 bool gs_plan_dra_serves(const struct gs_policy *p, unsigned index, const char *uuid, bool if_unset);
+
+/* The gpuslice.io/gpu-memory units of a fractional GPU of mem_total bytes: its GiB, rounded to the
+ * nearest (an H100's 79.6 GiB is 80). */
+unsigned gs_frac_memory_units(unsigned long long mem_total);
 
 /* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule
  * on a GPU without MIG mode, ...) become warnings; settings this node cannot honour become

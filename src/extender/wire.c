@@ -78,7 +78,7 @@ static json_t *get_ci(const json_t *obj, const char *key) {
 
 struct req {
     int64_t cpu, mem, gpus, compute, gpu_mem;
-}; /* milli-CPU, bytes, counts, %, bytes */
+}; /* milli-CPU, bytes, counts, %, GiB (gpuslice.io/gpu-memory units, docs/fractional.md) */
 
 /* the resources of one container: requests, else limits, per resource */
 static int container_req(const json_t *c, const char *where, struct req *r, char *err, size_t errlen) {
@@ -110,7 +110,14 @@ static int container_req(const json_t *c, const char *where, struct req *r, char
         case 0: r->cpu = milli; break;
         case 1: r->mem = milli / 1000 + (milli % 1000 != 0); break;
         case 4: r->compute = milli / 1000; break;
-        case 5: r->gpu_mem = milli / 1000 + (milli % 1000 != 0); break;
+        case 5:
+            r->gpu_mem = milli / 1000 + (milli % 1000 != 0);
+            if (r->gpu_mem > (1 << 20)) { /* the node counts GiB (a device per GiB): "10Gi" is 10 Gi units */
+                snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': gpuslice.io/gpu-memory is counted in GiB "
+                         "(write 10 for 10 GiB)", where, from, names[i], txt ? txt : "");
+                return -EINVAL;
+            }
+            break;
         default:
             if (milli % 1000) {
                 snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': GPUs are counted in whole devices", where, from,
@@ -173,7 +180,7 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
     out->cpu = MAXR(cpu);
     out->mem = (MAXR(mem) + (1 << 20) - 1) >> 20;
     int64_t gpus = MAXR(gpus), compute = MAXR(compute);
-    out->gpu_mem_mib = (MAXR(gpu_mem) + (1 << 20) - 1) >> 20;
+    out->gpu_mem_mib = MAXR(gpu_mem) * 1024; /* GiB (bounded above) to MiB */
 #undef MAXR
     if (gpus > PL_MAX_GPUS * 64 || compute > 100000) {
         snprintf(err, errlen, "Pod: %lld GPUs, %lld %% of a GPU: out of range", (long long)gpus, (long long)compute);

@@ -103,7 +103,7 @@ def test_filter_per_gpu_fit(ext):
     assert "ghost" in r["FailedAndUnresolvableNodes"]
     assert r["Error"] == ""
     # memory beyond what any GPU has: unresolvable everywhere, with the sizes
-    st, r = ext.post("/gpuslice/filter", {"Pod": pod("u2", {"gpuslice.io/gpu-memory": "100Gi"}),
+    st, r = ext.post("/gpuslice/filter", {"Pod": pod("u2", {"gpuslice.io/gpu-memory": "100"}),
                                           "NodeNames": ["idle"]})
     assert "81920 MiB" in r["FailedAndUnresolvableNodes"]["idle"]
     # a CPU-only pod: every node, known or not

@@ -215,7 +215,7 @@ static const char args_json[] =
     "{\"Pod\": {\"metadata\": {\"name\": \"p\", \"namespace\": \"ns\", \"uid\": \"u-1\"},"
     " \"spec\": {\"initContainers\": [{\"resources\": {\"requests\": {\"cpu\": \"4\"}}}],"
     "  \"containers\": [{\"resources\": {\"requests\": {\"cpu\": \"500m\", \"memory\": \"1Gi\"},"
-    "    \"limits\": {\"gpuslice.io/gpu-compute\": \"30\", \"gpuslice.io/gpu-memory\": \"10Gi\"}}},"
+    "    \"limits\": {\"gpuslice.io/gpu-compute\": \"30\", \"gpuslice.io/gpu-memory\": \"10\"}}},"
     "   {\"resources\": {\"limits\": {\"cpu\": \"1\", \"memory\": \"512Mi\"}}}]}},"
     " \"nodenames\": [\"n1\", \"n2\"]}";
 
@@ -260,6 +260,9 @@ static void test_args_mapping(void **state) {
         { "{\"Pod\": {\"spec\": {\"containers\": [{\"resources\": {\"limits\": {\"nvidia.com/gpu\": \"500m\"}}}]}}, "
           "\"NodeNames\": []}",
           -EINVAL, "whole devices" },
+        { "{\"Pod\": {\"spec\": {\"containers\": [{\"resources\": {\"limits\": {\"gpuslice.io/gpu-memory\": "
+          "\"10Gi\"}}}]}}, \"NodeNames\": []}",
+          -EINVAL, "gpuslice.io/gpu-memory is counted in GiB (write 10 for 10 GiB)" },
         { "{\"Pod\": {}, \"Pod\": {}, \"NodeNames\": []}", -EBADMSG, "duplicate" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

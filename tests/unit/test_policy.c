@@ -496,6 +496,20 @@ static void test_mps_rules(void **state) {
     assert_int_equal(p->rules[0].replicas, 1024);
 }
 
+/* mode fractional: no replicas, limits or resource name (the units are the pods' own requests). */
+static void test_fractional_rule(void **state) {
+    (void)state;
+    _cleanup_free_ struct gs_policy *p = new_policy();
+    parse_ok("gpuslice:\n  gpus:\n    - model: \"NVIDIA H100*\"\n      mode: fractional\n"
+             "    - {index: 1, mode: whole}\n", p);
+    assert_int_equal(p->n_rules, 2);
+    assert_int_equal(p->rules[0].mode, GS_MODE_FRACTIONAL);
+    assert_int_equal(p->rules[0].kind, GS_SEL_MODEL);
+    assert_int_equal(p->rules[0].replicas, 0);
+    assert_string_equal(p->rules[0].resource, "");
+    assert_int_equal(p->rules[1].mode, GS_MODE_WHOLE);
+}
+
 static void test_mps_percentages(void **state) {
     (void)state;
     _cleanup_free_ struct gs_policy *p = new_policy();
@@ -1008,10 +1022,20 @@ static const struct bad_case bad_cases[] = {
       "t.yaml:5:17: gpuslice.gpus[0].replicas: only allowed with mode time-slicing or mps (mode is disabled)" },
     { "rule mode mpss", RULES "    - index: 0\n      mode: mpss\n",
       "t.yaml:4:13: gpuslice.gpus[0].mode: invalid value 'mpss'; expected one of: whole, time-slicing, mig, "
-      "disabled, mps" },
+      "disabled, mps, fractional" },
     { "rule without mode lists mps", RULES "    - index: 0\n",
       "t.yaml:3:7: gpuslice.gpus[0]: missing required key 'mode'; expected one of: whole, time-slicing, mig, "
-      "disabled, mps" },
+      "disabled, mps, fractional" },
+    { "rule fractional with replicas", RULES "    - index: 0\n      mode: fractional\n      replicas: 2\n",
+      "t.yaml:5:17: gpuslice.gpus[0].replicas: only allowed with mode time-slicing or mps (mode is fractional)" },
+    { "rule fractional with memoryPerReplica", RULES "    - index: 0\n      mode: fractional\n"
+                                               "      memoryPerReplica: 1GiB\n",
+      "t.yaml:5:25: gpuslice.gpus[0].memoryPerReplica: only allowed with mode time-slicing or mps (mode is "
+      "fractional)" },
+    { "rule fractional with resourceName", RULES "    - index: 0\n      mode: fractional\n"
+                                           "      resourceName: nvidia.com/frac\n",
+      "t.yaml:5:21: gpuslice.gpus[0].resourceName: not allowed with mode fractional: its resources are "
+      "gpuslice.io/gpu-memory and gpuslice.io/gpu-compute, the names pods and the scheduler extender use" },
 };
 
 static void test_bad(void **state) {
@@ -1202,6 +1226,7 @@ int main(void) {
         cmocka_unit_test(test_xid_ignored_defaults),
         cmocka_unit_test(test_warnings),
         cmocka_unit_test(test_crlf_bom_flow),
+        cmocka_unit_test(test_fractional_rule),
         cmocka_unit_test(test_bad_counts),
         cmocka_unit_test(test_error_buffer_edge_cases),
         cmocka_unit_test(test_load_errors),
