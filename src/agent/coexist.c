@@ -479,6 +479,8 @@ static void free_thread(struct agent_migmgr_thread *t) {
 
 void agent_migmgr_start(struct agent *a) {
     const struct agent_options *o = a->o;
+    if (a->migmgr.t || !a->policy->mig_config[0])
+        return; /* started, or no MIG layout to guard: no API client (nor libcurl) for it */
     struct agent_migmgr_thread *t = calloc(1, sizeof(*t));
     char why[1024] = "out of memory";
     if (!t)

@@ -71,8 +71,9 @@ struct agent_migmgr {
     char said_err[512];
 };
 
-/* Starts the Node's reader (or says why the check is off) and registers its eventfd in a's loop.
- * Never fails the agent. */
+/* Starts the Node's reader (or says why the check is off) and registers its eventfd in a's loop,
+ * once the policy has a MIG layout (at start, or at the reload that gives it one; before that the
+ * label concerns nothing gpuslice does). Never fails the agent. */
 void agent_migmgr_start(struct agent *a);
 /* Stops the reader (a request in flight ends at once) and joins it. */
 void agent_migmgr_stop(struct agent *a);

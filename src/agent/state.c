@@ -98,6 +98,7 @@ void agent_policy_job(void *ctx, uint64_t now_ns) {
     if (r != 0)
         agent_shared_count_reload(&a->shared, r > 0);
     if (r > 0) {
+        agent_migmgr_start(a); /* a layout the policy did not have before */
         agent_reconcile_mig(a);
         agent_replan(a, true);
     }

@@ -1,9 +1,9 @@
-/* kube.c: the Kubernetes REST client's requests and watches over libcurl (kube.h). Every transfer
+/* kube.c: the Kubernetes REST client's requests and watches over libcurl (kube.h), loaded at the
+ * first client (curlload.h). Every transfer
  * runs on a curl multi handle of its own, polled in slices, so that kube_cancel_fire() wakes it at
  * once (curl_multi_wakeup). */
 #include "kube.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "curlload.h"
 #include "util/util.h"
 
 #define TOKEN_MAX (64 * 1024)
@@ -101,19 +102,15 @@ void kube_cancel_free(struct kube_cancel *k) {
 
 /* ---- the client ---- */
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-static void curl_init(void) {
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 int kube_client_new(struct kube_config *cfg, const struct kube_limits *limits, struct kube_client **out, char *err,
                     size_t errlen) {
     static const struct kube_limits defaults = KUBE_DEFAULT_LIMITS;
     *out = NULL;
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return kube_errf(err, errlen, -EIO, "curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+    char why[512];
+    int lr = kube_curl_load(why, sizeof(why));
+    if (lr < 0)
+        return kube_errf(err, errlen, lr, "%s", why);
     if (!cfg->server)
         return kube_errf(err, errlen, -EINVAL, "the configuration names no API server");
     struct kube_client *c = calloc(1, sizeof(*c));

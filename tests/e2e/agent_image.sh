@@ -6,7 +6,8 @@
 #   /usr/bin/gpuslice (the ENTRYPOINT), /usr/bin/gpuslice-cdi-hook (static),
 #   /usr/lib/gpuslice/libgpuslice-guard.so, /usr/lib/gpuslice/libgpuslice-nvml-sim.so (found by
 #   gpuslice in ../lib/gpuslice/ beside itself), /usr/share/gpuslice/examples/nodes/,
-#   every shared library those load (ldd: the loader, libc, libyaml, ...; a sanitizer build's
+#   libcurl (loaded by dlopen at the first API client), every shared library those load (ldd:
+#   the loader, libc, libyaml, ...; a sanitizer build's
 #   runtimes too) at the host's paths, and Debian's static busybox as /bin/sh, cp, mv, chmod (the
 #   chart's install-guard and install-cdi-hook init containers run `/bin/sh -c "cp ... && mv ..."`).
 # The binaries: $GPUSLICE, $GPUSLICE_SIM_LIB, $GS_GUARD_LIB, $GS_CDIHOOK (meson's e2e environment
@@ -41,9 +42,13 @@ put "$gpuslice" usr/bin/gpuslice
 put "$hook" usr/bin/gpuslice-cdi-hook
 put "$guard" usr/lib/gpuslice/libgpuslice-guard.so
 put "$sim" usr/lib/gpuslice/libgpuslice-nvml-sim.so
+# libcurl, which src/kube loads at its first API client (dlopen: ldd does not name it)
+curl=$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ {print $NF; exit}')
+[ -n "$curl" ] || die "no libcurl.so.4 (Debian's libcurl4: the Kubernetes API client loads it)"
+put "$curl" "${curl#/}"
 # the shared libraries each loads, at the path the loader finds them (ldd's "NAME => PATH" and
 # the loader's own line); the CDI hook is static
-for lib in $(ldd "$gpuslice" "$sim" "$guard" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && NF > 1 {print $1}' | sort -u); do
+for lib in $(ldd "$gpuslice" "$sim" "$guard" "$curl" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && NF > 1 {print $1}' | sort -u); do
     [ -f "$rootfs$lib" ] || put "$lib" "${lib#/}"
 done
 for f in "$root"/examples/nodes/*.yaml; do

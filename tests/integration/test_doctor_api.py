@@ -233,3 +233,22 @@ def test_agent_401_is_named_and_the_layout_follows(h, api):
     wait_state(st, "applied", timeout=25)  # after the wait at start: the check is not a gate for ever
     a.wait_resources(["nvidia.com/mig-1g.10gb"], timeout=10)
     assert a.log().count("Cannot read Node unauth") == 1  # said once, though asked at every poll
+
+
+def _maps(a):
+    with open(f"/proc/{a.proc.pid}/maps") as f:
+        return f.read()
+
+
+def test_libcurl_is_loaded_only_for_an_api_client(h, api):
+    """src/kube loads libcurl at the first client (curlload.h): an agent with API access but no
+    MIG layout (nothing for the MIG-manager check to guard, no DRA) maps no libcurl and says
+    nothing of the check; with a layout it reads its Node through libcurl."""
+    from agent_harness import T4X2
+    a = h.agent(h.node(T4X2), "version: v1\n", resources=["nvidia.com/gpu"],
+                extra=["--kubeconfig", api.kubeconfig, "--node-name", "gpu-1"])
+    assert "libcurl" not in _maps(a)
+    assert "MIG manager" not in a.log()
+    b, _, st = mig_agent(h, api, "gpu-1", mode="warn")
+    wait_state(st, "applied")
+    assert "libcurl" in _maps(b)
