@@ -14,7 +14,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "Usage: gpuslice replay --nodes NODES.csv --pods PODS.csv --policy NAME --seed N\n"
-            "                       [--inflation 1.3] [--out FILE.csv] [--timing] [--placed-shares FILE]\n\n"
+            "                       [--inflation 1.3] [--out FILE.csv] [--timing] [--placed-shares FILE]\n"
+            "                       [--dump-order FILE.csv]\n\n"
             "Replays a cluster trace as the FGD paper (USENIX ATC'23) does: every pod arrives once, in a\n"
             "seeded shuffle, resampled until INFLATION x the cluster's GPU capacity has arrived; a pod that\n"
             "fits nowhere is dropped. Prints the GPU allocation ratio at 100 %% arrived workload.\n\n"
@@ -26,7 +27,10 @@ static void usage(FILE *f) {
             "  --out FILE         write arrived_pct,gpu_alloc_pct,frag_pct,power_kw, one row per 1 %%\n"
             "  --timing           also measure each decision (median, p99, max) and the replay time\n"
             "  --placed-shares FILE  write the milli-GPU of each GPU-sharing pod placed up to the end of\n"
-            "                     the 100 %% bucket, one per line (input of bench/place_bound.py)\n");
+            "                     the 100 %% bucket, one per line (input of bench/place_bound.py)\n"
+            "  --dump-order FILE  write every pod event in arrival order: seq,pod,bucket,node,gpus (the pod's\n"
+            "                     name, the arrived %% after it, the node and GPUs it took, empty when it\n"
+            "                     failed; bench/kwok_replay.py replays this order through kube-scheduler)\n");
 }
 
 static void write_curve(FILE *f, const struct rp_result *r) {
@@ -42,6 +46,21 @@ static void write_curve(FILE *f, const struct rp_result *r) {
 static void write_shares(FILE *f, const struct rp_result *r) {
     for (size_t i = 0; i < r->n_shares; i++)
         fprintf(f, "%d\n", r->shares[i]);
+}
+
+static const struct rp_trace *order_trace; /* write_output's writers take the result only */
+
+static void write_order(FILE *f, const struct rp_result *r) {
+    const struct rp_trace *t = order_trace;
+    fprintf(f, "seq,pod,bucket,node,gpus\n");
+    for (size_t k = 0; k < r->n_events; k++) {
+        const struct rp_event *e = &r->events[k];
+        fprintf(f, "%zu,%s,%d,%s,", k, t->pod_names[e->pod], e->bucket,
+                e->where.node >= 0 ? t->node_names[e->where.node] : "");
+        for (int g = 0; e->where.node >= 0 && g < e->where.n_gpus; g++)
+            fprintf(f, g ? "|%d" : "%d", e->where.gpus[g]);
+        fputc('\n', f);
+    }
 }
 
 /* Writes r with `write` to the file `name` ("-": stdout, when stdout_dash); -1 with the error
@@ -92,7 +111,7 @@ static void explain_no_figure(const struct rp_trace *t, const struct rp_options 
 
 int cmd_replay(const struct cli *cli, int argc, char **argv) {
     (void)cli;
-    enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING, OPT_SHARES };
+    enum { OPT_NODES = 256, OPT_PODS, OPT_POLICY, OPT_SEED, OPT_INFL, OPT_OUT, OPT_TIMING, OPT_SHARES, OPT_ORDER };
     static const struct option opts[] = {
         { "nodes", required_argument, NULL, OPT_NODES },
         { "pods", required_argument, NULL, OPT_PODS },
@@ -102,10 +121,11 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         { "out", required_argument, NULL, OPT_OUT },
         { "timing", no_argument, NULL, OPT_TIMING },
         { "placed-shares", required_argument, NULL, OPT_SHARES },
+        { "dump-order", required_argument, NULL, OPT_ORDER },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *nodes = NULL, *pods = NULL, *out = NULL, *policy = NULL, *shares = NULL;
+    const char *nodes = NULL, *pods = NULL, *out = NULL, *policy = NULL, *shares = NULL, *order = NULL;
     struct rp_options o = { PL_FGD, 42, 1.3, 95, 0 };
     int have_seed = 0, c;
     char *end;
@@ -118,6 +138,10 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
         case OPT_SHARES:
             shares = optarg;
             o.record_shares = 1;
+            break;
+        case OPT_ORDER:
+            order = optarg;
+            o.record_events = 1;
             break;
         case OPT_POLICY:
             policy = optarg;
@@ -169,6 +193,9 @@ int cmd_replay(const struct cli *cli, int argc, char **argv) {
     if (out && write_output(out, true, write_curve, r) < 0)
         rc = GS_EXIT_FAILURE;
     if (shares && write_output(shares, false, write_shares, r) < 0)
+        rc = GS_EXIT_FAILURE;
+    order_trace = &t;
+    if (order && write_output(order, false, write_order, r) < 0)
         rc = GS_EXIT_FAILURE;
     FILE *sf = out && strcmp(out, "-") == 0 ? stderr : stdout;
     char at100[32] = "none", pw100[32] = "none";

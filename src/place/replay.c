@@ -481,6 +481,13 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
             goto out;
         }
     }
+    if (o->record_events) {
+        r->events = malloc(len * sizeof(*r->events) + 1);
+        if (!r->events) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
 
     /* the replay: one event per pod, in order; a pod that fits nowhere is dropped */
     int64_t arrived = 0;
@@ -511,6 +518,14 @@ int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_resul
         } else {
             r->n_failed++;
             r->n_failed_gpu += pod_gpu(p) > 0;
+        }
+        if (r->events) {
+            struct rp_event *e = &r->events[k];
+            e->pod = sorted[seq[k]];
+            e->bucket = b;
+            e->where = s == 0 ? ch : (struct pl_choice){ .node = -1 };
+            if (s == 0)
+                e->where.node = (int)nsorted[ch.node];
         }
         if (b >= 0 && b <= RP_MAX_PCT) {
             sum_a[b] += round2((double)c.alloc_gpu_milli / (total / 1000.0) / 10.0);
@@ -559,4 +574,6 @@ void rp_result_release(struct rp_result *r) {
     free(r->shares);
     r->shares = NULL;
     r->n_shares = 0;
+    free(r->events);
+    r->events = NULL;
 }

@@ -38,6 +38,14 @@ struct rp_options {
     int threshold_pct; /* FGD's target workload: the most frequent specs covering this % (95) */
     int time_decisions; /* measure each decision's latency */
     int record_shares;  /* fill rp_result.shares (see there) */
+    int record_events;  /* fill rp_result.events (see there) */
+};
+
+/* One pod event of the replay, in arrival order (rp_options.record_events). */
+struct rp_event {
+    size_t pod;             /* index into rp_trace.pods (file order) */
+    int bucket;             /* the arrived workload after it, in whole % of the GPU capacity */
+    struct pl_choice where; /* .node: index into rp_trace.nodes (file order), -1 when it failed */
 };
 
 struct rp_result {
@@ -55,6 +63,8 @@ struct rp_result {
      * the 100 % bucket (arrived < 100.5 %), in arrival order (what bench/place_bound.py packs) */
     int *shares;
     size_t n_shares;
+    /* with record_events: every event, n_events of them (the pod order of `replay --dump-order`) */
+    struct rp_event *events;
 };
 
 /* PWR's power model (Lettich et al., "Power- and Fragmentation-aware Online Scheduling for GPU
@@ -71,7 +81,7 @@ double rp_node_power(const char *model, int n_gpu, const int *gpu_free, int64_t 
 
 /* Fills *r, which it zeroes first: release a result before running into it again. */
 int rp_run(const struct rp_trace *t, const struct rp_options *o, struct rp_result *r);
-/* Frees what rp_run allocated in r (the shares). */
+/* Frees what rp_run allocated in r (the shares, the events). */
 void rp_result_release(struct rp_result *r);
 
 #endif
