@@ -1,5 +1,5 @@
 #!/bin/bash
-# cluster.sh up|down|status|restart-kubelet|restart-apiserver DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
+# cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
 # tests (docs/e2e.md). Everything lives under DIR (an absolute path, short: unix socket paths
 # under it must stay below 108 bytes):
 #   pki/        CA, serving and client certificates (openssl), the service-account key pair
@@ -21,14 +21,19 @@
 # The kubelet runs in a mount namespace of its own where DIR/kubelet is also /var/lib/kubelet
 # (its device-plugin socket path is fixed there); DIR/kubelet is a shared mount, so what the
 # kubelet mounts for pods is seen by containerd; the host's /var/lib is not touched.
+# GS_E2E_SCHEDULER_CONFIG=FILE (up, restart-scheduler): the scheduler runs with --config FILE, a
+# KubeSchedulerConfiguration, which must name its clientConnection.kubeconfig (DIR/scheduler.kubeconfig)
+# and leaderElection.leaderElect: false itself (the scheduler ignores those flags beside --config).
+# GS_E2E_CONTROLLER_MANAGER_ARGS (up): more arguments for the controller-manager, split at spaces
+# (bench/kwok_replay.py: a long --node-monitor-grace-period for 1,213 kwok nodes with slow leases).
 # Ports: GS_E2E_PORT_BASE (default 16000) + 379/380 etcd, 443 API server, 257 controller-
 # manager, 259 scheduler, 250 kubelet, 248 kubelet healthz; all bound to 127.0.0.1.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 dir=${2:-}
-case $cmd in up|down|status|restart-kubelet|restart-apiserver|image) ;;
-*) echo "usage: cluster.sh up|down|status|restart-kubelet|restart-apiserver DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
+case $cmd in up|down|status|restart-kubelet|restart-apiserver|restart-scheduler|image) ;;
+*) echo "usage: cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
 esac
 case $dir in /*) ;; *) echo "cluster.sh: DIR must be an absolute path (got '${dir}')" >&2; exit 2 ;; esac
 
@@ -334,6 +339,31 @@ apiserver_start() {
         --allow-privileged=true --profiling=false --endpoint-reconciler-type none
 }
 
+# The scheduler (up, restart-scheduler), with --config GS_E2E_SCHEDULER_CONFIG when set.
+scheduler_start() {
+    local conf=()
+    if [ -n "${GS_E2E_SCHEDULER_CONFIG:-}" ]; then
+        [ -f "$GS_E2E_SCHEDULER_CONFIG" ] || die "GS_E2E_SCHEDULER_CONFIG: no file $GS_E2E_SCHEDULER_CONFIG"
+        conf=(--config "$GS_E2E_SCHEDULER_CONFIG")
+    fi
+    start kube-scheduler kube-scheduler --kubeconfig "$dir/scheduler.kubeconfig" \
+        --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
+        --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+        --bind-address 127.0.0.1 --secure-port "$P_SCHED" --leader-elect=false --profiling=false "${conf[@]}"
+}
+
+# restart-scheduler: the scheduler stopped and started again (another GS_E2E_SCHEDULER_CONFIG).
+restart_scheduler() {
+    local b
+    b=$(sed -n 's/^GS_E2E_PORT_BASE=//p' "$dir/env")
+    [ "$b" = "$base" ] || die "GS_E2E_PORT_BASE is $base but the cluster in $dir runs on $b"
+    alive kube-apiserver || die "the API server is not running in $dir"
+    PATH=$(env_path):$PATH
+    stop kube-scheduler
+    scheduler_start
+    wait_for "the scheduler's /healthz" 60 curl -sfk "https://127.0.0.1:$P_SCHED/healthz"
+}
+
 up() {
     [ "$(id -u)" = 0 ] || die "the kubelet and containerd need root"
     if alive kube-apiserver; then say "already up in $dir (cluster.sh down $dir stops it)"; return 0; fi
@@ -374,16 +404,14 @@ EOF
     apiserver_start
     wait_for "the API server" 120 kc get --raw /readyz
 
+    # shellcheck disable=SC2086 # GS_E2E_CONTROLLER_MANAGER_ARGS is split at spaces
     start kube-controller-manager kube-controller-manager --kubeconfig "$dir/controller-manager.kubeconfig" \
         --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
         --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port "$P_KCM" --leader-elect=false \
         --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
-        --use-service-account-credentials --profiling=false
-    start kube-scheduler kube-scheduler --kubeconfig "$dir/scheduler.kubeconfig" \
-        --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
-        --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
-        --bind-address 127.0.0.1 --secure-port "$P_SCHED" --leader-elect=false --profiling=false
+        --use-service-account-credentials --profiling=false ${GS_E2E_CONTROLLER_MANAGER_ARGS:-}
+    scheduler_start
 
     start containerd containerd --config "$dir/containerd/config.toml"
     wait_for "containerd" 60 ctr --address "$dir/containerd/containerd.sock" version
@@ -559,6 +587,7 @@ import_image() {
 case $cmd in
 restart-kubelet) restart_kubelet ;;
 restart-apiserver) restart_apiserver ;;
+restart-scheduler) restart_scheduler ;;
 image) import_image "${3:-}" "${4:-}" "${5:-}" ;;
 *) "$cmd" ;;
 esac
