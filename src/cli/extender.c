@@ -4,40 +4,46 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "extender/apisource.h"
 #include "extender/server.h"
 #include "extender/snapshot.h"
 #include "util/log.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "Usage: gpuslice extender --snapshot FILE [--listen 127.0.0.1:8888] [--policy fgd|gpuslice]\n"
-               "                         [--max-body BYTES]\n\n"
+    fprintf(f, "Usage: gpuslice extender --snapshot FILE | --kubeconfig FILE | --api [--listen 127.0.0.1:8888]\n"
+               "                         [--policy fgd|gpuslice] [--max-body BYTES]\n\n"
                "The kube-scheduler extender (docs/extender.md): POST .../filter fails the nodes where no GPU\n"
                "(or set of GPUs) holds the pod, whatever the node's sum; POST .../prioritize scores the nodes\n"
-               "with the placement policy, 0..10; POST .../bind picks the GPU and records it; GET /healthz,\n"
-               "/metrics.\n\n"
+               "with the placement policy, 0..10; POST .../bind picks the GPU, records it and, with the API server,\n"
+               "binds the pod with the gpuslice.io/gpu-index annotation; GET /healthz, /metrics.\n\n"
                "  --listen HOST:PORT  where to serve (default 127.0.0.1:8888; port 0: any free port)\n"
                "  --snapshot FILE     the nodes: a trace node list (.csv) or a JSON snapshot\n"
+               "  --kubeconfig FILE   the nodes and bound pods from the API server (watched), and bind there\n"
+               "  --api               the same with $KUBECONFIG, in-cluster, else ~/.kube/config\n"
                "  --policy NAME       fgd or gpuslice (default gpuslice); any scoring policy of replay\n"
                "  --max-body BYTES    the longest request accepted (default 8 MiB)\n");
 }
 
 int cmd_extender(const struct cli *cli, int argc, char **argv) {
     (void)cli;
-    const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice";
+    const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL;
+    bool api = false;
     unsigned long long max_body = 8ull << 20;
-    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG };
+    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG, OPT_API };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, OPT_LISTEN },
         { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
         { "policy", required_argument, NULL, OPT_POLICY },
         { "max-body", required_argument, NULL, OPT_MAX_BODY },
         { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+        { "api", no_argument, NULL, OPT_API },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -52,9 +58,8 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
             if (gs_parse_size(optarg, &max_body) < 0 || max_body < 1024 || max_body > (1ull << 30))
                 return cli_usage_error("extender", "--max-body '%s': expected a size from 1KiB to 1GiB", optarg);
             break;
-        case OPT_KUBECONFIG:
-            return cli_usage_error("extender", "--kubeconfig: the API server as the source is not built yet; "
-                                               "use --snapshot (docs/extender.md)");
+        case OPT_KUBECONFIG: kubeconfig = optarg, api = true; break;
+        case OPT_API: api = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
         }
@@ -68,20 +73,32 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
                                "--policy '%s': expected fgd, gpuslice, bestfit, dotprod, gpupacking or "
                                "gpuclustering",
                                policy);
-    if (!snapshot)
-        return cli_usage_error("extender", "--snapshot FILE is required");
+    if (!snapshot && !api)
+        return cli_usage_error("extender", "--snapshot FILE is required, or --kubeconfig FILE or --api for the "
+                                           "API server");
+    if (snapshot && api)
+        return cli_usage_error("extender", "--snapshot and the API server (--kubeconfig, --api): one or the other");
     char err[1024];
     struct ex_node_spec *nodes = NULL;
     size_t n = 0;
-    if ((r = ex_snapshot_load(snapshot, &nodes, &n, err, sizeof(err))) < 0) {
+    if (snapshot && (r = ex_snapshot_load(snapshot, &nodes, &n, err, sizeof(err))) < 0) {
         fprintf(stderr, "gpuslice extender: %s\n", err);
         return GS_EXIT_FAILURE;
     }
     struct ex_model model;
-    r = ex_model_init(&model, pol, nodes, n, err, sizeof(err));
+    r = ex_model_init(&model, pol, nodes, n, err, sizeof(err)); /* the API server's nodes come at its first list */
     free(nodes);
     if (r < 0) {
-        fprintf(stderr, "gpuslice extender: %s: %s\n", snapshot, err);
+        fprintf(stderr, "gpuslice extender: %s: %s\n", snapshot ? snapshot : "the model", err);
+        return GS_EXIT_FAILURE;
+    }
+    struct kube_client *kc = NULL;
+    /* bounded: 3 s to connect, 10 s a request (a Binding: the scheduler's httpTimeout is 5 s by the
+     * configuration of docs/extender.md, and a late answer is a bind the scheduler retries) */
+    const struct kube_limits lim = { 3000, 10000, (size_t)256 << 20, (size_t)16 << 20 };
+    if (api && kube_client_open(kubeconfig, NULL, &lim, &kc, err, sizeof(err)) < 0) {
+        fprintf(stderr, "gpuslice extender: %s\n", err);
+        ex_model_free(&model);
         return GS_EXIT_FAILURE;
     }
     /* the signals are taken by sigwait below, on this thread; the server's thread inherits the mask */
@@ -91,19 +108,36 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct ex_server_config cfg = { .addr = listen, .max_body = (size_t)max_body, .model = &model, .lock = &lock };
-    struct ex_server *s = ex_server_start(&cfg, err, sizeof(err));
-    if (!s) {
+    struct ex_api *src = NULL;
+    struct ex_api_config ac = { .client = kc, .model = &model, .lock = &lock };
+    if (kc && ex_api_start(&ac, &src, err, sizeof(err)) < 0) {
         fprintf(stderr, "gpuslice extender: %s\n", err);
+        kube_client_free(kc);
         ex_model_free(&model);
         return GS_EXIT_FAILURE;
     }
-    log_info("Extender serving on %s (port %u): %zu nodes from %s, policy %s", listen, ex_server_port(s), n, snapshot,
-             pl_policy_name(pol));
+    struct ex_server_config cfg = { .addr = listen, .max_body = (size_t)max_body, .model = &model, .lock = &lock,
+                                    .bind = src ? ex_api_bind : NULL, .bind_ctx = src };
+    struct ex_server *s = ex_server_start(&cfg, err, sizeof(err));
+    if (!s) {
+        fprintf(stderr, "gpuslice extender: %s\n", err);
+        ex_api_stop(src);
+        kube_client_free(kc);
+        ex_model_free(&model);
+        return GS_EXIT_FAILURE;
+    }
+    if (snapshot)
+        log_info("Extender serving on %s (port %u): %zu nodes from %s, policy %s", listen, ex_server_port(s), n,
+                 snapshot, pl_policy_name(pol));
+    else
+        log_info("Extender serving on %s (port %u): nodes and pods from the API server, policy %s", listen,
+                 ex_server_port(s), pl_policy_name(pol));
     int sig = 0;
     sigwait(&set, &sig);
     log_info("Extender: signal %d, stopping", sig);
     ex_server_stop(s);
+    ex_api_stop(src);
+    kube_client_free(kc);
     ex_model_free(&model);
     return GS_EXIT_OK;
 }

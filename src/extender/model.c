@@ -95,6 +95,12 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
             }
             m->c.nodes[i].model = mi;
         }
+    if (!(m->base = malloc((n ? n : 1) * sizeof(*m->base)))) {
+        snprintf(err, errlen, "out of memory");
+        r = -ENOMEM;
+        goto fail;
+    }
+    memcpy(m->base, m->c.nodes, n * sizeof(*m->base));
     free(pn);
     return 0;
 fail:
@@ -105,6 +111,7 @@ fail:
 
 void ex_model_free(struct ex_model *m) {
     pl_cluster_free(&m->c);
+    free(m->base);
     free(m->names);
     free(m->gpu_mem);
     free(m->replicas);
@@ -405,16 +412,28 @@ int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct
     return record(m, p, (size_t)i, &q, out);
 }
 
-int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, const struct pl_choice *ch) {
-    if (ex_find_bound(m, p->uid))
+/* a pod bound elsewhere, on node: its index in *i and its request there in *q; -EALREADY (its
+ * uid bound: *ch its choice), -ENOENT, -EINVAL */
+static int bound_elsewhere(struct ex_model *m, const struct ex_pod *p, const char *node, long *i, struct pl_pod *q,
+                           struct pl_choice *ch) {
+    const struct ex_bound *b = ex_find_bound(m, p->uid);
+    if (b) {
+        if (ch)
+            *ch = b->choice;
         return -EALREADY;
-    long i = ex_model_find(m, node);
-    if (i < 0)
+    }
+    if ((*i = ex_model_find(m, node)) < 0)
         return -ENOENT;
-    struct pl_pod q;
     char why[EX_REASON_MAX];
-    if (ex_pod_on_node(m, (size_t)i, p, &q, why, sizeof(why)) < 0)
-        return -EINVAL;
+    return ex_pod_on_node(m, (size_t)*i, p, q, why, sizeof(why)) < 0 ? -EINVAL : 0;
+}
+
+int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, const struct pl_choice *ch) {
+    long i;
+    struct pl_pod q;
+    int r = bound_elsewhere(m, p, node, &i, &q, NULL);
+    if (r < 0)
+        return r;
     const struct pl_node *n = &m->c.nodes[i];
     struct pl_choice c = *ch;
     c.node = (int)i;
@@ -430,3 +449,118 @@ int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, cons
     }
     return record(m, p, (size_t)i, &q, &c);
 }
+
+int ex_commit_best_fit(struct ex_model *m, const struct ex_pod *p, const char *node, struct pl_choice *out) {
+    long i;
+    struct pl_pod q;
+    int r = bound_elsewhere(m, p, node, &i, &q, out);
+    if (r < 0)
+        return r;
+    const struct pl_node *n = &m->c.nodes[i];
+    *out = (struct pl_choice){ .node = (int)i };
+    bool used[PL_MAX_GPUS] = { false };
+    while (takes_gpus(&q) && out->n_gpus < q.num_gpu) { /* the fullest GPU that holds it, as the node's best fit */
+        int best = -1;
+        for (int g = 0; g < n->n_gpu; g++)
+            if (!used[g] && n->gpu_free[g] >= q.gpu_milli && (best < 0 || n->gpu_free[g] < n->gpu_free[best]))
+                best = g;
+        if (best < 0)
+            return -ENOSPC;
+        used[best] = true;
+        out->gpus[out->n_gpus++] = best;
+    }
+    return ex_commit(m, p, node, out);
+}
+
+/* node i as built, then its bound pods committed again in their order */
+static void reset_node(struct ex_model *m, size_t i) {
+    struct pl_node *n = &m->c.nodes[i];
+    for (int g = 0; g < n->n_gpu; g++)
+        m->c.alloc_gpu_milli -= m->base[i].gpu_free[g] - n->gpu_free[g];
+    double frag = n->frag;
+    *n = m->base[i];
+    n->frag = frag; /* the sum's share, which pl_commit takes out */
+    const struct pl_pod none = { 0 };
+    const struct pl_choice here = { .node = (int)i };
+    pl_commit(&m->c, &none, &here); /* recomputes the node's cached fragmentation */
+    n->n_pods = 0;
+    for (size_t k = 0; k < m->n_bound; k++)
+        if (m->bound[k].node == i)
+            pl_commit(&m->c, &m->bound[k].pod, &m->bound[k].choice);
+}
+
+int ex_release(struct ex_model *m, const char *uid) {
+    const struct ex_bound *b = ex_find_bound(m, uid);
+    if (!b)
+        return -ENOENT;
+    size_t k = (size_t)(b - m->bound), node = b->node;
+    memmove(&m->bound[k], &m->bound[k + 1], (m->n_bound - k - 1) * sizeof(*m->bound));
+    m->n_bound--;
+    reset_node(m, node);
+    return 0;
+}
+
+static bool same_models(const struct pl_cluster *a, const struct pl_cluster *b) {
+    if (a->n_models != b->n_models)
+        return false;
+    for (int k = 0; k < a->n_models; k++)
+        if (strcmp(a->models[k], b->models[k]) != 0)
+            return false;
+    return true;
+}
+
+#define MOVE(f)                                                                                                        \
+    do {                                                                                                               \
+        nm.f = m->f;                                                                                                   \
+        m->f = 0;                                                                                                      \
+    } while (0)
+
+int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_t n, char *err, size_t errlen) {
+    struct ex_model nm;
+    int r = ex_model_init(&nm, m->policy, nodes, n, err, errlen);
+    if (r < 0)
+        return r;
+    if (m->n_bound && !(nm.bound = malloc(m->n_bound * sizeof(*nm.bound)))) {
+        ex_model_free(&nm);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    nm.cap_bound = m->n_bound;
+    /* the policy's observations: gpuslice's estimate (its model indices must mean the same
+     * models, else it starts again), FGD's workload, the pods seen */
+    if (same_models(&m->c, &nm.c)) {
+        nm.c.online = m->c.online;
+        m->c.online = NULL;
+    }
+    MOVE(seen);
+    MOVE(n_seen);
+    MOVE(cap_seen);
+    MOVE(obs);
+    MOVE(n_obs);
+    MOVE(next_obs);
+    MOVE(obs_at_targets);
+    if (m->policy == PL_FGD && nm.n_obs)
+        pl_set_targets(&nm.c, nm.obs, NULL, nm.n_obs, 95);
+    for (size_t k = 0; k < m->n_bound; k++) {
+        const struct ex_bound *b = &m->bound[k];
+        long i = ex_model_find(&nm, m->names[b->node]);
+        if (i < 0)
+            continue; /* its node is gone */
+        const struct pl_node *nn = &nm.c.nodes[i];
+        struct ex_bound *nb = &nm.bound[nm.n_bound];
+        *nb = *b;
+        nb->node = (size_t)i;
+        nb->choice.node = (int)i;
+        bool fits = true; /* CPU and memory are the scheduler's to check; the GPUs here */
+        for (int g = 0; g < nb->choice.n_gpus; g++)
+            fits = fits && nb->choice.gpus[g] < nn->n_gpu && nn->gpu_free[nb->choice.gpus[g]] >= b->pod.gpu_milli;
+        if (!fits)
+            continue; /* the node's GPUs changed under it: the pod is counted again when it is seen */
+        nm.n_bound++;
+        pl_commit(&nm.c, &nb->pod, &nb->choice);
+    }
+    ex_model_free(m);
+    *m = nm;
+    return 0;
+}
+#undef MOVE

@@ -56,6 +56,7 @@ struct ex_bound {
 
 struct ex_model {
     struct pl_cluster c;
+    struct pl_node *base; /* each node as it was built, nothing bound (ex_release) */
     enum pl_policy policy;
     char (*names)[EX_NAME_MAX];
     int64_t *gpu_mem;
@@ -105,6 +106,16 @@ int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct
 /* Commits a pod bound elsewhere (a known GPU choice, e.g. from its annotation): -EALREADY when its
  * uid is bound, -ENOENT, -ENOSPC when a GPU has not enough free, -EINVAL for a bad GPU index. */
 int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, const struct pl_choice *ch);
+/* Commits a pod bound elsewhere without a known GPU choice, as the node chooses (best fit: the
+ * fullest GPU(s) that hold it); *out the choice. Errors as ex_commit's. */
+int ex_commit_best_fit(struct ex_model *m, const struct ex_pod *p, const char *node, struct pl_choice *out);
+/* Gives the share of the bound pod uid back (a pod that finished or left): its node is rebuilt from
+ * its base and the node's other pods committed again in their order. -ENOENT when not bound. */
+int ex_release(struct ex_model *m, const char *uid);
+/* Replaces the nodes with n others (the API server's Nodes changed): the pods bound on nodes
+ * still there are committed again, those on nodes gone are dropped; the policy's observations
+ * (gpuslice's estimate, FGD's workload, the pods seen) are kept. On error the model is unchanged. */
+int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_t n, char *err, size_t errlen);
 /* The bound pod of uid, or NULL. */
 const struct ex_bound *ex_find_bound(const struct ex_model *m, const char *uid);
 

@@ -146,11 +146,20 @@ static void bind(struct ex_server *s, const struct httpd_request *req, struct ht
         struct pl_choice ch;
         pthread_mutex_lock(s->cfg.lock);
         int e = ex_bind(s->cfg.model, p, b.node, &ch, err, sizeof(err));
-        if ((e == 0 || e == -EALREADY) && s->cfg.bind)
-            e = s->cfg.bind(s->cfg.bind_ctx, &b, &ch, err, sizeof(err));
-        else if (e == -EALREADY)
-            e = 0;
         pthread_mutex_unlock(s->cfg.lock);
+        bool fresh = e == 0;
+        if (e == -EALREADY) /* the scheduler's retry: the same GPUs, bound again */
+            e = 0;
+        if (e == 0 && s->cfg.bind) {
+            /* the API server's round trip outside the lock, so that the sources keep the model
+             * current meanwhile; a binding refused gives the share back */
+            e = s->cfg.bind(s->cfg.bind_ctx, &b, &ch, err, sizeof(err));
+            if (e < 0 && fresh) {
+                pthread_mutex_lock(s->cfg.lock);
+                ex_release(s->cfg.model, p->uid);
+                pthread_mutex_unlock(s->cfg.lock);
+            }
+        }
         if (e == 0)
             s->bound++;
         else if (!err[0])

@@ -19,8 +19,9 @@
 struct ex_server;
 
 /* Makes the binding of a pod to b->node with the GPUs of ch (e.g. a Binding with the
- * gpuslice.io/gpu-index annotation); 0 or -errno with the reason in err. Called under the model's
- * lock, after the choice is committed to the model. NULL: the model alone records it. */
+ * gpuslice.io/gpu-index annotation); 0 or -errno with the reason in err. Called after the choice
+ * is committed to the model, outside the model's lock; an error releases the choice (ex_release).
+ * NULL: the model alone records it. */
 typedef int (*ex_bind_fn)(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err,
                           size_t errlen);
 

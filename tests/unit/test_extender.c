@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "extender/apisource.h"
 #include "extender/model.h"
 #include "extender/snapshot.h"
 #include "extender/wire.h"
@@ -327,6 +328,146 @@ static void test_snapshot(void **state) {
     assert_string_equal(err, "s.json: nodes[0].gpuFree[0]: expected milli-GPU 0..1000");
 }
 
+/* A pod that leaves gives its share back; the node's other pods stay; best fit as the node's. */
+static void test_release_and_best_fit(void **state) {
+    (void)state;
+    const int f[] = { 1000, 1000 };
+    struct ex_node_spec ns[] = { node("n", 2, f, 81920) };
+    struct ex_model m;
+    char err[256];
+    for (int pol = PL_BESTFIT; pol <= PL_GPUSLICE; pol++) {
+        assert_int_equal(ex_model_init(&m, (enum pl_policy)pol, ns, 1, err, sizeof(err)), 0);
+        struct ex_pod a = share_pod("a", 30), b = share_pod("b", 50), c = share_pod("c", 60);
+        struct pl_choice ca = { .n_gpus = 1, .gpus = { 1 } }, cb, cc;
+        assert_int_equal(ex_commit(&m, &a, "n", &ca), 0);
+        /* best fit: the fullest GPU that holds it, GPU 1 (700 free) */
+        assert_int_equal(ex_commit_best_fit(&m, &b, "n", &cb), 0);
+        assert_int_equal(cb.n_gpus, 1);
+        assert_int_equal(cb.gpus[0], 1);
+        assert_int_equal(m.c.nodes[0].gpu_free[1], 200);
+        /* 60 % fits GPU 0 only */
+        assert_int_equal(ex_commit_best_fit(&m, &c, "n", &cc), 0);
+        assert_int_equal(cc.gpus[0], 0);
+        struct ex_pod d = share_pod("d", 50), ghost = share_pod("ghost", 10);
+        struct pl_choice cd;
+        assert_int_equal(ex_commit_best_fit(&m, &d, "n", &cd), -ENOSPC); /* 400 and 200 free */
+        assert_int_equal(ex_commit_best_fit(&m, &ghost, "nowhere", &cd), -ENOENT);
+        assert_int_equal(m.c.alloc_gpu_milli, 1400);
+        assert_int_equal(m.c.nodes[0].cpu_left, 64000 - 3000);
+        /* b leaves: GPU 1 back to 700, a and c stay */
+        assert_int_equal(ex_release(&m, "b"), 0);
+        assert_int_equal(ex_release(&m, "b"), -ENOENT);
+        assert_null(ex_find_bound(&m, "b"));
+        assert_int_equal(m.n_bound, 2);
+        assert_int_equal(m.c.nodes[0].gpu_free[0], 400);
+        assert_int_equal(m.c.nodes[0].gpu_free[1], 700);
+        assert_int_equal(m.c.nodes[0].n_pods, 2);
+        assert_int_equal(m.c.nodes[0].cpu_left, 64000 - 2000);
+        assert_int_equal(m.c.alloc_gpu_milli, 900);
+        /* now d fits GPU 1, and the filter says so */
+        char why[EX_REASON_MAX];
+        assert_int_equal(ex_filter(&m, &d, "n", why, sizeof(why)), EX_FIT);
+        assert_int_equal(ex_release(&m, "a"), 0);
+        assert_int_equal(ex_release(&m, "c"), 0);
+        assert_int_equal(m.c.nodes[0].gpu_free[0], 1000);
+        assert_int_equal(m.c.nodes[0].gpu_free[1], 1000);
+        assert_int_equal(m.c.alloc_gpu_milli, 0);
+        assert_int_equal(m.c.nodes[0].n_pods, 0);
+        double frag = 0;
+        for (size_t i = 0; i < m.c.n_nodes; i++)
+            frag += m.c.nodes[i].frag;
+        assert_true(m.c.frag_sum - frag < 1e-6 && frag - m.c.frag_sum < 1e-6);
+        ex_model_free(&m);
+    }
+}
+
+/* The Nodes change: pods on nodes still there are committed again, the others dropped. */
+static void test_rebuild(void **state) {
+    (void)state;
+    struct ex_node_spec ns[] = { node("a", 2, NULL, 81920), node("b", 1, NULL, 81920) };
+    struct ex_model m;
+    char err[256];
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 2, err, sizeof(err)), 0);
+    struct ex_pod p = share_pod("p", 40), q = share_pod("q", 70);
+    ex_observe(&m, &p);
+    struct pl_choice c1 = { .n_gpus = 1, .gpus = { 1 } }, c2 = { .n_gpus = 1, .gpus = { 0 } };
+    assert_int_equal(ex_commit(&m, &p, "a", &c1), 0);
+    assert_int_equal(ex_commit(&m, &q, "b", &c2), 0);
+    struct ex_node_spec now[] = { node("c", 1, NULL, 81920), node("a", 2, NULL, 81920) };
+    assert_int_equal(ex_model_rebuild(&m, now, 2, err, sizeof(err)), 0);
+    assert_int_equal(ex_model_find(&m, "b"), -1);
+    assert_int_equal(ex_model_find(&m, "a"), 1);
+    assert_int_equal(m.n_bound, 1);
+    assert_non_null(ex_find_bound(&m, "p"));
+    assert_null(ex_find_bound(&m, "q"));
+    assert_int_equal(m.c.nodes[1].gpu_free[1], 600);
+    assert_int_equal(m.c.nodes[1].gpu_free[0], 1000);
+    assert_int_equal(m.n_seen, 1); /* the pods seen are kept */
+    /* a bad node set leaves the model as it was */
+    struct ex_node_spec dup[] = { node("a", 1, NULL, 0), node("a", 1, NULL, 0) };
+    assert_int_equal(ex_model_rebuild(&m, dup, 2, err, sizeof(err)), -EINVAL);
+    assert_int_equal(m.c.nodes[1].gpu_free[1], 600);
+    assert_int_equal(ex_release(&m, "p"), 0);
+    assert_int_equal(m.c.nodes[1].gpu_free[1], 1000);
+    ex_model_free(&m);
+}
+
+/* The API server's objects: a Node's GPUs from the agent's labels, the annotation, the Binding. */
+static void test_api_objects(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *n = json_loads("{\"metadata\": {\"name\": \"gpu-1\", \"labels\": {\"gpuslice.io/gpu.count\": \"2\","
+                           " \"gpuslice.io/gpu.product\": \"NVIDIA-H100-80GB-HBM3\", \"gpuslice.io/gpu.memory\": "
+                           "\"81559\", \"gpuslice.io/gpu.replicas\": \"1\"}}, \"status\": {\"allocatable\": "
+                           "{\"cpu\": \"7500m\", \"memory\": \"16Gi\"}}}",
+                           0, &je);
+    assert_non_null(n);
+    struct ex_node_spec s;
+    char err[256];
+    assert_int_equal(ex_node_from_json(n, &s, err, sizeof(err)), 1);
+    assert_string_equal(s.name, "gpu-1");
+    assert_int_equal(s.n_gpu, 2);
+    assert_int_equal(s.gpu_mem_mib, 81559);
+    assert_int_equal(s.replicas, 1);
+    assert_int_equal(s.cpu, 7500);
+    assert_int_equal(s.mem, 16384);
+    assert_int_equal(s.gpu_free[1], 1000);
+    assert_string_equal(s.model, "NVIDIA-H100-80GB-HBM3");
+    json_object_set_new(json_object_get(json_object_get(n, "metadata"), "labels"), "gpuslice.io/gpu.count",
+                        json_string("two"));
+    assert_int_equal(ex_node_from_json(n, &s, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "node gpu-1: label gpuslice.io/gpu.count=two: expected an integer in 0..16"));
+    json_object_del(json_object_get(json_object_get(n, "metadata"), "labels"), "gpuslice.io/gpu.count");
+    assert_int_equal(ex_node_from_json(n, &s, err, sizeof(err)), 0); /* no GPU node */
+    json_decref(n);
+
+    struct pl_choice ch;
+    assert_int_equal(ex_gpu_index_parse("1", &ch), 0);
+    assert_int_equal(ch.n_gpus, 1);
+    assert_int_equal(ch.gpus[0], 1);
+    assert_int_equal(ex_gpu_index_parse("0,3", &ch), 0);
+    assert_int_equal(ch.n_gpus, 2);
+    assert_int_equal(ch.gpus[1], 3);
+    assert_int_equal(ex_gpu_index_parse("", &ch), -EINVAL);
+    assert_int_equal(ex_gpu_index_parse("1,", &ch), -EINVAL);
+    assert_int_equal(ex_gpu_index_parse("-1", &ch), -EINVAL);
+    assert_int_equal(ex_gpu_index_parse("16", &ch), -EINVAL);
+
+    struct ex_bind_args b = { .name = "p", .ns = "ns", .uid = "u-1", .node = "gpu-1" };
+    struct pl_choice two = { .n_gpus = 2, .gpus = { 0, 2 } };
+    json_t *bj = ex_binding_json(&b, &two);
+    char *t = json_dumps(bj, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(t, "{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":{\"annotations\":"
+                           "{\"gpuslice.io/gpu-index\":\"0,2\"},\"name\":\"p\",\"namespace\":\"ns\",\"uid\":\"u-1\"},"
+                           "\"target\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":\"gpu-1\"}}");
+    free(t);
+    json_decref(bj);
+    struct pl_choice none = { 0 };
+    bj = ex_binding_json(&b, &none);
+    assert_null(json_object_get(json_object_get(bj, "metadata"), "annotations"));
+    json_decref(bj);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_per_gpu_fit),
@@ -337,6 +478,9 @@ int main(void) {
         cmocka_unit_test(test_args_mapping),
         cmocka_unit_test(test_render),
         cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_release_and_best_fit),
+        cmocka_unit_test(test_rebuild),
+        cmocka_unit_test(test_api_objects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,407 @@
+/* apisource.c: the model from the API server and the extender's Binding (apisource.h). The
+ * parsing at the top is pure; the informers' callbacks below keep a cache of the GPU nodes and the
+ * bound pods and change the model under its lock. */
+#include "extender/apisource.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+#include "util/util.h"
+
+#define LABEL(k) "gpuslice.io/gpu." k
+#define RECENT_BINDS 256
+#define RECENT_NS (30ull * 1000000000ull) /* an extender bind not yet seen in a pod list is kept 30 s */
+
+static int label_int(const json_t *labels, const char *key, long long lo, long long hi, long long dflt,
+                     long long *out, const char *node, char *err, size_t errlen) {
+    const char *v = json_string_value(json_object_get(labels, key));
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        snprintf(err, errlen, "node %s: label %s=%.40s: expected an integer in %lld..%lld", node, key, v, lo, hi);
+        return -EINVAL;
+    }
+    *out = x;
+    return 0;
+}
+
+int ex_node_from_json(const json_t *node, struct ex_node_spec *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    const json_t *md = json_object_get(node, "metadata");
+    const json_t *labels = json_object_get(md, "labels");
+    const char *name = json_string_value(json_object_get(md, "name"));
+    if (!name || !name[0] || strlen(name) >= EX_NAME_MAX) {
+        snprintf(err, errlen, "a Node without a name (or longer than %d)", EX_NAME_MAX - 1);
+        return -EINVAL;
+    }
+    snprintf(out->name, sizeof(out->name), "%s", name);
+    if (!json_object_get(labels, LABEL("count")))
+        return 0;
+    long long count, mem, rep;
+    int r;
+    if ((r = label_int(labels, LABEL("count"), 0, PL_MAX_GPUS, 0, &count, name, err, errlen)) < 0 ||
+        (r = label_int(labels, LABEL("memory"), 0, 1LL << 30, 0, &mem, name, err, errlen)) < 0 ||
+        (r = label_int(labels, LABEL("replicas"), 0, 1000, 0, &rep, name, err, errlen)) < 0)
+        return r;
+    const char *product = json_string_value(json_object_get(labels, LABEL("product")));
+    snprintf(out->model, sizeof(out->model), "%s", product ? product : "");
+    out->n_gpu = (int)count;
+    out->gpu_mem_mib = mem;
+    out->replicas = (int)rep;
+    for (int g = 0; g < out->n_gpu; g++)
+        out->gpu_free[g] = PL_MILLI;
+    const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
+    const char *cpu = json_string_value(json_object_get(alloc, "cpu"));
+    const char *memory = json_string_value(json_object_get(alloc, "memory"));
+    int64_t milli;
+    if (cpu && ex_quantity_milli(cpu, &milli) == 0)
+        out->cpu = milli;
+    if (memory && ex_quantity_milli(memory, &milli) == 0)
+        out->mem = milli / 1000 / (1 << 20);
+    return out->n_gpu > 0;
+}
+
+int ex_gpu_index_parse(const char *s, struct pl_choice *ch) {
+    ch->n_gpus = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        long g = strtol(p, &end, 10);
+        if (end == p || errno || g < 0 || g >= PL_MAX_GPUS || ch->n_gpus == PL_MAX_GPUS)
+            return -EINVAL;
+        ch->gpus[ch->n_gpus++] = (int)g;
+        if (!*end)
+            return 0;
+        if (*end != ',')
+            return -EINVAL;
+        p = end + 1;
+    }
+}
+
+json_t *ex_binding_json(const struct ex_bind_args *b, const struct pl_choice *ch) {
+    json_t *md = json_pack("{s:s, s:s}", "name", b->name, "namespace", b->ns);
+    if (md && b->uid[0])
+        json_object_set_new(md, "uid", json_string(b->uid));
+    if (md && ch->n_gpus > 0) {
+        char idx[PL_MAX_GPUS * 4] = "";
+        size_t o = 0;
+        for (int k = 0; k < ch->n_gpus; k++)
+            o += (size_t)snprintf(idx + o, sizeof(idx) - o, "%s%d", k ? "," : "", ch->gpus[k]);
+        json_object_set_new(md, "annotations", json_pack("{s:s}", EX_ANN_GPU_INDEX, idx));
+    }
+    return json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Binding", "metadata", md,
+                     "target", "apiVersion", "v1", "kind", "Node", "name", b->node);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+struct cached_pod {
+    struct ex_pod pod;
+    char node[EX_NAME_MAX];
+    bool has_choice;
+    struct pl_choice choice; /* from the annotation */
+};
+
+struct recent_bind {
+    char uid[EX_UID_MAX];
+    uint64_t at_ns;
+};
+
+struct ex_api {
+    struct ex_api_config cfg;
+    struct kube_informer *nodes_inf, *pods_inf;
+    /* the informers' caches: each informer's thread touches its own; both under cfg.lock */
+    struct ex_node_spec *nodes;
+    size_t n_nodes, cap_nodes;
+    struct cached_pod *pods;
+    size_t n_pods, cap_pods;
+    struct recent_bind recent[RECENT_BINDS];
+    size_t next_recent;
+    bool nodes_listed, pods_listed;
+    char nodes_path[64], pods_path[64];
+};
+
+static bool grow(void **arr, size_t *cap, size_t want, size_t size) {
+    if (want <= *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 64;
+    while (c < want)
+        c *= 2;
+    void *n = realloc(*arr, c * size);
+    if (!n)
+        return false;
+    *arr = n;
+    *cap = c;
+    return true;
+}
+
+static long find_pod(const struct ex_api *a, const char *uid) {
+    for (size_t k = 0; k < a->n_pods; k++)
+        if (strcmp(a->pods[k].pod.uid, uid) == 0)
+            return (long)k;
+    return -1;
+}
+
+/* the cached pod committed to the model (under the lock): its annotation's GPUs, else best fit */
+static void commit_pod(struct ex_api *a, const struct cached_pod *cp) {
+    struct ex_model *m = a->cfg.model;
+    if (ex_find_bound(m, cp->pod.uid) || ex_model_find(m, cp->node) < 0)
+        return;
+    struct pl_choice ch;
+    int r = -EINVAL;
+    if (cp->has_choice) {
+        ch = cp->choice;
+        if ((r = ex_commit(m, &cp->pod, cp->node, &ch)) == 0)
+            return;
+    }
+    if (!ex_pod_wants_gpu(&cp->pod)) {
+        ex_commit_best_fit(m, &cp->pod, cp->node, &ch);
+        return;
+    }
+    r = ex_commit_best_fit(m, &cp->pod, cp->node, &ch);
+    char g[64] = "";
+    for (int k = 0, o = 0; k < ch.n_gpus && r == 0; k++)
+        o += snprintf(g + o, sizeof(g) - (size_t)o, "%s%d", k ? "," : "", ch.gpus[k]);
+    if (r == 0)
+        log_info("Extender: pod %s/%s on %s %s: counted on GPU %s, as the node's best fit would place it", cp->pod.ns,
+                 cp->pod.name, cp->node, cp->has_choice ? "has a gpuslice.io/gpu-index that does not fit" :
+                 "has no gpuslice.io/gpu-index annotation", g);
+    else
+        log_warn("Extender: pod %s/%s on %s: not counted (%s): its GPUs do not hold it in the model", cp->pod.ns,
+                 cp->pod.name, cp->node, strerror(-r));
+}
+
+/* a pod object into *cp: 1 bound and not finished, 0 not bound or finished, -EINVAL */
+static int pod_from_object(const json_t *o, struct cached_pod *cp) {
+    char err[256];
+    memset(cp, 0, sizeof(*cp));
+    const char *phase = json_string_value(json_object_get(json_object_get(o, "status"), "phase"));
+    const char *node = json_string_value(json_object_get(json_object_get(o, "spec"), "nodeName"));
+    if (ex_pod_from_json(o, &cp->pod, err, sizeof(err)) < 0) {
+        log_debug("Extender: %s", err);
+        return -EINVAL;
+    }
+    if (!node || !node[0] || (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"))))
+        return 0;
+    snprintf(cp->node, sizeof(cp->node), "%s", node);
+    const json_t *ann = json_object_get(json_object_get(o, "metadata"), "annotations");
+    const char *idx = json_string_value(json_object_get(ann, EX_ANN_GPU_INDEX));
+    cp->has_choice = idx && ex_gpu_index_parse(idx, &cp->choice) == 0;
+    return 1;
+}
+
+static bool recently_bound(const struct ex_api *a, const char *uid, uint64_t now) {
+    for (size_t k = 0; k < RECENT_BINDS; k++)
+        if (a->recent[k].uid[0] && now - a->recent[k].at_ns < RECENT_NS && strcmp(a->recent[k].uid, uid) == 0)
+            return true;
+    return false;
+}
+
+static int pods_list(void *ctx, json_t *list) {
+    struct ex_api *a = ctx;
+    const json_t *items = json_object_get(list, "items");
+    struct cached_pod *np = calloc(json_array_size(items) + 1, sizeof(*np));
+    if (!np)
+        return -ENOMEM;
+    size_t n = 0, i;
+    const json_t *o;
+    json_array_foreach(items, i, o) n += pod_from_object(o, &np[n]) == 1;
+    pthread_mutex_lock(a->cfg.lock);
+    free(a->pods);
+    a->pods = np;
+    a->n_pods = a->cap_pods = n;
+    struct ex_model *m = a->cfg.model;
+    uint64_t now = gs_now_ns();
+    for (size_t k = m->n_bound; k-- > 0;) { /* gone while the watch was down */
+        char uid[EX_UID_MAX];
+        snprintf(uid, sizeof(uid), "%s", m->bound[k].uid);
+        if (find_pod(a, uid) < 0 && !recently_bound(a, uid, now))
+            ex_release(m, uid);
+    }
+    for (size_t k = 0; k < n; k++)
+        commit_pod(a, &a->pods[k]);
+    if (!a->pods_listed)
+        log_info("Extender: %zu bound pods from the API server", n);
+    a->pods_listed = true;
+    pthread_mutex_unlock(a->cfg.lock);
+    return 0;
+}
+
+static int pods_event(void *ctx, enum kube_event_type type, json_t *o) {
+    struct ex_api *a = ctx;
+    struct cached_pod cp;
+    int bound = pod_from_object(o, &cp);
+    if (bound < 0)
+        return 0;
+    pthread_mutex_lock(a->cfg.lock);
+    long k = find_pod(a, cp.pod.uid);
+    const char *phase = json_string_value(json_object_get(json_object_get(o, "status"), "phase"));
+    bool gone = type == KUBE_DELETED || (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed")));
+    if (gone) { /* its share given back, also an extender bind the watch never showed bound */
+        if (k >= 0)
+            a->pods[k] = a->pods[--a->n_pods];
+        ex_release(a->cfg.model, cp.pod.uid);
+    } else if (bound == 1 && k < 0 && grow((void **)&a->pods, &a->cap_pods, a->n_pods + 1, sizeof(*a->pods))) {
+        a->pods[a->n_pods++] = cp;
+        commit_pod(a, &cp);
+    }
+    pthread_mutex_unlock(a->cfg.lock);
+    return 0;
+}
+
+/* the model rebuilt from the node cache, the cached pods committed again (under the lock) */
+static void rebuild(struct ex_api *a) {
+    char err[512];
+    if (ex_model_rebuild(a->cfg.model, a->nodes, a->n_nodes, err, sizeof(err)) < 0) {
+        log_warn("Extender: the model from %zu Nodes: %s (the previous one is kept)", a->n_nodes, err);
+        return;
+    }
+    for (size_t k = 0; k < a->n_pods; k++)
+        commit_pod(a, &a->pods[k]);
+}
+
+static int nodes_list(void *ctx, json_t *list) {
+    struct ex_api *a = ctx;
+    const json_t *items = json_object_get(list, "items");
+    struct ex_node_spec *nn = calloc(json_array_size(items) + 1, sizeof(*nn));
+    if (!nn)
+        return -ENOMEM;
+    size_t n = 0, i;
+    const json_t *o;
+    char err[256];
+    json_array_foreach(items, i, o) {
+        int r = ex_node_from_json(o, &nn[n], err, sizeof(err));
+        if (r < 0)
+            log_warn("Extender: %s: the node is left out", err);
+        n += r == 1;
+    }
+    pthread_mutex_lock(a->cfg.lock);
+    free(a->nodes);
+    a->nodes = nn;
+    a->n_nodes = a->cap_nodes = n;
+    rebuild(a);
+    if (!a->nodes_listed)
+        log_info("Extender: %zu GPU nodes from the API server", n);
+    a->nodes_listed = true;
+    pthread_mutex_unlock(a->cfg.lock);
+    return 0;
+}
+
+static int nodes_event(void *ctx, enum kube_event_type type, json_t *o) {
+    struct ex_api *a = ctx;
+    struct ex_node_spec s;
+    char err[256];
+    int r = ex_node_from_json(o, &s, err, sizeof(err));
+    if (r < 0) {
+        log_warn("Extender: %s: the node is left out", err);
+        r = 0;
+    }
+    if (!s.name[0])
+        return 0;
+    pthread_mutex_lock(a->cfg.lock);
+    long k = -1;
+    for (size_t i = 0; i < a->n_nodes && k < 0; i++)
+        if (strcmp(a->nodes[i].name, s.name) == 0)
+            k = (long)i;
+    bool changed = false;
+    if (type == KUBE_DELETED || r == 0) {
+        if (k >= 0) {
+            a->nodes[k] = a->nodes[--a->n_nodes];
+            changed = true;
+        }
+    } else if (k >= 0) { /* a status heartbeat changes nothing here */
+        changed = memcmp(&a->nodes[k], &s, sizeof(s)) != 0;
+        a->nodes[k] = s;
+    } else if (grow((void **)&a->nodes, &a->cap_nodes, a->n_nodes + 1, sizeof(*a->nodes))) {
+        a->nodes[a->n_nodes++] = s;
+        changed = true;
+    }
+    if (changed)
+        rebuild(a);
+    pthread_mutex_unlock(a->cfg.lock);
+    return 0;
+}
+
+static void on_error(void *ctx, int r, const char *msg) {
+    (void)ctx;
+    log_warn("Extender: the API server: %s (%s); listing again", msg, strerror(-r));
+}
+
+int ex_api_start(const struct ex_api_config *cfg, struct ex_api **out, char *err, size_t errlen) {
+    struct ex_api *a = calloc(1, sizeof(*a));
+    if (!a) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    a->cfg = *cfg;
+    kube_path(a->nodes_path, sizeof(a->nodes_path), "v1", NULL, "nodes", NULL);
+    kube_path(a->pods_path, sizeof(a->pods_path), "v1", NULL, "pods", NULL);
+    struct kube_informer_ops nodes = { .path = a->nodes_path, .on_list = nodes_list, .on_event = nodes_event,
+                                       .on_error = on_error, .ctx = a, .watch_timeout_s = 300 };
+    struct kube_informer_ops pods = { .path = a->pods_path,
+                                      .field_selector = "status.phase!=Succeeded,status.phase!=Failed",
+                                      .on_list = pods_list, .on_event = pods_event, .on_error = on_error, .ctx = a,
+                                      .watch_timeout_s = 300 };
+    int r = kube_informer_start(cfg->client, &nodes, &a->nodes_inf, err, errlen);
+    if (r == 0 && (r = kube_informer_start(cfg->client, &pods, &a->pods_inf, err, errlen)) < 0)
+        kube_informer_stop(a->nodes_inf);
+    if (r < 0) {
+        free(a);
+        return r;
+    }
+    *out = a;
+    return 0;
+}
+
+bool ex_api_synced(struct ex_api *a) {
+    pthread_mutex_lock(a->cfg.lock);
+    bool s = a->nodes_listed && a->pods_listed;
+    pthread_mutex_unlock(a->cfg.lock);
+    return s;
+}
+
+void ex_api_stop(struct ex_api *a) {
+    if (!a)
+        return;
+    kube_informer_stop(a->pods_inf);
+    kube_informer_stop(a->nodes_inf);
+    free(a->nodes);
+    free(a->pods);
+    free(a);
+}
+
+int ex_api_bind(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err, size_t errlen) {
+    struct ex_api *a = ctx;
+    char path[EX_NAME_MAX * 2 + 64];
+    if (kube_path(path, sizeof(path), "v1", b->ns, "pods", b->name) < 0 ||
+        strlen(path) + sizeof("/binding") > sizeof(path)) {
+        snprintf(err, errlen, "pod %s/%s: name too long", b->ns, b->name);
+        return -EINVAL;
+    }
+    strcat(path, "/binding");
+    json_t *obj = ex_binding_json(b, ch);
+    if (!obj) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if (b->uid[0]) {
+        pthread_mutex_lock(a->cfg.lock);
+        struct recent_bind *r = &a->recent[a->next_recent];
+        a->next_recent = (a->next_recent + 1) % RECENT_BINDS;
+        snprintf(r->uid, sizeof(r->uid), "%s", b->uid);
+        r->at_ns = gs_now_ns();
+        pthread_mutex_unlock(a->cfg.lock);
+    }
+    int r = kube_create(a->cfg.client, path, obj, NULL, err, errlen);
+    json_decref(obj);
+    return r;
+}
