@@ -331,6 +331,8 @@ static const struct frac_pod *frac_pod_lookup(struct agent_shared *s, const stru
             break;
         else if (c + 1 == s->frac.pod.n_containers)
             cached = false;
+    for (unsigned k = 0; cached && k < s->frac.n_done && k < FRAC_DONE_PODS; k++)
+        cached = strcmp(s->frac.done[k], s->frac.pod.uid) != 0; /* all its units allocated: another pod */
     *p = s->frac.pod;
     pthread_mutex_unlock(&s->lock);
     if (cached)
