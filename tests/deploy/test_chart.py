@@ -240,6 +240,17 @@ def test_api_access_of_the_doctor_and_the_agent():
             assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, c["name"]
 
 
+def test_fractional_grants_list_on_pods():
+    """fractional.enabled adds list on pods to the agent's ClusterRole (docs/fractional.md): it finds
+    the pod being admitted on its node; the default grants no access to pods."""
+    pods_rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    assert pods_rule not in find(default_objects(), "ClusterRole")["rules"]
+    objs = objects(helmchart.render({"fractional": {"enabled": True}}))
+    role = find(objs, "ClusterRole")
+    assert role["rules"][-1] == pods_rule and len(role["rules"]) == 3, role["rules"]
+    assert find(objs, "ClusterRoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
+
+
 def test_doctor_runs_and_fails_a_broken_node(pods):
     """The rendered doctor container on the simulated node: ready with the agent's mounts and the
     kubelet listening; a stale kubelet.sock fails it, the failure in its termination message."""
