@@ -25,6 +25,7 @@ static const char *node_name(struct agent *a) {
 
 void agent_dra_api_start(struct agent *a, struct dra_options *d) {
     const struct agent_options *o = a->o;
+    d->pool = node_name(a); /* the slices' pool, named in the health stream */
     char err[1024];
     const struct kube_limits claims_lim = { DRA_API_CONNECT_MS, DRA_API_REQUEST_MS, 0, 0 };
     int r = kube_client_open(o->kubeconfig, NULL, NULL, &a->dra_kube_pub, err, sizeof(err));
@@ -48,6 +49,25 @@ void agent_dra_api_start(struct agent *a, struct dra_options *d) {
     else
         log_info("DRA: publishing the ResourceSlices of node %s (driver %s) through %s", po.node, po.driver,
                  o->kubeconfig ? o->kubeconfig : "the default kubeconfig");
+}
+
+void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned g = d[i].index;
+        bool lost = a->inv && g < a->inv->n_gpus && a->inv->gpus[g].lost;
+        bool xid = g < GS_MAX_GPUS && a->health.unhealthy[g];
+        d[i].health = lost || xid ? DRA_HEALTH_UNHEALTHY : DRA_HEALTH_HEALTHY;
+        if (lost)
+            snprintf(d[i].health_message, sizeof(d[i].health_message), "GPU lost (NVML: GPU_IS_LOST)");
+        else if (xid && a->policy && a->policy->recovery_quiet_s)
+            snprintf(d[i].health_message, sizeof(d[i].health_message),
+                     "critical Xid %llu: healthy again after %u s without one", a->last_xid[g],
+                     a->policy->recovery_quiet_s);
+        else if (xid)
+            snprintf(d[i].health_message, sizeof(d[i].health_message), "critical Xid %llu", a->last_xid[g]);
+        else
+            d[i].health_message[0] = 0;
+    }
 }
 
 void agent_dra_publish(struct agent *a) {

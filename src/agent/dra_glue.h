@@ -3,6 +3,8 @@
 #ifndef GS_AGENT_DRA_GLUE_H
 #define GS_AGENT_DRA_GLUE_H
 
+#include <stddef.h>
+
 #include "dra/dra.h"
 
 struct agent;
@@ -12,6 +14,10 @@ struct agent;
  * the publisher. Without an API server configuration the kubelet side still runs: each prepare
  * says why there is no claim, no slice is published (logged). */
 void agent_dra_api_start(struct agent *a, struct dra_options *d);
+
+/* Each device's health as the device plugin's (a critical Xid on its GPU until the quiet period
+ * passes, or the GPU lost), for the resource-health stream. */
+void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n);
 
 /* Hands the publisher what the slices say now (the inventory and policy in force); cheap when
  * nothing changed. Main thread. */

@@ -143,7 +143,9 @@ void agent_dra_devices(struct agent *a) {
     if (!a->dra)
         return;
     struct dra_device devs[GS_MAX_GPUS];
-    dra_server_set_devices(a->dra, devs, dra_devices_of(a->inv, a->policy, devs, GS_MAX_GPUS));
+    size_t n = dra_devices_of(a->inv, a->policy, devs, GS_MAX_GPUS);
+    agent_dra_health(a, devs, n);
+    dra_server_set_devices(a->dra, devs, n);
 }
 
 int agent_replan(struct agent *a, bool log_warnings) {

@@ -86,6 +86,9 @@ enum dra_sharing {
     DRA_SHARING_MIG,          /* MIG mode: claims name MIG placements (src/dra/migdemand.c) */
 };
 
+/* A device's health in the resource-health stream (the values of its HealthStatus). */
+enum dra_health { DRA_HEALTH_UNKNOWN, DRA_HEALTH_HEALTHY, DRA_HEALTH_UNHEALTHY };
+
 /* A GPU of the node as the driver publishes it: its name in the ResourceSlice, the name of its
  * device in the node's CDI spec (the GPU's UUID), and what prepare needs to enforce a share. */
 struct dra_device {
@@ -95,6 +98,8 @@ struct dra_device {
     unsigned index, minor, arch;   /* NVML index, /dev/nvidia<minor>, NVML architecture */
     unsigned long long mem_total;  /* bytes */
     char mps_root[256];            /* MPS: the policy's root (<root>/<uuid>/pipe, <root>/shm) */
+    enum dra_health health;        /* the agent's (Xid, GPU lost); dra_devices_of leaves it Unknown */
+    char health_message[128];      /* why, for the kubelet ("critical Xid 79 ...") */
 };
 
 /* The node's GPUs for the driver: "gpu-<index>" per GPU, lost GPUs included (a claim prepared
@@ -114,6 +119,7 @@ struct dra_options {
     const char *guard_lib;    /* libgpuslice-guard.so on the host (NULL: time-sliced claims fail) */
     const char *nvml_lib;     /* MIG on demand: the NVML library the DRA thread opens (NULL: none) */
     const char *proc_root;    /* /proc: devices, driver/nvidia-caps/mig-minors (MIG devices' nodes) */
+    const char *pool;         /* the slices' pool (the node's name): the health stream's devices */
 };
 
 struct dra_server;
@@ -122,7 +128,8 @@ struct dra_server;
  * it and asks GetInfo). -errno with "PATH: why" in err. */
 int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen);
 
-/* The devices prepare maps claims to (copied; any thread). */
+/* The devices prepare maps claims to, with their health (copied; any thread): a change of health
+ * goes to the kubelet's resource-health stream (DRAResourceHealth, on the DRA socket). */
 int dra_server_set_devices(struct dra_server *s, const struct dra_device *d, size_t n);
 
 /* How often the kubelet said it registered the plugin (NotifyRegistrationStatus with

@@ -1,9 +1,10 @@
 /* server.c: the DRA driver's kubelet side (see dra.h): the registration and DRAPlugin servers on
  * grpcsrv.h, prepare and unprepare with their files (the claims' transient CDI specs, the
- * checkpoint). The DRA methods run on the DRA server's thread, one call at a time, so the
- * checkpoint is only ever changed there; the device table is set from the agent's thread, under
- * the lock. */
+ * checkpoint), and the resource-health stream (health.h). The DRA methods run on the DRA server's
+ * thread, one call at a time, so the checkpoint is only ever changed there; the device table is
+ * set from the agent's thread, under the lock. */
 #include "dra/dra.h"
+#include "dra/health.h"
 #include "dra/migdemand.h"
 #include "dra/prepare.h"
 #include "dra/share.h"
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dra/dra.pb-c.h"
@@ -41,7 +43,7 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse Unpr
 #define MAX_DEVICES 256
 
 struct dra_server {
-    char driver[254];
+    char driver[254], pool[254];
     char cdi_root[PATH_MAX], cdi_kind[128];
     char plugin_dir[PATH_MAX], dra_sock[PATH_MAX + 16], reg_sock[PATH_MAX + 16], checkpoint[PATH_MAX + 16];
     struct dra_claim_source source;
@@ -116,6 +118,7 @@ static int save_checkpoint(struct dra_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
+    gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
     int rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
     free(text);
     if (rc < 0)
@@ -567,8 +570,34 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
             node_unprepare, release_plain                                                                  \
     }
 
+/* ---- resource health ------------------------------------------------------------------------ */
+
+static int watch_resources(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err,
+                           size_t errlen) {
+    struct dra_server *s = ctx;
+    (void)req;
+    struct dra_health_msg *m = malloc(sizeof(*m));
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    size_t left = 0;
+    pthread_mutex_lock(&s->lock);
+    dra_health_build(s->pool, s->devices, s->n_devices, &s->cp, (int64_t)time(NULL), m, &left);
+    pthread_mutex_unlock(&s->lock);
+    if (left)
+        log_warn("DRA: the health stream lists %d devices, %zu left out", DRA_HEALTH_MAX, left);
+    *resp = &m->resp.base;
+    return 0;
+}
+
 /* v1beta1's messages are v1's on the wire (v1 adds Device.share_id, which v1beta1 skips). */
-static const struct gs_grpc_method dra_methods[] = { DRA_METHODS("v1"), DRA_METHODS("v1beta1") };
+static const struct gs_grpc_method dra_methods[] = {
+    DRA_METHODS("v1"),
+    DRA_METHODS("v1beta1"),
+    { "/v1alpha1.DRAResourceHealth/NodeWatchResources", &v1alpha1__node_watch_resources_request__descriptor,
+      watch_resources, release_plain, true, DRA_HEALTH_REFRESH_S * 1000 },
+};
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
@@ -605,6 +634,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
     const char *driver = o->driver ? o->driver : DRA_DRIVER_DEFAULT;
     int rc = -ENAMETOOLONG;
     if (gs_strlcpy(s->driver, driver, sizeof(s->driver)) < 0 ||
+        gs_strlcpy(s->pool, o->pool ? o->pool : "", sizeof(s->pool)) < 0 ||
         gs_strlcpy(s->cdi_root, o->cdi_root ? o->cdi_root : "", sizeof(s->cdi_root)) < 0 ||
         gs_strlcpy(s->cdi_kind, o->cdi_kind ? o->cdi_kind : "gpuslice.io/gpu", sizeof(s->cdi_kind)) < 0 ||
         snprintf(s->plugin_dir, sizeof(s->plugin_dir), "%s/%s", o->plugins_dir, driver) >= (int)sizeof(s->plugin_dir)) {
@@ -656,10 +686,16 @@ int dra_server_set_devices(struct dra_server *s, const struct dra_device *d, siz
     if (n > MAX_DEVICES)
         return -E2BIG;
     pthread_mutex_lock(&s->lock);
+    bool changed = n != s->n_devices;
+    for (size_t i = 0; i < n && !changed; i++)
+        changed = strcmp(d[i].name, s->devices[i].name) || d[i].health != s->devices[i].health ||
+                  strcmp(d[i].health_message, s->devices[i].health_message);
     if (n)
         memcpy(s->devices, d, n * sizeof(*d));
     s->n_devices = n;
     pthread_mutex_unlock(&s->lock);
+    if (changed)
+        gs_grpc_server_notify(s->dra); /* the health stream's next message */
     return 0;
 }
 
