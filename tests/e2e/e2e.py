@@ -102,8 +102,14 @@ class Cluster:
 
     # ------------------------------------------------------------------ pods
 
-    def pod_yaml(self, name, resources, script, restart="Never", image=None):
+    def pod_yaml(self, name, resources, script, restart="Never", image=None, out=None, env=None):
+        """OUT: a host directory mounted at /out (what a running pod saw, read with written());
+        ENV: {name: value} of the container."""
         limits = "".join(f"\n          {k}: {v}" for k, v in resources.items())
+        extra = "".join(f"\n    - name: {k}\n      value: {json.dumps(v)}" for k, v in (env or {}).items())
+        extra = f"\n    env:{extra}" if extra else ""
+        if out:
+            extra += "\n    volumeMounts:\n    - {name: out, mountPath: /out}"
         return f"""apiVersion: v1
 kind: Pod
 metadata:
@@ -123,11 +129,11 @@ spec:
     command: ["/bin/sh", "-c", {json.dumps(script)}]
     terminationMessagePolicy: File
     resources:
-      limits:{limits or " {}"}
-"""
+      limits:{limits or " {}"}{extra}
+""" + (f"  volumes:\n  - name: out\n    hostPath: {{path: {out}, type: Directory}}\n" if out else "")
 
-    def create_pod(self, name, resources, script, restart="Never", image=None):
-        self.kubectl("apply", "-f", "-", input=self.pod_yaml(name, resources, script, restart, image))
+    def create_pod(self, name, resources, script, restart="Never", image=None, out=None, env=None):
+        self.kubectl("apply", "-f", "-", input=self.pod_yaml(name, resources, script, restart, image, out, env))
 
     def pod(self, name):
         return self.get("pod", "-n", NS, name)
@@ -142,6 +148,14 @@ spec:
                 raise E2EError(f"pod {name} is {ph}: {json.dumps(p['status'])[:2000]}")
             return E2EError(f"phase {ph}, conditions {p['status'].get('conditions')}")
         return wait(check, timeout, f"pod {name} {phases}")
+
+    def wait_unschedulable(self, name, timeout=60):
+        """The pod's PodScheduled condition once the scheduler reports it Unschedulable."""
+        def check():
+            conds = {c["type"]: c for c in self.pod(name)["status"].get("conditions", [])}
+            c = conds.get("PodScheduled")
+            return (c and c.get("reason") == "Unschedulable" and c) or E2EError(f"conditions {list(conds.values())}")
+        return wait(check, timeout, f"pod {name} Unschedulable")
 
     def termination_message(self, name, timeout=90):
         p = self.wait_phase(name, ("Succeeded", "Failed"), timeout)
@@ -182,6 +196,20 @@ spec:
     def log(self, name):
         with open(os.path.join(self.dir, "logs", f"{name}.log"), errors="replace") as f:
             return f.read()
+
+
+def written(out, name, timeout=180):
+    """The text a running pod wrote to /out/NAME (its host directory OUT), once it ends in "done\\n"."""
+    path = os.path.join(out, name)
+
+    def done():
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+            if text.endswith("done\n"):
+                return text
+        return None
+    return wait(done, timeout, f"what a pod wrote to {path}")
 
 
 def proc_start(pid):

@@ -26,7 +26,7 @@ import yaml
 
 from dra_util import DRIVER, apply_classes, checkpoint, claim_pod_yaml, claim_spec_file, claim_yaml, dra_args, \
     slice_devices, slices, wait_gone
-from e2e import NS, ROOT, E2EError, wait
+from e2e import NS, ROOT, E2EError, wait, written
 from test_guard import CUDA_ERROR_OUT_OF_MEMORY, IMAGE, _image, _kv
 from test_pods import SHOW, parse
 
@@ -92,17 +92,7 @@ def _result(cluster, name):
     return r
 
 
-def _written(out, name, timeout=180):
-    path = os.path.join(out, name)
-
-    def done():
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read()
-            if text.endswith("done\n"):
-                return text
-        return None
-    return wait(done, timeout, f"what pod {PREFIX + name} saw ({path})")
+_written = written   # what pod PREFIX+NAME wrote to OUT/NAME (e2e.py)
 
 
 def _uid(cluster, name):
