@@ -13,6 +13,7 @@
 #include "util/util.h"
 
 #define LABEL(k) "gpuslice.io/gpu." k
+#define FRAC_LABEL(k) "gpuslice.io/gpu-memory." k
 #define RECENT_BINDS 256
 #define RECENT_NS (30ull * 1000000000ull) /* an extender bind not yet seen in a pod list is kept 30 s */
 
@@ -44,15 +45,20 @@ int ex_node_from_json(const json_t *node, struct ex_node_spec *out, char *err, s
         return -EINVAL;
     }
     snprintf(out->name, sizeof(out->name), "%s", name);
-    if (!json_object_get(labels, LABEL("count")))
+    /* fractional GPUs (gpuslice.io/gpu-memory.*: their replicas label counts GiB, not time-slicing),
+     * else whole or time-sliced ones (gpuslice.io/gpu.*) */
+    bool frac = json_object_get(labels, FRAC_LABEL("count")) != NULL;
+    if (!frac && !json_object_get(labels, LABEL("count")))
         return 0;
-    long long count, mem, rep;
+    long long count, mem, rep = 0;
     int r;
-    if ((r = label_int(labels, LABEL("count"), 0, PL_MAX_GPUS, 0, &count, name, err, errlen)) < 0 ||
-        (r = label_int(labels, LABEL("memory"), 0, 1LL << 30, 0, &mem, name, err, errlen)) < 0 ||
-        (r = label_int(labels, LABEL("replicas"), 0, 1000, 0, &rep, name, err, errlen)) < 0)
+    if ((r = label_int(labels, frac ? FRAC_LABEL("count") : LABEL("count"), 0, PL_MAX_GPUS, 0, &count, name, err,
+                       errlen)) < 0 ||
+        (r = label_int(labels, frac ? FRAC_LABEL("memory") : LABEL("memory"), 0, 1LL << 30, 0, &mem, name, err,
+                       errlen)) < 0 ||
+        (!frac && (r = label_int(labels, LABEL("replicas"), 0, 1000, 0, &rep, name, err, errlen)) < 0))
         return r;
-    const char *product = json_string_value(json_object_get(labels, LABEL("product")));
+    const char *product = json_string_value(json_object_get(labels, frac ? FRAC_LABEL("product") : LABEL("product")));
     snprintf(out->model, sizeof(out->model), "%s", product ? product : "");
     out->n_gpu = (int)count;
     out->gpu_mem_mib = mem;

@@ -2,9 +2,10 @@
  * Binding its bind verb makes.
  *
  * Two informers (src/kube/kube.h, each on a thread of its own, relisted after an API server
- * restart): Nodes, whose GPUs are the labels the agent publishes (gpuslice.io/gpu.product,
- * gpu.count, gpu.memory in MiB, gpu.replicas: src/core/labels.c; a Node without gpu.count is no GPU
- * node), and pods not finished (fieldSelector status.phase!=Succeeded,status.phase!=Failed), of
+ * restart): Nodes, whose GPUs are the labels the agent publishes (src/core/labels.c): those of
+ * its fractional GPUs (gpuslice.io/gpu-memory.count, .memory in MiB, .product) where it has
+ * them, else gpuslice.io/gpu.count, gpu.memory, gpu.product, gpu.replicas (a Node with neither
+ * count is no GPU node), and pods not finished (fieldSelector status.phase!=Succeeded,status.phase!=Failed), of
  * which those bound (spec.nodeName) are committed with the GPUs of their gpuslice.io/gpu-index
  * annotation, or, without one, where the node's best fit puts them (logged). A pod that leaves
  * gives its share back (ex_release); a Node whose GPUs change rebuilds the model

@@ -440,6 +440,17 @@ static void test_api_objects(void **state) {
     json_object_del(json_object_get(json_object_get(n, "metadata"), "labels"), "gpuslice.io/gpu.count");
     assert_int_equal(ex_node_from_json(n, &s, err, sizeof(err)), 0); /* no GPU node */
     json_decref(n);
+    /* a fractional node: its gpu-memory labels, whose replicas (GiB units) are no time-slicing */
+    n = json_loads("{\"metadata\": {\"name\": \"f\", \"labels\": {\"gpuslice.io/gpu-memory.count\": \"2\","
+                   " \"gpuslice.io/gpu-memory.memory\": \"81559\", \"gpuslice.io/gpu-memory.replicas\": \"80\","
+                   " \"gpuslice.io/gpu-memory.product\": \"NVIDIA-H100-80GB-HBM3\"}}}",
+                   0, &je);
+    assert_int_equal(ex_node_from_json(n, &s, err, sizeof(err)), 1);
+    assert_int_equal(s.n_gpu, 2);
+    assert_int_equal(s.gpu_mem_mib, 81559);
+    assert_int_equal(s.replicas, 0);
+    assert_string_equal(s.model, "NVIDIA-H100-80GB-HBM3");
+    json_decref(n);
 
     struct pl_choice ch;
     assert_int_equal(ex_gpu_index_parse("1", &ch), 0);
