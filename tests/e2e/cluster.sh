@@ -475,12 +475,16 @@ env_path() {
     sed -n 's#^export PATH=\(.*\):\$PATH$#\1#p' "$dir/env"
 }
 
-# restart-kubelet: the kubelet stopped by its pid and started again (pods keep running).
+# restart-kubelet: the kubelet stopped by its pid and started again (pods keep running). Its
+# healthz is on the cluster's port base (DIR/env), whatever GS_E2E_PORT_BASE says: without it a
+# cluster on another base was polled on 16248 for the whole 60 s.
 restart_kubelet() {
+    local b
+    b=$(sed -n 's/^GS_E2E_PORT_BASE=//p' "$dir/env")
     PATH=$(env_path):$PATH
     stop kubelet 15
     kubelet_start
-    wait_for "the kubelet's healthz" 60 curl -sf "http://127.0.0.1:$P_HEALTHZ/healthz"
+    wait_for "the kubelet's healthz" 60 curl -sf "http://127.0.0.1:$((${b:-$base} + 248))/healthz"
 }
 
 # restart-apiserver: the API server stopped by its pid and started again on the same etcd (watches
