@@ -451,12 +451,15 @@ def deleter(api, to_delete, stop):
         api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
 
 
-def delete_all_pods(api, timeout=300):
-    api.call("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202))
-
+def delete_all_pods(api, timeout=600):
+    """Every pod of the namespace deleted (grace 0). A collection of 8,000 pods can take the API
+    server longer than its request timeout on a loaded machine (504): asked again until none is left."""
     def gone():
         _, l = api.call("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
-        return not l["items"]
+        if not l["items"]:
+            return True
+        api.call("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
+        return False
     wait(gone, timeout, "the replay's pods to be gone", 1)
 
 
@@ -605,6 +608,10 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
     bound = set(out.bound)
     sched_c = curve(events, pods_by_name, total_milli, bound)
     phys_c = curve(events, pods_by_name, total_milli, bound - over)
+    with open(os.path.join(a.out, f"outcome-{workload}-{run}.csv"), "w") as f:
+        f.write("seq,pod,node,overcommitted\n")  # node empty: unschedulable
+        for k, e in enumerate(events):
+            f.write(f"{k},{e['pod']},{out.bound.get(e['name'], ('',))[0]},{int(e['name'] in over)}\n")
     with open(os.path.join(a.out, f"curve-{workload}-{run}.csv"), "w") as f:
         f.write("arrived_pct,alloc_pct,phys_alloc_pct\n")
         for b in sorted(sched_c):
@@ -685,9 +692,28 @@ def plot(outdir, workload, runs):
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
+    if not plt and not os.environ.get("KWOK_REPLAY_PLOT_CHILD"):
+        # matplotlib in a venv of the output directory (made once), and the plot drawn from there
+        venv = os.path.join(outdir, "venv")
+        py = os.path.join(venv, "bin", "python3")
+        try:
+            if not os.path.exists(py):
+                subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+                subprocess.run([py, "-m", "pip", "install", "-q", "matplotlib"], check=True, timeout=900)
+            subprocess.run([py, os.path.abspath(__file__), "--plot", outdir, workload, ",".join(runs)], check=True,
+                           timeout=300, env=dict(os.environ, KWOK_REPLAY_PLOT_CHILD="1"))
+            return png
+        except (subprocess.SubprocessError, OSError) as e:
+            log(f"no matplotlib in a venv ({e}); trying gnuplot")
     if plt:
         fig, ax = plt.subplots(figsize=(10, 6))
         ax.plot([0, 100], [0, 100], ":", color="#999999", label="ideal")
+        for pol in ("fgd", "gpuslice"):
+            f = os.path.join(outdir, f"replay-{workload}-{pol}.csv")
+            if os.path.exists(f):
+                pts = [(int(x["arrived_pct"]), float(x["gpu_alloc_pct"])) for x in read_csv(f)
+                       if x["gpu_alloc_pct"] and int(x["arrived_pct"]) <= 100]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], ":", lw=2, label=f"gpuslice replay --policy {pol}")
         for r, pts in data.items():
             ax.plot([p[0] for p in pts], [p[2] for p in pts], label=f"{r} (physical)")
             if any(p[1] != p[2] for p in pts):
@@ -728,6 +754,9 @@ def table(results):
 
 
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--plot":  # OUT WORKLOAD RUNS: the curves' PNG only
+        print(plot(sys.argv[2], sys.argv[3], sys.argv[4].split(",")))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build-kwok")
     ap.add_argument("--trace-dir", default=os.path.join(ROOT, "..", "shared", "traces", "alibaba-gpu-v2023"))
