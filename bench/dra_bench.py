@@ -16,19 +16,24 @@ kubelet, containerd), on the 8-GPU simulated node examples/dra/h100x8.yaml with 
   - the agent's resident memory (VmRSS, VmHWM, Pss) with both the device plugin and DRA, once its
     slices are published and again after the pods, beside the same agent without --dra;
   - Xid 79 on a DRA GPU (`gpuslice sim xid 2 79`): the time until its device leaves the
-    published ResourceSlices, if it does (bounded wait), and back. The device's health in the pod
-    status needs the DRAResourceHealth stream, which is not built (docs/dra.md).
+    published ResourceSlices, if it does (bounded wait), and back;
+  - (phase health) Xid 79 on the GPU of a running pod's whole-GPU claim: the time until the
+    kubelet shows the device Unhealthy in the pod's status (containerStatuses[].
+    allocatedResourcesStatus, fed by the agent's DRAResourceHealth stream; test_dra_health.py's
+    reader), polled every 50 ms from before the `sim xid` command, and until it is Healthy again
+    after the quiet period (--quiet, added to the policy's gpuslice.health).
 
 Not a test: nothing is asserted on the timings, but every wait is bounded and it fails loudly
 (exit 1) when a pod never runs, a call fails or the kubelet's histogram does not count one call.
 
 usage (root; from the repository root, after `meson setup build-bench && ninja -C build-bench`):
   GS_E2E_PORT_BASE=18500 /usr/bin/python3 bench/dra_bench.py --build build-bench [--pods 10] [--calls 50]
-      [--json results.json]
+      [--phases prepare,health] [--xids 3] [--quiet 10] [--json results.json]
 It brings up a cluster of its own (taken down at the end) unless GS_E2E_DIR names one that is up."""
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -44,6 +49,9 @@ ap.add_argument("--build", default="build")
 ap.add_argument("--pods", type=int, default=10, help="pods one after another per claim kind")
 ap.add_argument("--calls", type=int, default=50, help="direct NodePrepareResources calls per claim kind")
 ap.add_argument("--xid-wait", type=float, default=30, help="seconds to wait for a slice change after an Xid")
+ap.add_argument("--phases", default="prepare,health", help="prepare (with RSS and the slices' Xid), health")
+ap.add_argument("--xids", type=int, default=3, help="Xid trials of the health phase")
+ap.add_argument("--quiet", type=int, default=10, help="gpuslice.health.recoveryQuietPeriod, seconds")
 ap.add_argument("--json")
 ARGS = ap.parse_args()
 build = os.path.abspath(ARGS.build)
@@ -56,10 +64,11 @@ sys.argv = _argv
 from dra_util import (DRIVER, apply_classes, checkpoint, claim_pod_yaml, claim_yaml, dra_args,  # noqa: E402
                       kubelet_client, slice_devices, slices)
 from e2e import CLUSTER_SH, NS, Agent, Cluster, E2EError, wait  # noqa: E402
+from test_dra_health import _health  # noqa: E402
 
 NODE = os.path.join(ROOT, "examples", "dra", "h100x8.yaml")
 with open(os.path.join(ROOT, "examples", "dra", "h100x8-policy.yaml")) as _f:
-    POLICY = _f.read()
+    POLICY = _f.read() + f"  health:\n    recoveryQuietPeriod: {ARGS.quiet}s\n"
 KINDS = {  # kind: (class, capacity requests, CEL selector)
     "whole": (DRIVER, None, None),
     "shared": (f"shared.{DRIVER}", {"memory": "10Gi"}, None),
@@ -200,6 +209,32 @@ def xid_phase(cluster, a, gpu=2):
     return {"sim_xid_s": sim_s, "out_of_slices_s": out_s, "back_s": back_s}
 
 
+def health_phase(cluster, a, trials):
+    """Xid 79 on the GPU of a running pod's claim -> Unhealthy in the pod's status, and back."""
+    name = "dra-bench-health"
+    pod = yaml.safe_load(claim_pod_yaml(cluster, name, name, "sleep 3600"))
+    apply(cluster, claim_obj(name, "whole"), pod)
+    cluster.wait_phase(name, ("Running",), timeout=180)
+    device = cluster.get("resourceclaim", "-n", NS, name)["status"]["allocation"]["devices"]["results"][0]["device"]
+    gpu = int(device.split("-")[1])
+    rid = "gpuslice.io/gpu=" + a.uuids()[gpu]
+    wait(lambda: _health(cluster, name, rid)[0] == "Healthy", 120, f"{rid} Healthy in the pod's status")
+    out = []
+    for i in range(trials):
+        time.sleep(random.uniform(0, 2))
+        t0 = time.monotonic()
+        a.sim("sim", "xid", str(gpu), "79")
+        wait(lambda: _health(cluster, name, rid)[0] == "Unhealthy", 120, f"{rid} Unhealthy after Xid 79", 0.05)
+        t_out = time.monotonic() - t0
+        in_slices = device in slice_devices(slices(cluster))
+        wait(lambda: _health(cluster, name, rid)[0] == "Healthy", ARGS.quiet + 120, f"{rid} Healthy again", 0.05)
+        out.append({"unhealthy_s": t_out, "healthy_again_s": time.monotonic() - t0, "still_in_slices": in_slices})
+        log(f"health trial {i}: Unhealthy after {t_out:.2f} s, Healthy after {out[-1]['healthy_again_s']:.2f} s")
+    cluster.kubectl("delete", "pod", "-n", NS, name, "--grace-period=1")
+    cluster.kubectl("delete", "resourceclaim", "-n", NS, name, "--wait=false")
+    return {"device": device, "trials": out}
+
+
 def pct(v, p):
     s = sorted(v)
     return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
@@ -217,12 +252,14 @@ def rss_of(a):
 def run(cluster):
     kubelet = e2e_plugins.Https(cluster, cluster.port_base + 250)
     results = {"kinds": {}, "rss": {}}
-    # the same node and policy without --dra: the device plugin serves every GPU
-    a = Agent(cluster, NODE, POLICY, ["--cdi-hook", ""])
-    wait(lambda: cluster.nonzero(), 120, "the device plugin's resources in allocatable")
-    time.sleep(2)
-    results["rss"]["device plugin only"] = rss_of(a)
-    a.stop()
+    phases = ARGS.phases.split(",")
+    if "prepare" in phases:
+        # the same node and policy without --dra: the device plugin serves every GPU
+        a = Agent(cluster, NODE, POLICY, ["--cdi-hook", ""])
+        wait(lambda: cluster.nonzero(), 120, "the device plugin's resources in allocatable")
+        time.sleep(2)
+        results["rss"]["device plugin only"] = rss_of(a)
+        a.stop()
     classes = apply_classes(cluster)
     a = Agent(cluster, NODE, POLICY, dra_args(cluster) + ["--cdi-hook", ""])
     try:
@@ -230,6 +267,10 @@ def run(cluster):
              len(free_devices(cluster, "mig")) == 14, 120, "the agent's slices")
         cluster.wait_allocatable({"nvidia.com/gpu": 2}, timeout=120)
         time.sleep(2)
+        if "health" in phases:
+            results["health"] = health_phase(cluster, a, ARGS.xids)
+        if "prepare" not in phases:
+            return results
         results["rss"]["device plugin + DRA, slices published"] = rss_of(a)
         for kind in KINDS:
             log(f"== {kind}: {ARGS.pods} pods")
@@ -251,21 +292,30 @@ def run(cluster):
 
 
 def table(results):
-    lines = ["| claim kind | kubelet gRPC NodePrepareResources p50 / p99 (ms) | kubelet PrepareResources p50 / p99 "
+    lines = [] if not results.get("kinds") else ["| claim kind | kubelet gRPC NodePrepareResources p50 / p99 (ms) | kubelet PrepareResources p50 / p99 "
              "(ms) | direct call p50 / p99 (ms) | direct unprepare p50 (ms) | pod create -> Running p50 (s) |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for kind, r in results["kinds"].items():
+    for kind, r in results.get("kinds", {}).items():
         lines.append(f"| {kind} ({r['device']}) | "
                      f"{ms(pct(r['kubelet_grpc'], 50))} / {ms(pct(r['kubelet_grpc'], 99))} | "
                      f"{ms(pct(r['kubelet_op'], 50))} / {ms(pct(r['kubelet_op'], 99))} | "
                      f"{ms(pct(r['direct_prepare'], 50))} / {ms(pct(r['direct_prepare'], 99))} | "
                      f"{ms(pct(r['direct_unprepare'], 50))} | {statistics.median(r['pod_running']):.2f} |")
-    lines += ["", "| agent | VmRSS (MiB) | VmHWM (MiB) | Pss (MiB) |", "| --- | --- | --- | --- |"]
+    if results.get("rss"):
+        lines += ["", "| agent | VmRSS (MiB) | VmHWM (MiB) | Pss (MiB) |", "| --- | --- | --- | --- |"]
     for what, m in results["rss"].items():
         lines.append(f"| {what} | {m['VmRSS']:.1f} | {m['VmHWM']:.1f} | {m['Pss']:.1f} |")
-    x = results.get("xid", {})
-    lines += ["", f"Xid 79 on gpu-2: `sim xid` {ms(x.get('sim_xid_s'))} ms; out of the ResourceSlices "
-              f"{ms(x.get('out_of_slices_s'))} ms; back {ms(x.get('back_s'))} ms after the Xid"]
+    h = results.get("health")
+    if h:
+        out = ", ".join(f"{x['unhealthy_s']:.2f}" for x in h["trials"])
+        back = ", ".join(f"{x['healthy_again_s']:.2f}" for x in h["trials"])
+        kept = [x["still_in_slices"] for x in h["trials"]]
+        lines += ["", f"Xid 79 -> {h['device']} Unhealthy in the pod's status: {out} s; Healthy again: {back} s "
+                  f"after the Xid; still in the slices while Unhealthy: {kept}"]
+    x = results.get("xid")
+    if x:
+        lines += ["", f"Xid 79 on gpu-2: `sim xid` {ms(x.get('sim_xid_s'))} ms; out of the ResourceSlices "
+                  f"{ms(x.get('out_of_slices_s'))} ms; back {ms(x.get('back_s'))} ms after the Xid"]
     return "\n".join(lines)
 
 
