@@ -264,7 +264,10 @@ def test_gc_does_not_follow_links_out_of_the_tree(h):
             f.write("keep me\n")
     pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
     try:
-        pr.set([("default", "keep", "main", "nvidia.com/gpu", [f"{u[0]}::0"])])
+        keep = [("default", "keep", "main", "nvidia.com/gpu", [f"{u[0]}::0"])]
+        # the three pods are alive while their containers plant the links (else the GC, every
+        # 100 ms, may remove a directory between two of the test's steps), then gone
+        pr.set(keep + [("default", f"gone{i}", "main", "nvidia.com/gpu", [f"{u[0]}::{i}"]) for i in range(1, 4)])
         a = _gc_agent(h, node, root, pr)
         planted = []
         for i in range(1, 4):
@@ -274,6 +277,7 @@ def test_gc_does_not_follow_links_out_of_the_tree(h):
             os.symlink(victim, os.path.join(state, "dirlink"))
             os.symlink(os.path.join(victim, "precious"), os.path.join(state, "deep", "er", "filelink"))
             planted.append(d)
+        pr.set(keep)
         # the race: a directory in the state dir of a live pod's allocation flips to a link to the
         # victim and back while the GC (every 100 ms) removes the others'
         live = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"]))
