@@ -43,7 +43,7 @@ put "$hook" usr/bin/gpuslice-cdi-hook
 put "$guard" usr/lib/gpuslice/libgpuslice-guard.so
 put "$sim" usr/lib/gpuslice/libgpuslice-nvml-sim.so
 # libcurl, which src/kube loads at its first API client (dlopen: ldd does not name it)
-curl=$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ {print $NF; exit}')
+curl=$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ && !n++ {print $NF}')  # no early exit: pipefail
 [ -n "$curl" ] || die "no libcurl.so.4 (Debian's libcurl4: the Kubernetes API client loads it)"
 put "$curl" "${curl#/}"
 # the shared libraries each loads, at the path the loader finds them (ldd's "NAME => PATH" and
