@@ -820,3 +820,153 @@ def test_metrics_network_policy_example():
     assert rule["ports"] == [{"protocol": "TCP", "port": helmchart.load_chart()[1]["metrics"]["port"]}]
     assert rule["from"], "an empty from would let every pod in"
     assert "metrics-networkpolicy.yaml" in read(DEPLOY_MD)
+
+
+# ------------------------------------------------------------------------------------------ the scheduler extender (issue 20)
+
+EXTENDER = {"extender": {"enabled": True}}
+EXTENDER_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
+
+
+def extender_objects(over=None):
+    """{kind: object} of the extender's objects (component: extender) in a render with extender.enabled."""
+    objs = objects(helmchart.render({"extender": {"enabled": True, **(over or {})}}))
+    mine = [o for o in objs if o["metadata"]["labels"].get("app.kubernetes.io/component") == "extender"]
+    assert sorted(o["kind"] for o in mine) == sorted(EXTENDER_KINDS), [o["kind"] for o in mine]
+    return {o["kind"]: o for o in mine}, objs
+
+
+def _help_flags(*args):
+    p = subprocess.run([GPUSLICE, *args, "--help"], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    return set(re.findall(r"^\s+(--[\w-]+)", p.stdout, re.M))
+
+
+def test_extender_off_by_default():
+    """Off by default: no object of the extender, and the rest of the render as without the block
+    (the plain manifests are compared byte for byte in test_plain_manifests_are_what_the_script_renders)."""
+    assert helmchart.load_chart()[1]["extender"]["enabled"] is False
+    default = default_objects()
+    assert not [o for o in default if "extender" in o["metadata"]["name"]]
+    _, objs = extender_objects()
+    rest = [o for o in objs if o["metadata"]["labels"].get("app.kubernetes.io/component") != "extender"]
+    assert rest == default, "extender.enabled adds objects and changes none of the agent's"
+    assert "extender" not in helmchart.notes()
+
+
+def test_extender_deployment():
+    ext, objs = extender_objects()
+    dep, svc, sa = ext["Deployment"], ext["Service"], ext["ServiceAccount"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    tmpl = dep["spec"]["template"]
+    labels = tmpl["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in dep["spec"]["selector"]["matchLabels"].items())
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()), "the Service selects the extender"
+    # and neither the DaemonSet nor the metrics Service selects the extender's pods
+    ds, metrics = find(objs, "DaemonSet"), next(o for o in objs if o["metadata"]["name"] == "gpuslice-metrics")
+    for sel in (ds["spec"]["selector"]["matchLabels"], metrics["spec"]["selector"]):
+        assert not all(labels.get(k) == v for k, v in sel.items()), sel
+    spec = tmpl["spec"]
+    assert spec["serviceAccountName"] == sa["metadata"]["name"] != "gpuslice"
+    assert spec.get("automountServiceAccountToken", True) and sa.get("automountServiceAccountToken", True), \
+        "--api takes the in-cluster service account's token"
+    (c,) = spec["containers"]
+    assert c["image"] == agent_container(objs)["image"] and "command" not in c
+    assert c["args"] == ["extender", "--api", "--listen", "0.0.0.0:8888", "--policy", "gpuslice"]
+    flags = _help_flags("extender")
+    assert {a for a in c["args"] if a.startswith("--")} <= flags, flags
+    assert c["ports"] == [{"name": "http", "containerPort": 8888, "protocol": "TCP"}]
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8888, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["type"] == "ClusterIP" and "clusterIP" not in svc["spec"]
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["resources"] == helmchart.load_chart()[1]["extender"]["resources"]
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+    for o in ext.values():
+        assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuslice"
+        if o["kind"].startswith("Cluster"):
+            assert "namespace" not in o["metadata"]
+        else:
+            assert o["metadata"]["namespace"] == helmchart.NAMESPACE
+        assert k8s_schema.validate(o) == [], o["kind"]
+    over, _ = extender_objects({"policy": "fgd", "port": 9900, "nodeSelector": {"role": "ctl"},
+                                "tolerations": [{"key": "ctl", "operator": "Exists"}]})
+    oc = over["Deployment"]["spec"]["template"]["spec"]
+    assert oc["containers"][0]["args"][-3:] == ["0.0.0.0:9900", "--policy", "fgd"]
+    assert oc["nodeSelector"] == {"role": "ctl"} and oc["tolerations"] == [{"key": "ctl", "operator": "Exists"}]
+    assert over["Service"]["spec"]["ports"][0]["port"] == 9900
+
+
+def test_extender_policy_is_accepted():
+    """The chart's --policy is one `gpuslice extender` takes: an unknown one is its usage error."""
+    for name in (helmchart.load_chart()[1]["extender"]["policy"], "fgd"):
+        p = subprocess.run([GPUSLICE, "extender", "--snapshot", "/nonexistent.json", "--policy", name],
+                           capture_output=True, text=True, timeout=20)
+        assert "--policy" not in p.stderr, p.stderr
+    p = subprocess.run([GPUSLICE, "extender", "--api", "--policy", "random"], capture_output=True, text=True, timeout=20)
+    assert p.returncode != 0 and "--policy 'random'" in p.stderr
+
+
+def test_extender_rbac_is_exactly_what_docs_say():
+    """list and watch on nodes and pods, create on pods/binding (docs/extender.md), bound to the
+    extender's own service account; nothing for the agent's."""
+    ext, _ = extender_objects()
+    role, binding, sa = ext["ClusterRole"], ext["ClusterRoleBinding"], ext["ServiceAccount"]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert granted == {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list"), ("", "pods", "watch"),
+                       ("", "pods/binding", "create")}
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"]), "no resourceNames etc."
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": helmchart.NAMESPACE}]
+    doc = read(os.path.join(ROOT, "docs", "extender.md"))
+    assert "needs `list` and `watch` on nodes and pods and `create`\non `pods/binding`" in doc
+
+
+def _scheduler_config(ext):
+    cm = ext["ConfigMap"]
+    assert list(cm["data"]) == ["scheduler-config.yaml"]
+    return yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+
+
+def _doc_scheduler_config():
+    doc = read(os.path.join(ROOT, "docs", "extender.md"))
+    block = re.search(r"## The scheduler configuration to add\n\n```yaml\n(.*?)```", doc, re.S).group(1)
+    return yaml.safe_load(block)
+
+
+def test_extender_scheduler_config():
+    """The ConfigMap's KubeSchedulerConfiguration parses, is docs/extender.md's but for the Service's
+    URL, and names the Service's port; extender.clusterIP puts the fixed address in both."""
+    ext, _ = extender_objects()
+    cfg, want = _scheduler_config(ext), _doc_scheduler_config()
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
+    (entry,) = cfg["extenders"]
+    (doc_entry,) = want["extenders"]
+    svc = ext["Service"]
+    url = f"http://{svc['metadata']['name']}.{helmchart.NAMESPACE}.svc:{svc['spec']['ports'][0]['port']}/gpuslice"
+    assert entry["urlPrefix"] == url
+    assert {k: v for k, v in entry.items() if k != "urlPrefix"} == {k: v for k, v in doc_entry.items() if k != "urlPrefix"}
+    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == ("filter", "prioritize", "bind")
+    fixed, _ = extender_objects({"clusterIP": "10.96.0.88", "port": 9900, "weight": 2,
+                                 "ignoreFractionalResources": True})
+    (e2,) = _scheduler_config(fixed)["extenders"]
+    assert e2["urlPrefix"] == "http://10.96.0.88:9900/gpuslice" and e2["weight"] == 2
+    assert fixed["Service"]["spec"]["clusterIP"] == "10.96.0.88"
+    assert {r["name"]: r["ignoredByScheduler"] for r in e2["managedResources"]} == {
+        "nvidia.com/gpu": False, "gpuslice.io/gpu-compute": True, "gpuslice.io/gpu-memory": True}
+
+
+def test_extender_lint_and_notes():
+    out = helmchart.lint(EXTENDER)
+    assert "1 chart(s) linted, 0 chart(s) failed" in out and "[WARNING]" not in out, out
+    notes = helmchart.notes(EXTENDER)
+    assert "Deployment gpuslice-extender" in notes and "kube-scheduler" in notes
+    assert "get configmap gpuslice-extender-scheduler-config -o jsonpath='{.data.scheduler-config\\.yaml}'" in notes
+    assert "extender.clusterIP" in notes
+    assert "extender.clusterIP" not in helmchart.notes({"extender": {"enabled": True, "clusterIP": "10.96.0.88"}})
