@@ -23,6 +23,9 @@ RENDERS = {
     "options": {"metrics": {"port": 9500}, "agent": {"logLevel": "debug", "extraArgs": ["--guard-grace-ms", "300000"]},
                 "podAnnotations": {"a": "b"}, "imagePullSecrets": [{"name": "regcred"}]},
     "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    # the DRA driver: the agent's --dra and the kubelet's plugin directories, its RBAC, admission
+    # policy and DeviceClasses (no extended resource names: dry run only, but kept off as elsewhere)
+    "dra": {"dra": {"enabled": True, "extendedResourceNames": False}},
 }
 # kinds of CRDs this cluster does not have (the Prometheus Operator's): left out of what is applied
 NOT_APPLIED = {"ServiceMonitor"}
