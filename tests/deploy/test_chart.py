@@ -15,6 +15,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -249,6 +250,59 @@ def test_fractional_grants_list_on_pods():
     role = find(objs, "ClusterRole")
     assert role["rules"][-1] == pods_rule and len(role["rules"]) == 3, role["rules"]
     assert find(objs, "ClusterRoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
+
+
+DRA = {"dra": {"enabled": True, "driver": "gpu.example.com"}}
+
+
+@pytest.mark.parametrize("kubelet_dir", ["/var/lib/kubelet", "/var/lib/k0s/kubelet"])
+def test_dra_driver_in_the_daemonset(kubelet_dir):
+    """dra.enabled runs the agent as the DRA driver (docs/dra.md): --dra with the driver's name, the
+    kubelet's plugins_registry/ and plugins/ mounted at their host paths (the kubelet dials the
+    socket path the agent registers) and named by the agent's flags, the API token and NODE_NAME,
+    the DRA ClusterRole bound to the pod's ServiceAccount, and the doctor's --dra. The default has
+    none of it."""
+    objs = objects(helmchart.render({**DRA, "kubeletDir": kubelet_dir}))
+    spec, agent = pod_spec(objs), agent_container(objs)
+    args = agent["args"]
+    assert args.count("--dra") == 1 and args.index("--dra") > args.index("agent")
+    assert _arg(agent, "--dra-driver") == "gpu.example.com"
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    for name, flag, sub in (("kubelet-plugins-registry", "--kubelet-registry-dir", "plugins_registry"),
+                            ("kubelet-plugins", "--kubelet-plugins-dir", "plugins")):
+        host = f"{kubelet_dir}/{sub}"
+        assert vols[name]["hostPath"] == {"path": host, "type": "Directory"}, name
+        assert mounts[name] == {"name": name, "mountPath": host}, "read-write, at the host path"
+        assert _arg(agent, flag) == host, flag
+    assert {"name": "api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True} in agent["volumeMounts"]
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    doctor = spec["initContainers"][0]
+    assert doctor["name"] == "doctor" and doctor["args"].count("--dra") == 1
+    assert doctor["args"].index("--dra") > doctor["args"].index("doctor")
+    bindings = [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith("-dra")]
+    assert len(bindings) == 1 and bindings[0]["roleRef"]["name"] == f"{helmchart.RELEASE}-dra"
+    assert bindings[0]["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
+                                        "namespace": helmchart.NAMESPACE}]
+    role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{helmchart.RELEASE}-dra")
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in role["rules"]
+    vap = find(objs, "ValidatingAdmissionPolicy")
+    assert vap["spec"]["matchConditions"][0]["expression"].endswith(
+        f'"system:serviceaccount:{helmchart.NAMESPACE}:{spec["serviceAccountName"]}"')
+    for o in objs:
+        if k8s_schema.model_name(o):  # DeviceClass and the admission policy: the API server's (test_chart_real)
+            assert k8s_schema.validate(o) == [], o["kind"]
+    out = helmchart.lint({**DRA, "kubeletDir": kubelet_dir})
+    assert "0 chart(s) failed" in out and "[WARNING]" not in out, out
+    # the agent knows every flag the chart gives it
+    help_flags = _help_defaults("agent")
+    for a in args[args.index("agent") + 1:]:
+        assert not a.startswith("--") or a in help_flags, a
+    default = pod_spec(default_objects())
+    assert all("--dra" not in c.get("args", []) for c in default["initContainers"] + default["containers"])
+    assert not {"kubelet-plugins-registry", "kubelet-plugins"} & {v["name"] for v in default["volumes"]}
 
 
 def test_doctor_runs_and_fails_a_broken_node(pods):
@@ -648,6 +702,24 @@ def test_agent_runs_with_rendered_pod(pods, name):
     while not os.path.exists(features) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "gpuslice.io/gpu.count=2" in read(features).splitlines()
+    pod.proc.send_signal(signal.SIGTERM)
+    assert pod.proc.wait(10) == 0, pod.log()
+
+
+def test_rendered_pod_serves_the_dra_driver_in_the_kubelets_directories(pods, monkeypatch):
+    """The DRA render's doctor and agent on the simulated node: the doctor passes with --dra (no API
+    server here: its API checks are left out), and the agent's registration and DRA sockets are in
+    the volumes the pod mounts from the kubelet's plugins_registry/ and plugins/."""
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")  # no API server, not this machine's config
+    pod = pods({**DRA, "policy": "version: v1\ngpuslice:\n  dra:\n    gpus: all\n"})
+    pod.run_init_containers()
+    assert "node ready" in pod.doctor.stdout
+    pod.start_agent()
+    pod.wait_log(r"DRA: driver gpu\.example\.com serving")
+    reg = pod.host("/var/lib/kubelet/plugins_registry/gpu.example.com-reg.sock")
+    sock = pod.host("/var/lib/kubelet/plugins/gpu.example.com/dra.sock")
+    for path in (reg, sock):
+        assert stat.S_ISSOCK(os.stat(path).st_mode), path
     pod.proc.send_signal(signal.SIGTERM)
     assert pod.proc.wait(10) == 0, pod.log()
 
