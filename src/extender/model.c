@@ -258,13 +258,19 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
         lo = s < lo ? s : lo;
         hi = s > hi ? s : hi;
     }
+    /* the best raw score alone gets 10, the others 1..9 linearly (rounded down, in double: raw
+     * scores may span more than int64 products hold), so the scheduler's pick among the nodes of
+     * its top score is the engine's argmax up to exact ties; 0 for a node that does not fit */
     for (size_t k = 0; k < n; k++) {
         if (scores[k] == INT64_MIN)
             scores[k] = 0;
-        else if (hi == lo)
+        else if (scores[k] == hi)
             scores[k] = EX_MAX_PRIORITY;
-        else /* rounded to nearest, so the best node alone reaches 10 */
-            scores[k] = 1 + ((scores[k] - lo) * (EX_MAX_PRIORITY - 1) * 2 + (hi - lo)) / (2 * (hi - lo));
+        else {
+            double f = ((double)scores[k] - (double)lo) / ((double)hi - (double)lo); /* [0, 1) */
+            int64_t v = 1 + (int64_t)(f * (EX_MAX_PRIORITY - 1));
+            scores[k] = v < 1 ? 1 : v > EX_MAX_PRIORITY - 1 ? EX_MAX_PRIORITY - 1 : v;
+        }
     }
 }
 

@@ -9,8 +9,8 @@
  *
  *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
  *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
- *   prioritize  the policy's score of each fitting node (pl_score_node), mapped onto 1..10 (0 for a
- *               node that does not fit), the best node 10.
+ *   prioritize  the policy's score of each fitting node (pl_score_node): 10 for the node(s) of the best
+ *               raw score only, the others mapped linearly onto 1..9, 0 for a node that does not fit.
  *   bind        the GPU(s) the pod takes on the chosen node (the policy's choice), committed. */
 #ifndef GS_EXTENDER_MODEL_H
 #define GS_EXTENDER_MODEL_H

@@ -152,6 +152,64 @@ static void test_prioritize_follows_engine(void **state) {
     }
 }
 
+/* Only the node(s) of the best raw score get 10: with 1..10 over the whole range, rounded (the
+ * mapping before), every node within 1/18 of the range from the best tied at 10 and the scheduler
+ * picked among them at random. The nodes here differ slightly (the top ones) and one is far worse,
+ * so that mapping would tie several; the test checks it would, so it cannot pass vacuously. */
+static void test_prioritize_only_best_is_top(void **state) {
+    (void)state;
+    enum { N = 12 };
+    struct ex_node_spec ns[N];
+    const char *names[N];
+    char nm[N][8];
+    for (int i = 0; i < N; i++) {
+        int f[2] = { 300 + 60 * i, 1000 - 70 * i }; /* free shares of many sizes */
+        snprintf(nm[i], sizeof(nm[i]), "n%d", i);
+        ns[i] = node(nm[i], 2, f, 81920);
+        if (i == N - 1) /* far below the rest: the pod leaves too little CPU for the GPUs' rest */
+            ns[i].cpu = 1500, ns[i].gpu_free[0] = ns[i].gpu_free[1] = 1000;
+        names[i] = nm[i];
+    }
+    enum pl_policy pols[] = { PL_FGD, PL_GPUSLICE };
+    for (size_t k = 0; k < 2; k++) {
+        struct ex_model m;
+        char err[256], why[EX_REASON_MAX];
+        assert_int_equal(ex_model_init(&m, pols[k], ns, N, err, sizeof(err)), 0);
+        for (int i = 0; i < 300; i++) {
+            char uid[16];
+            snprintf(uid, sizeof(uid), "w%d", i);
+            struct ex_pod w = share_pod(uid, i % 3 == 0 ? 50 : i % 3 == 1 ? 25 : 10);
+            ex_observe(&m, &w);
+        }
+        struct ex_pod p = share_pod("x", 30);
+        int64_t sc[N], raw[N], lo = INT64_MAX, hi = INT64_MIN;
+        ex_prioritize(&m, &p, names, N, sc);
+        for (int i = 0; i < N; i++) {
+            struct pl_pod q;
+            assert_int_equal(ex_pod_on_node(&m, (size_t)i, &p, &q, why, sizeof(why)), 0);
+            assert_int_equal(pl_score_node(&m.c, pols[k], (size_t)i, &q, &raw[i], NULL), 0);
+            lo = raw[i] < lo ? raw[i] : lo;
+            hi = raw[i] > hi ? raw[i] : hi;
+        }
+        assert_true(hi > lo);
+        int old_top = 0, old_top_not_best = 0;
+        for (int i = 0; i < N; i++) {
+            /* 10 exactly where the raw score is the best; 1..9 elsewhere, in the engine's order */
+            assert_int_equal(sc[i] == EX_MAX_PRIORITY, raw[i] == hi);
+            assert_in_range(sc[i], 1, EX_MAX_PRIORITY);
+            for (int j = 0; j < N; j++)
+                if (raw[i] > raw[j])
+                    assert_true(sc[i] >= sc[j]);
+            int64_t old = 1 + ((raw[i] - lo) * (EX_MAX_PRIORITY - 1) * 2 + (hi - lo)) / (2 * (hi - lo));
+            old_top += old == EX_MAX_PRIORITY;
+            old_top_not_best += old == EX_MAX_PRIORITY && raw[i] != hi;
+        }
+        assert_true(old_top >= 2); /* the old mapping tied nodes the engine ranks apart */
+        assert_true(old_top_not_best >= 1);
+        ex_model_free(&m);
+    }
+}
+
 /* bind takes the policy's GPU and commits it: the next filter sees the GPU's new free share. */
 static void test_bind_commits(void **state) {
     (void)state;
@@ -484,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_filter_per_gpu_fit),
         cmocka_unit_test(test_memory_share),
         cmocka_unit_test(test_prioritize_follows_engine),
+        cmocka_unit_test(test_prioritize_only_best_is_top),
         cmocka_unit_test(test_bind_commits),
         cmocka_unit_test(test_quantity),
         cmocka_unit_test(test_args_mapping),
