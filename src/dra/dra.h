@@ -98,13 +98,15 @@ struct dra_device {
     unsigned index, minor, arch;   /* NVML index, /dev/nvidia<minor>, NVML architecture */
     unsigned long long mem_total;  /* bytes */
     char mps_root[256];            /* MPS: the policy's root (<root>/<uuid>/pipe, <root>/shm) */
+    bool withheld;                 /* the policy's gpuslice.dra.gpus does not give the GPU to DRA: prepare refuses it */
     enum dra_health health;        /* the agent's (Xid, GPU lost); dra_devices_of leaves it Unknown */
     char health_message[128];      /* why, for the kubelet ("critical Xid 79 ...") */
 };
 
 /* The node's GPUs for the driver: "gpu-<index>" per GPU, lost GPUs included (a claim prepared
- * on one stays valid), each with its sharing under policy (NULL: every GPU whole). Returns the
- * number written (at most max). */
+ * on one stays valid), each with its sharing under policy (NULL: every GPU whole) and withheld
+ * when the policy's gpuslice.dra.gpus does not give it to DRA (unset: given, as the slices'
+ * preview; the agent puts "none" in force then). Returns the number written (at most max). */
 size_t dra_devices_of(const struct gs_inventory *inv, const struct gs_policy *policy, struct dra_device *out,
                       size_t max);
 

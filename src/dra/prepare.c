@@ -252,8 +252,10 @@ size_t dra_devices_of(const struct gs_inventory *inv, const struct gs_policy *po
         d->minor = g->minor;
         d->arch = g->arch;
         d->mem_total = g->mem_total;
-        if (policy)
+        if (policy) {
             gs_strlcpy(d->mps_root, policy->mps_root, sizeof(d->mps_root));
+            d->withheld = !gs_plan_dra_serves(policy, g->index, g->uuid, true);
+        }
         switch (plan && i < GS_MAX_GPUS ? plan->gpus[i].mode : GS_MODE_WHOLE) {
         case GS_MODE_TIME_SLICING: d->sharing = DRA_SHARING_TIME_SLICING; break;
         case GS_MODE_MPS: d->sharing = DRA_SHARING_MPS; break;
@@ -285,6 +287,15 @@ int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t
             snprintf(err, errlen, "request %.127s: device %.63s (pool %.200s) is not a device of this node%s",
                      r->request, r->device, r->pool, mig ? " (its GPU is not in MIG mode by the policy)" : "");
             return -ENODEV;
+        }
+        if (out[i]->withheld) {
+            snprintf(err, errlen,
+                     "request %.127s: device %.63s (pool %.200s) is on GPU %u, which the policy's gpuslice.dra.gpus "
+                     "does not give to the DRA driver (the device plugins serve it; allocated before the policy "
+                     "changed?)",
+                     r->request, r->device, r->pool, out[i]->index);
+            out[i] = NULL;
+            return -EPERM;
         }
     }
     return 0;

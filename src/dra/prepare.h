@@ -53,7 +53,9 @@ struct dra_edits {
 
 /* The device of each result of c: a GPU by its name in devs, a MIG placement
  * ("gpu-<i>-mig-...") by its GPU's, which must be in MIG mode. -ENODEV naming the first that is not
- * a device of this node. */
+ * a device of this node (not in its inventory); -EPERM naming the first on a GPU the policy's
+ * gpuslice.dra.gpus does not give to DRA (withheld: the policy changed after the scheduler
+ * allocated it, or a forged allocation). */
 int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs,
                 const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen);
 

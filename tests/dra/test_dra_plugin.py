@@ -75,7 +75,13 @@ class Node:
             json.dump(obj, f)
 
     def start(self):
-        args = [GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, "agent", *self.extra,
+        extra = self.extra
+        if "--config" not in extra:  # the GPUs the DRA driver serves: every one (prepare refuses the others)
+            policy = os.path.join(self.dir, "policy.yaml")
+            with open(policy, "w") as f:
+                f.write("version: v1\ngpuslice:\n  dra:\n    gpus: all\n")
+            extra = [*extra, "--config", policy]
+        args = [GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, "agent", *extra,
                 "--kubelet-dir", os.path.join(self.kubelet, "device-plugins"),
                 "--pod-resources-socket", os.path.join(self.kubelet, "pr.sock"),
                 "--cdi-root", self.cdi, "--guard-root", os.path.join(self.dir, "guard"),

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "dra/prepare.h"
+#include "inventory_fixture.h"
 
 #define DRIVER "gpu.gpuslice.io"
 #define UID "0b7c0d4e-4f3a-4c1e-9d59-1b2f0c9e0a01"
@@ -118,6 +119,64 @@ static void test_prepare_claim(void **state) {
     char name[128];
     dra_claim_spec_file("gpuslice.io/gpu", UID, name, sizeof(name));
     assert_string_equal(name, "gpuslice.io-gpu_claim-" UID ".json");
+}
+
+/* A result on a GPU the policy's gpuslice.dra.gpus does not give to DRA (the policy changed after
+ * the scheduler allocated it, or a forged allocation) is refused naming the device and the key; a
+ * device not in the inventory is refused too. */
+static void test_resolve_refuses_gpus_not_given_to_dra(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("580.65.06", 13000);
+    fx_gpu(inv, "NVIDIA H100 80GB HBM3", FX_HOPPER, 9, 0, 80);
+    fx_gpu(inv, "NVIDIA H100 80GB HBM3", FX_HOPPER, 9, 0, 80);
+    fx_mig(fx_gpu(inv, "NVIDIA H100 80GB HBM3", FX_HOPPER, 9, 0, 80), "3g.40gb", 2, 0, 3, 40448, 60);
+    struct gs_policy *p = fx_policy("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  dra:\n    gpus: [\"0\"]\n");
+    struct dra_device devs[4];
+    assert_int_equal(dra_devices_of(inv, p, devs, 4), 3);
+    assert_false(devs[0].withheld);
+    assert_true(devs[1].withheld);
+    assert_true(devs[2].withheld);
+    struct dra_claim c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.uid, sizeof(c.uid), "%s", UID);
+    c.n_results = 1;
+    snprintf(c.results[0].request, sizeof(c.results[0].request), "gpu");
+    snprintf(c.results[0].pool, sizeof(c.results[0].pool), "node-1");
+    snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-0");
+    const struct dra_device *bound[DRA_MAX_RESULTS];
+    char err[512] = "";
+    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), 0);
+    assert_ptr_equal(bound[0], &devs[0]);
+    snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-1");
+    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -EPERM);
+    assert_string_equal(err, "request gpu: device gpu-1 (pool node-1) is on GPU 1, which the policy's "
+                             "gpuslice.dra.gpus does not give to the DRA driver (the device plugins serve it; "
+                             "allocated before the policy changed?)");
+    /* a MIG placement of a withheld GPU in MIG mode, and a prepare of either: refused alike */
+    snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-2-mig-3g40gb-9-4");
+    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -EPERM);
+    assert_non_null(strstr(err, "device gpu-2-mig-3g40gb-9-4 (pool node-1) is on GPU 2, which the policy's "
+                                "gpuslice.dra.gpus"));
+    struct dra_prepared prep;
+    char *spec = NULL;
+    assert_int_equal(dra_prepare_claim(&c, devs, 3, "gpuslice.io/gpu", &prep, &spec, err, sizeof(err)), -EPERM);
+    assert_null(spec);
+    /* a device of a GPU the node no longer has */
+    snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-7");
+    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -ENODEV);
+    assert_string_equal(err, "request gpu: device gpu-7 (pool node-1) is not a device of this node");
+    /* "all" gives every GPU; without a policy (and without the key: the preview) none is withheld */
+    free(p);
+    p = fx_policy("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  dra:\n    gpus: all\n");
+    assert_int_equal(dra_devices_of(inv, p, devs, 4), 3);
+    assert_false(devs[0].withheld || devs[1].withheld || devs[2].withheld);
+    p->dra_gpus = GS_DRA_NONE; /* the agent's policy without the key */
+    assert_int_equal(dra_devices_of(inv, p, devs, 4), 3);
+    assert_true(devs[0].withheld && devs[1].withheld && devs[2].withheld);
+    assert_int_equal(dra_devices_of(inv, NULL, devs, 4), 3);
+    assert_false(devs[0].withheld || devs[1].withheld || devs[2].withheld);
+    free(p);
+    free(inv);
 }
 
 static void test_uid_valid(void **state) {
@@ -229,6 +288,7 @@ int main(void) {
         cmocka_unit_test(test_claim_parse),
         cmocka_unit_test(test_claim_parse_errors),
         cmocka_unit_test(test_prepare_claim),
+        cmocka_unit_test(test_resolve_refuses_gpus_not_given_to_dra),
         cmocka_unit_test(test_uid_valid),
         cmocka_unit_test(test_checkpoint_roundtrip_and_idempotent_put),
         cmocka_unit_test(test_checkpoint_hostile),
