@@ -76,7 +76,13 @@ void agent_dra_publish(struct agent *a) {
     json_t *slices = NULL;
     char err[512];
     const char *driver = a->o->dra_driver ? a->o->dra_driver : DRA_DRIVER_DEFAULT;
-    int r = gs_dra_slices_build(a->inv, a->policy, node_name(a), driver, 0, &slices, err, sizeof(err));
+    /* a critical Xid taints the GPU's devices until it is healthy again (lost GPUs are left out) */
+    struct gs_dra_taints t;
+    for (unsigned g = 0; g < GS_MAX_GPUS; g++) {
+        t.xid[g] = a->health.unhealthy[g];
+        t.xid_code[g] = a->last_xid[g];
+    }
+    int r = gs_dra_slices_build_tainted(a->inv, a->policy, &t, node_name(a), driver, 0, &slices, err, sizeof(err));
     if (r < 0) {
         if (strcmp(err, a->dra_slices_error) != 0)
             log_error("DRA: the ResourceSlices: %s", err);

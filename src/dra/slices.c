@@ -1,7 +1,7 @@
 /* slices.c: the node's ResourceSlices (resource.k8s.io/v1 of Kubernetes 1.36) from the inventory
  * and the policy. Pure: no I/O. What each device says is in docs/dra.md; the limits it keeps are
  * the API server's (k8s.io/api/resource/v1 and its validation):
- *   - at most 128 devices a slice, 64 when one of them consumes counters;
+ *   - at most 128 devices a slice, 64 when one of them consumes counters or has taints;
  *   - sharedCounters and devices never in one slice; at most 8 counter sets a slice, 32 counters
  *     a set; a device consumes from at most 2 sets;
  *   - device names and counter names are DNS labels; attribute and capacity names C identifiers
@@ -599,12 +599,13 @@ static json_t *new_slice(const char *node, const char *driver, long long generat
     return s;
 }
 
-static bool consumes_counters(json_t *dev) {
-    return json_object_get(dev, "consumesCounters") != NULL;
+/* A device that consumes counters or carries taints: its slice holds at most 64 devices. */
+static bool needs_small_slice(json_t *dev) {
+    return json_object_get(dev, "consumesCounters") != NULL || json_object_get(dev, "taints") != NULL;
 }
 
-/* Splits the devices into slices of at most 128 (64 with one that consumes counters), and the
- * counter sets into slices of their own of at most 8. */
+/* Splits the devices into slices of at most 128 (64 with one that consumes counters or is
+ * tainted), and the counter sets into slices of their own of at most 8. */
 static int split(struct builder *b, const char *node, const char *driver, long long generation, json_t *out) {
     size_t nd = json_array_size(b->devices), ncs = json_array_size(b->counter_sets);
     /* first pass: the chunk boundaries */
@@ -614,7 +615,7 @@ static int split(struct builder *b, const char *node, const char *driver, long l
     size_t chunks = 0, in_chunk = 0;
     bool counters = false;
     for (size_t i = 0; i < nd; i++) {
-        bool c = consumes_counters(json_array_get(b->devices, i));
+        bool c = needs_small_slice(json_array_get(b->devices, i));
         size_t limit = counters || c ? GS_DRA_MAX_COUNTER_DEVICES_PER_SLICE : GS_DRA_MAX_DEVICES_PER_SLICE;
         if (!in_chunk || in_chunk + 1 > limit) {
             first[chunks++] = i;
@@ -682,8 +683,27 @@ int gs_dra_plan(const struct gs_inventory *inv, const struct gs_policy *policy, 
     return r;
 }
 
+/* The devices from index `from` on (one GPU's) tainted "<driver>/xid" = xid, NoSchedule. */
+static int taint_devices(struct builder *b, size_t from, const char *driver, unsigned long long xid) {
+    char key[DRIVER_NAME_MAX + 8], value[24];
+    snprintf(key, sizeof(key), "%s/%s", driver, GS_DRA_TAINT_XID);
+    snprintf(value, sizeof(value), "%llu", xid);
+    for (size_t i = from; i < json_array_size(b->devices); i++) {
+        json_t *t = json_pack("[{s:s,s:s,s:s}]", "key", key, "value", value, "effect", "NoSchedule");
+        if (!t || json_object_set_new(json_array_get(b->devices, i), "taints", t) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
 int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *policy, const char *node,
                         const char *driver, long long generation, json_t **slices_out, char *err, size_t errlen) {
+    return gs_dra_slices_build_tainted(inv, policy, NULL, node, driver, generation, slices_out, err, errlen);
+}
+
+int gs_dra_slices_build_tainted(const struct gs_inventory *inv, const struct gs_policy *policy,
+                                const struct gs_dra_taints *taints, const char *node, const char *driver,
+                                long long generation, json_t **slices_out, char *err, size_t errlen) {
     struct builder b = { .inv = inv, .pol = policy, .err = err, .errlen = errlen };
     *slices_out = NULL;
     if (errlen)
@@ -718,10 +738,13 @@ int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *
             continue; /* a lost GPU is not offered (its identity is the last good read) */
         if (!gs_plan_dra_serves(policy, g->index, g->uuid, true))
             continue; /* the device plugins' (gpuslice.dra.gpus; unset: every GPU) */
+        size_t first = json_array_size(b.devices);
         r = gpu_devices(&b, i);
         /* MIG on demand: GPUs the policy puts in MIG mode, unless a MIG layout owns them */
         if (!r && plan->gpus[i].mode == GS_MODE_MIG && g->mig_capable && g->mig_current && !policy->mig_config[0])
             r = mig_on_demand(&b, g);
+        if (!r && taints && taints->xid[i])
+            r = taint_devices(&b, first, driver, taints->xid_code[i]);
     }
     if (r == -ENOMEM && !(errlen && err[0]))
         fail(&b, r, "out of memory");

@@ -53,6 +53,24 @@
 int gs_dra_slices_build(const struct gs_inventory *inv, const struct gs_policy *policy, const char *node,
                         const char *driver, long long generation, json_t **slices_out, char *err, size_t errlen);
 
+/* What the agent's health holds against a GPU, for the slices: a critical Xid (not one of
+ * gpuslice.health.ignoredXids) until recoveryQuietPeriod passes without another. Each device of
+ * the GPU (the GPU, its MIG devices and on-demand placements) then carries a DRA device taint
+ * (resource.k8s.io/v1 Device.taints; DRADeviceTaints, beta and on by default since 1.36), as
+ * NVIDIA's DRA driver taints its devices: key "<driver>/xid", value the Xid, effect NoSchedule:
+ * the scheduler allocates the device to no new claim that does not tolerate it, the claims
+ * allocated keep it. A slice with a tainted device holds at most 64 devices. */
+struct gs_dra_taints {
+    bool xid[GS_MAX_GPUS];
+    unsigned long long xid_code[GS_MAX_GPUS];
+};
+#define GS_DRA_TAINT_XID "xid" /* the key's name: "<driver>/xid" */
+
+/* gs_dra_slices_build with the devices of the GPUs taints names tainted (NULL: none). */
+int gs_dra_slices_build_tainted(const struct gs_inventory *inv, const struct gs_policy *policy,
+                                const struct gs_dra_taints *taints, const char *node, const char *driver,
+                                long long generation, json_t **slices_out, char *err, size_t errlen);
+
 /* The plan of every GPU as DRA sees it (no resource names: every rule's devices under a name of
  * its own; MIG devices whatever flags.migStrategy says; gpuslice.dra.gpus not applied): what the
  * slices publish per GPU and what prepare enforces. 0 or -ENOMEM; gs_plan_free(out) after. */

@@ -476,6 +476,77 @@ static void test_split_at_128(void **state) {
     free(inv);
 }
 
+/* An Xid taints every device of its GPU (the GPU, MIG instances, on-demand placements) NoSchedule,
+ * "<driver>/xid" = the Xid; the other GPUs' devices stay untainted; a slice with a tainted device
+ * holds at most 64 devices (the same 140 as test_split_at_128: 64 + 76, not 128 + 12). */
+static void test_xid_taints(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("580.65.06", 13000);
+    cat_gpu(inv, "L4", false);
+    cat_gpu(inv, "H100-SXM5-80GB", true);
+    struct gs_policy *p = fx_policy("version: v1\n");
+    struct gs_dra_taints t;
+    memset(&t, 0, sizeof(t));
+    t.xid[1] = true;
+    t.xid_code[1] = 79;
+    json_t *s = NULL;
+    char err[256];
+    assert_int_equal(gs_dra_slices_build_tainted(inv, p, &t, NODE, DRIVER, 3, &s, err, sizeof(err)), 0);
+    json_t *all = all_devices(s), *d;
+    size_t i, tainted = 0;
+    json_array_foreach(all, i, d) {
+        const char *name = json_string_value(json_object_get(d, "name"));
+        json_t *taints = json_object_get(d, "taints");
+        if (!strcmp(name, "gpu-0")) {
+            assert_null(taints);
+            continue;
+        }
+        assert_int_equal(strncmp(name, "gpu-1", 5), 0);
+        assert_int_equal(json_array_size(taints), 1);
+        json_t *x = json_array_get(taints, 0);
+        assert_string_equal(json_string_value(json_object_get(x, "key")), DRIVER "/xid");
+        assert_string_equal(json_string_value(json_object_get(x, "value")), "79");
+        assert_string_equal(json_string_value(json_object_get(x, "effect")), "NoSchedule");
+        assert_int_equal(json_object_size(x), 3); /* timeAdded is the API server's */
+        tainted++;
+    }
+    assert_true(tainted > 1); /* the GPU and its placements on demand */
+    json_decref(all);
+    json_decref(s);
+    /* healthy again: no taint left; without taints the same slices as gs_dra_slices_build */
+    t.xid[1] = false;
+    assert_int_equal(gs_dra_slices_build_tainted(inv, p, &t, NODE, DRIVER, 3, &s, err, sizeof(err)), 0);
+    json_t *plain = build(inv, "version: v1\n", 3);
+    assert_true(json_equal(s, plain));
+    json_decref(plain);
+    json_decref(s);
+    free(p);
+    free(inv);
+
+    inv = fx_node("580.65.06", 13000);
+    for (int g = 0; g < 20; g++) {
+        struct gs_gpu *gpu = cat_gpu(inv, "H100-SXM5-80GB", true);
+        for (unsigned k = 0; k < 7; k++)
+            cat_instance(gpu, 19, k);
+    }
+    p = fx_policy("version: v1\n");
+    memset(&t, 0, sizeof(t));
+    t.xid[0] = true;
+    t.xid_code[0] = 48;
+    assert_int_equal(gs_dra_slices_build_tainted(inv, p, &t, NODE, DRIVER, 1, &s, err, sizeof(err)), 0);
+    size_t total = 0;
+    json_array_foreach(s, i, d) {
+        size_t n = json_array_size(json_object_get(json_object_get(d, "spec"), "devices"));
+        assert_int_equal(n, i == 0 ? 64 : 76); /* GPU 0's 7 tainted in the first: 64; the rest 128 at most */
+        total += n;
+    }
+    assert_int_equal(json_array_size(s), 2);
+    assert_int_equal(total, 140);
+    json_decref(s);
+    free(p);
+    free(inv);
+}
+
 static void test_split_counters(void **state) {
     (void)state;
     struct gs_inventory *inv = fx_node("580.65.06", 13000);
@@ -682,6 +753,7 @@ int main(void) {
         cmocka_unit_test(test_mps_gpu),              cmocka_unit_test(test_mig_on_demand),
         cmocka_unit_test(test_mig_existing_instances), cmocka_unit_test(test_mig_shared_by_mps),
         cmocka_unit_test(test_split_at_128),         cmocka_unit_test(test_split_counters),
+        cmocka_unit_test(test_xid_taints),
         cmocka_unit_test(test_names_valid),          cmocka_unit_test(test_left_out_and_errors),
         cmocka_unit_test(test_device_parse),        cmocka_unit_test(test_dra_gpus_only),
     };
