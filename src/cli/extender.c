@@ -13,12 +13,13 @@
 #include "extender/apisource.h"
 #include "extender/server.h"
 #include "extender/snapshot.h"
+#include "place/replay.h"
 #include "util/log.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {
     fprintf(f, "Usage: gpuslice extender --snapshot FILE | --kubeconfig FILE | --api [--listen 127.0.0.1:8888]\n"
-               "                         [--policy fgd|gpuslice] [--max-body BYTES]\n\n"
+               "                         [--policy fgd|gpuslice] [--workload PODS.csv] [--max-body BYTES]\n\n"
                "The kube-scheduler extender (docs/extender.md): POST .../filter fails the nodes where no GPU\n"
                "(or set of GPUs) holds the pod, whatever the node's sum; POST .../prioritize scores the nodes\n"
                "with the placement policy, 0..10; POST .../bind picks the GPU, records it and, with the API server,\n"
@@ -28,15 +29,18 @@ static void usage(FILE *f) {
                "  --kubeconfig FILE   the nodes and bound pods from the API server (watched), and bind there\n"
                "  --api               the same with $KUBECONFIG, in-cluster, else ~/.kube/config\n"
                "  --policy NAME       fgd or gpuslice (default gpuslice); any scoring policy of replay\n"
+               "  --workload PODS.csv FGD's target workload from a pod list (the trace's format, as replay's\n"
+               "                      --pods; e.g. the pods of the platform's history), not from the pods seen\n"
                "  --max-body BYTES    the longest request accepted (default 8 MiB)\n");
 }
 
 int cmd_extender(const struct cli *cli, int argc, char **argv) {
     (void)cli;
-    const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL;
+    const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL,
+               *workload = NULL;
     bool api = false;
     unsigned long long max_body = 8ull << 20;
-    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG, OPT_API };
+    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG, OPT_API, OPT_WORKLOAD };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, OPT_LISTEN },
         { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
@@ -44,6 +48,7 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         { "max-body", required_argument, NULL, OPT_MAX_BODY },
         { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
         { "api", no_argument, NULL, OPT_API },
+        { "workload", required_argument, NULL, OPT_WORKLOAD },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -60,6 +65,7 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
             break;
         case OPT_KUBECONFIG: kubeconfig = optarg, api = true; break;
         case OPT_API: api = true; break;
+        case OPT_WORKLOAD: workload = optarg; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
         }
@@ -78,6 +84,8 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
                                            "API server");
     if (snapshot && api)
         return cli_usage_error("extender", "--snapshot and the API server (--kubeconfig, --api): one or the other");
+    if (workload && pol != PL_FGD)
+        return cli_usage_error("extender", "--workload: FGD's target workload; --policy %s takes none", policy);
     char err[1024];
     struct ex_node_spec *nodes = NULL;
     size_t n = 0;
@@ -91,6 +99,23 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
     if (r < 0) {
         fprintf(stderr, "gpuslice extender: %s: %s\n", snapshot ? snapshot : "the model", err);
         return GS_EXIT_FAILURE;
+    }
+    if (workload) { /* replay's parser: the same validation, errors with the file, line and field */
+        struct rp_trace t = { 0 };
+        r = rp_load_pods(&t, workload, err, sizeof(err));
+        if (r == 0 && (r = ex_model_set_workload(&model, t.pods, (const char *const *)t.pod_specs, t.n_pods, err,
+                                                 sizeof(err))) < 0)
+            fprintf(stderr, "gpuslice extender: --workload %s: %s\n", workload, err);
+        else if (r < 0)
+            fprintf(stderr, "gpuslice extender: --workload: %s\n", err);
+        else
+            log_info("Extender: FGD's target workload from %s (%zu pods, %zu targets)", workload, t.n_pods,
+                     model.c.n_targets);
+        rp_trace_free(&t);
+        if (r < 0) {
+            ex_model_free(&model);
+            return GS_EXIT_FAILURE;
+        }
     }
     struct kube_client *kc = NULL;
     /* bounded: 3 s to connect, 10 s a request (a Binding: the scheduler's httpTimeout is 5 s by the

@@ -109,6 +109,12 @@ fail:
     return r;
 }
 
+static void free_specs(char **sp, size_t n) {
+    for (size_t k = 0; sp && k < n; k++)
+        free(sp[k]);
+    free(sp);
+}
+
 void ex_model_free(struct ex_model *m) {
     pl_cluster_free(&m->c);
     free(m->base);
@@ -119,7 +125,65 @@ void ex_model_free(struct ex_model *m) {
     free(m->bound);
     free(m->seen);
     free(m->obs);
+    free(m->wl);
+    free_specs(m->wl_specs, m->n_wl);
     memset(m, 0, sizeof(*m));
+}
+
+/* FGD's targets from the workload pods[0..n) with their spec text: *out a copy of the pods with
+ * their model masks against m's table (m's own workload arrays are not touched) */
+static int apply_workload(struct ex_model *m, const struct pl_pod *pods, char *const *specs, size_t n,
+                          struct pl_pod **out, char *err, size_t errlen) {
+    struct pl_pod *wl = malloc(n * sizeof(*wl));
+    if (!wl) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(wl, pods, n * sizeof(*wl));
+    for (size_t k = 0; k < n; k++)
+        if (pl_spec_mask(&m->c, specs[k], &wl[k].models) < 0) {
+            snprintf(err, errlen,
+                     "workload pod %zu: gpu_spec '%s': more than %d GPU models or a name over %d characters", k,
+                     specs[k], PL_MAX_MODELS, PL_MODEL_LEN - 1);
+            free(wl);
+            return -EINVAL;
+        }
+    if (pl_set_targets(&m->c, wl, (const char *const *)specs, n, 95) < 0) {
+        snprintf(err, errlen, "out of memory");
+        free(wl);
+        return -ENOMEM;
+    }
+    *out = wl;
+    return 0;
+}
+
+int ex_model_set_workload(struct ex_model *m, const struct pl_pod *pods, const char *const *specs, size_t n,
+                          char *err, size_t errlen) {
+    if (!n) {
+        snprintf(err, errlen, "the workload has no pods");
+        return -EINVAL;
+    }
+    char **sp = calloc(n, sizeof(*sp));
+    size_t k = 0;
+    while (sp && k < n && (sp[k] = strdup(specs && specs[k] ? specs[k] : "")))
+        k++;
+    if (!sp || k < n) {
+        free_specs(sp, k);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct pl_pod *wl;
+    int r = apply_workload(m, pods, sp, n, &wl, err, errlen);
+    if (r < 0) {
+        free_specs(sp, n);
+        return r;
+    }
+    free(m->wl);
+    free_specs(m->wl_specs, m->n_wl);
+    m->wl = wl;
+    m->wl_specs = sp;
+    m->n_wl = n;
+    return 0;
 }
 
 bool ex_pod_wants_gpu(const struct ex_pod *p) {
@@ -342,9 +406,10 @@ void ex_observe(struct ex_model *m, const struct ex_pod *p) {
     for (size_t i = 0; i < m->c.n_nodes; i++)
         if (ex_pod_on_node(m, i, p, &q, why, sizeof(why)) == 0 && (!ex_pod_wants_gpu(p) || q.num_gpu > 0))
             break;
-    if (m->policy == PL_FGD)
-        fgd_observe(m, &q);
-    else
+    if (m->policy == PL_FGD) {
+        if (!m->n_wl) /* a given workload stays FGD's target */
+            fgd_observe(m, &q);
+    } else
         pl_observe(&m->c, &q);
 }
 
@@ -532,6 +597,10 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
         return -ENOMEM;
     }
     nm.cap_bound = m->n_bound;
+    if (m->n_wl && (r = apply_workload(&nm, m->wl, m->wl_specs, m->n_wl, &nm.wl, err, errlen)) < 0) {
+        ex_model_free(&nm);
+        return r;
+    }
     /* the policy's observations: gpuslice's estimate (its model indices must mean the same
      * models, else it starts again), FGD's workload, the pods seen */
     if (same_models(&m->c, &nm.c)) {
@@ -545,7 +614,9 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
     MOVE(n_obs);
     MOVE(next_obs);
     MOVE(obs_at_targets);
-    if (m->policy == PL_FGD && nm.n_obs)
+    MOVE(wl_specs);
+    MOVE(n_wl);
+    if (m->policy == PL_FGD && nm.n_obs && !nm.n_wl)
         pl_set_targets(&nm.c, nm.obs, NULL, nm.n_obs, 95);
     for (size_t k = 0; k < m->n_bound; k++) {
         const struct ex_bound *b = &m->bound[k];

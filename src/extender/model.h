@@ -69,6 +69,9 @@ struct ex_model {
     size_t n_seen, cap_seen;
     struct pl_pod *obs; /* FGD's target workload: the pods seen (the last EX_OBS_MAX) */
     size_t n_obs, next_obs, obs_at_targets;
+    struct pl_pod *wl;  /* FGD's target workload given (ex_model_set_workload); then obs is not used */
+    char **wl_specs;    /* their gpu_spec text, for the masks of a rebuilt model's table */
+    size_t n_wl;
 };
 
 enum ex_verdict { EX_FIT, EX_FAIL, EX_UNRESOLVABLE };
@@ -98,6 +101,14 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
  * (pl_observe), or FGD's target workload (pl_set_targets over the pods seen, refreshed as they
  * grow by 2 %; the paper's FGD takes it from the trace, a scheduler only has the past). */
 void ex_observe(struct ex_model *m, const struct ex_pod *p);
+
+/* FGD's target workload given instead of learnt: n pods (their gpu_spec text in specs[i], "" or
+ * NULL for any model; each pod's model mask is taken from its spec against the model's table),
+ * e.g. the pod list of a platform's history. From then on the pods seen do not change FGD's
+ * targets; kept across ex_model_rebuild. -ENOMEM, -EINVAL (no pods, a spec naming more models than
+ * the table holds) with the reason in err. */
+int ex_model_set_workload(struct ex_model *m, const struct pl_pod *pods, const char *const *specs, size_t n,
+                          char *err, size_t errlen);
 
 /* bind: the GPUs the pod takes on node (the policy's choice), committed to the model; *out the
  * choice. -ENOENT (node not known), -ENOSPC (it does not fit now, with why), -EALREADY (the uid

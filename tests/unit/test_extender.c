@@ -440,6 +440,59 @@ static void test_release_and_best_fit(void **state) {
 }
 
 /* The Nodes change: pods on nodes still there are committed again, the others dropped. */
+/* FGD's target workload given (--workload): the targets are the engine's from those pods, with
+ * each spec's mask against the model's table; the pods seen do not change them; a rebuild keeps
+ * them. */
+static void test_workload_targets(void **state) {
+    (void)state;
+    struct ex_node_spec ns[] = { node("a", 2, NULL, 81920), node("v", 2, NULL, 32768) };
+    snprintf(ns[1].model, sizeof(ns[1].model), "V100");
+    struct ex_model m;
+    char err[256];
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 2, err, sizeof(err)), 0);
+    struct pl_pod wl[10];
+    const char *specs[10];
+    for (int i = 0; i < 10; i++) {
+        wl[i] = (struct pl_pod){ .cpu = 1000, .num_gpu = 1, .gpu_milli = i < 6 ? 500 : 250, .models = 0x80 };
+        specs[i] = i < 6 ? "" : "V100";
+    }
+    assert_int_equal(ex_model_set_workload(&m, wl, NULL, 0, err, sizeof(err)), -EINVAL);
+    assert_int_equal(ex_model_set_workload(&m, wl, specs, 10, err, sizeof(err)), 0);
+    assert_int_equal(m.c.n_targets, 2);
+    assert_int_equal(m.c.targets[0].milli, 500);
+    assert_int_equal(m.c.targets[0].models, 0); /* "": any model, whatever mask the caller had */
+    assert_int_equal(m.c.targets[1].milli, 250);
+    assert_int_equal(m.c.targets[1].models, 1u << pl_model_index(&m.c, "V100"));
+    assert_true(m.c.targets[0].p > 0.59 && m.c.targets[0].p < 0.61);
+    /* the pods seen leave them as they are */
+    for (int i = 0; i < 100; i++) {
+        char uid[16];
+        snprintf(uid, sizeof(uid), "s%d", i);
+        struct ex_pod w = share_pod(uid, 10);
+        ex_observe(&m, &w);
+    }
+    assert_int_equal(m.c.n_targets, 2);
+    assert_int_equal(m.c.targets[0].milli, 500);
+    /* a rebuild (the nodes changed) keeps them, the masks against the new table */
+    struct ex_node_spec ns2[] = { node("v2", 1, NULL, 32768), node("a", 2, NULL, 81920) };
+    snprintf(ns2[0].model, sizeof(ns2[0].model), "V100");
+    assert_int_equal(ex_model_rebuild(&m, ns2, 2, err, sizeof(err)), 0);
+    assert_int_equal(m.c.n_targets, 2);
+    assert_int_equal(m.c.targets[1].models, 1u << pl_model_index(&m.c, "V100"));
+    assert_int_equal(pl_model_index(&m.c, "V100"), 0);
+    ex_model_free(&m);
+    /* a spec naming more models than the table holds */
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 2, err, sizeof(err)), 0);
+    char many[40 * 4 + 1] = "";
+    for (int i = 0; i < 40; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sM%d", i ? "|" : "", i);
+    specs[0] = many;
+    assert_int_equal(ex_model_set_workload(&m, wl, specs, 10, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "workload pod 0: gpu_spec"));
+    assert_int_equal(m.n_wl, 0);
+    ex_model_free(&m);
+}
+
 static void test_rebuild(void **state) {
     (void)state;
     struct ex_node_spec ns[] = { node("a", 2, NULL, 81920), node("b", 1, NULL, 81920) };
@@ -550,6 +603,7 @@ int main(void) {
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_release_and_best_fit),
         cmocka_unit_test(test_rebuild),
+        cmocka_unit_test(test_workload_targets),
         cmocka_unit_test(test_api_objects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
