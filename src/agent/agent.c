@@ -212,7 +212,7 @@ static int setup_jobs(struct agent *a) {
         { "health recovery", LOOP_TICK, 0, agent_recovery_job, NULL },
         { "heap trim", LOOP_TICK, 0, trim_job, NULL },
         { "plan", LOOP_TICK, 0, agent_plan_job, NULL },
-        { "MIG manager", LOOP_KICKED, 0, agent_mig_job, agent_migmgr_due }, /* coexist.c kicks it */
+        { "MIG manager", LOOP_KICKED, 0, agent_mig_job, agent_migmgr_due }, /* migmgr.c kicks it */
     };
     int ids[GS_ARRAY_SIZE(jobs)];
     for (size_t i = 0; i < GS_ARRAY_SIZE(jobs); i++)

@@ -13,6 +13,7 @@
 #include "agent/agent.h"
 #include "agent/coexist.h"
 #include "agent/loop.h"
+#include "agent/migmgr.h"
 #include "agent/mps_glue.h"
 #include "agent/publish.h"
 #include "agent/shared.h"
@@ -55,7 +56,7 @@ struct agent {
     struct agent_mps mps;          /* mps_glue.c */
     struct agent_pub pub;          /* publish.c */
     struct agent_coexist coexist;  /* coexist.c: resources other plugins serve, as last checked */
-    struct agent_migmgr migmgr;    /* coexist.c: NVIDIA's MIG manager's label on the Node */
+    struct agent_migmgr migmgr;    /* migmgr.c: NVIDIA's MIG manager's label on the Node */
     char attribution_error[256];   /* cleanup.c: why PodResources could not be asked, as last logged */
     char mig_partial[2048];        /* state.c: the reason of the partial MIG layout, as last logged */
 };
