@@ -2,7 +2,8 @@
  * a listening nvidia-*.sock serves the nvidia.com/ resource its name gives (NVIDIA's plugin names
  * its sockets so); a listening socket of another plugin serves the resources the kubelet's
  * checkpoint registers with device IDs that are not ours (the checkpoint does not say which
- * socket registered what, so all such sockets are named). Stale sockets serve nothing. */
+ * socket registered what, so all such sockets are named). Stale sockets serve nothing. The
+ * checkpoint is read and parsed at most once per check, for both of its uses. */
 #include "agent/coexist.h"
 
 #include <dirent.h>
@@ -84,33 +85,99 @@ static void scan_sockets(const char *dir, const struct gs_plan *plan, struct age
     closedir(d);
 }
 
+/* The kubelet's checkpoint as one check reads it: loaded on first use, then the same for every
+ * later use in that check (one read, one parse). */
+struct checkpoint {
+    bool loaded;
+    int read_r;                    /* gs_read_file's: 0, or -errno (nothing to say: no checkpoint) */
+    int parse_r;                   /* 0, or -EINVAL (err: why) or -ENOMEM */
+    char path[PATH_MAX], err[256];
+    unsigned n, cap;
+    struct cp_device {             /* every (resource, device ID) it registers, in its order */
+        char *resource, *id;
+    } *dev;
+};
+
+static void cp_collect(const char *resource, const char *id, void *ctx) {
+    struct checkpoint *cp = ctx;
+    if (cp->parse_r < 0)
+        return;
+    if (cp->n == cp->cap) {
+        unsigned cap = cp->cap ? cp->cap * 2 : 64;
+        struct cp_device *d = realloc(cp->dev, cap * sizeof(*d));
+        if (!d) {
+            cp->parse_r = -ENOMEM;
+            return;
+        }
+        cp->dev = d;
+        cp->cap = cap;
+    }
+    char *r = strdup(resource), *i = strdup(id);
+    if (!r || !i) {
+        free(r);
+        free(i);
+        cp->parse_r = -ENOMEM;
+        return;
+    }
+    cp->dev[cp->n++] = (struct cp_device){ r, i };
+}
+
+/* 0 when the checkpoint was read (then parse_r says whether it parsed), else read_r. */
+static int cp_load(struct checkpoint *cp, const char *dir) {
+    if (cp->loaded)
+        return cp->read_r;
+    cp->loaded = true;
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    if (snprintf(cp->path, sizeof(cp->path), "%s/%s", dir, GS_KL_CHECKPOINT_NAME) >= (int)sizeof(cp->path))
+        return cp->read_r = -ENAMETOOLONG;
+    if ((cp->read_r = gs_read_file(cp->path, GS_KL_CHECKPOINT_MAX, &text, &len)) < 0)
+        return cp->read_r;
+    int r = gs_kl_checkpoint_each(text, len, cp_collect, cp, cp->err, sizeof(cp->err));
+    if (r < 0)
+        cp->parse_r = r;
+    return 0;
+}
+
+static void cp_free(struct checkpoint *cp) {
+    for (unsigned i = 0; i < cp->n; i++) {
+        free(cp->dev[i].resource);
+        free(cp->dev[i].id);
+    }
+    free(cp->dev);
+}
+
+/* How many of the IDs the checkpoint registers for r are not r's devices; the first in first. */
+static int cp_foreign(const struct checkpoint *cp, const struct gs_resource *r, char *first, size_t len) {
+    int n = 0;
+    for (unsigned i = 0; i < cp->n; i++) {
+        if (strcmp(cp->dev[i].resource, r->name) || gs_resource_device(r, cp->dev[i].id))
+            continue;
+        if (!n++)
+            gs_strlcpy(first, cp->dev[i].id, len);
+    }
+    return n;
+}
+
 /* With other plugins listening: the plan's resources that the checkpoint registers with IDs of
  * devices that are not ours. */
 static void scan_checkpoint(const char *dir, const struct gs_plan *plan, const struct scan *s,
-                            struct agent_coexist *found) {
-    char path[PATH_MAX];
-    _cleanup_free_ char *text = NULL;
-    size_t len = 0;
-    if (snprintf(path, sizeof(path), "%s/%s", dir, GS_KL_CHECKPOINT_NAME) >= (int)sizeof(path) ||
-        gs_read_file(path, GS_KL_CHECKPOINT_MAX, &text, &len) < 0)
+                            struct checkpoint *cp, struct agent_coexist *found) {
+    if (cp_load(cp, dir) < 0)
         return;
     for (unsigned i = 0; i < plan->n_resources; i++) {
         const struct gs_resource *r = &plan->resources[i];
         if (conflict_of(found, r->name))
             continue;
-        const char **ours = calloc(r->n_devices + 1, sizeof(*ours));
-        if (!ours)
-            return;
-        for (unsigned k = 0; k < r->n_devices; k++)
-            ours[k] = r->devices[k].id;
-        char first[GS_DEVICE_ID_MAX], err[256];
-        int n = gs_kl_checkpoint_foreign(text, len, r->name, ours, r->n_devices, first, sizeof(first), err,
-                                         sizeof(err));
-        free(ours);
-        if (n == -EINVAL) {
-            log_warn("Cannot read %s: %s; other device plugins (%s) are not checked against it", path, err, s->other);
+        if (cp->parse_r == -EINVAL) {
+            log_warn("Cannot read %s: %s; other device plugins (%s) are not checked against it", cp->path, cp->err,
+                     s->other);
             return;
         }
+        if (cp->parse_r < 0)
+            return;
+        char first[GS_DEVICE_ID_MAX] = "";
+        int n = cp_foreign(cp, r, first, sizeof(first));
         if (n > 0) {
             char by[AGENT_COEXIST_BY_MAX];
             int w = snprintf(by, sizeof(by), "another device plugin (listening: %.60s; the kubelet's checkpoint "
@@ -196,20 +263,20 @@ static void foreign_device(const char *resource, const char *id, void *ctx) {
 }
 
 static void scan_gpus(const char *dir, const struct gs_inventory *inv, const struct gs_plan *plan,
-                      const struct scan *s, struct agent_coexist *found) {
-    char path[PATH_MAX], err[256];
-    _cleanup_free_ char *text = NULL;
-    size_t len = 0;
+                      const struct scan *s, struct checkpoint *cp, struct agent_coexist *found) {
     if (!found->n && !s->n_nvidia && !s->n_other)
         return;
-    if (snprintf(path, sizeof(path), "%s/%s", dir, GS_KL_CHECKPOINT_NAME) >= (int)sizeof(path) ||
-        gs_read_file(path, GS_KL_CHECKPOINT_MAX, &text, &len) < 0)
+    if (cp_load(cp, dir) < 0)
         return;
-    struct foreign_gpus f = { inv, plan, found, s, found };
-    if (gs_kl_checkpoint_each(text, len, foreign_device, &f, err, sizeof(err)) < 0) {
-        log_warn("Cannot read %s: %s; which GPUs the other device plugin serves is not known", path, err);
+    if (cp->parse_r == -EINVAL) {
+        log_warn("Cannot read %s: %s; which GPUs the other device plugin serves is not known", cp->path, cp->err);
         return;
     }
+    if (cp->parse_r < 0)
+        return;
+    struct foreign_gpus f = { inv, plan, found, s, found };
+    for (unsigned i = 0; i < cp->n; i++)
+        foreign_device(cp->dev[i].resource, cp->dev[i].id, &f);
 }
 
 static void log_gpu_changes(const struct gs_inventory *inv, const struct agent_coexist *old,
@@ -251,13 +318,15 @@ void agent_coexist_apply(struct agent *a, struct gs_plan *plan) {
     if (!found)
         return;
     struct scan s = { 0 };
+    struct checkpoint cp = { 0 };
     scan_sockets(a->o->kubelet_dir, plan, found, &s);
     if (s.n_other)
-        scan_checkpoint(a->o->kubelet_dir, plan, &s, found);
+        scan_checkpoint(a->o->kubelet_dir, plan, &s, &cp, found);
     bool share = a->policy->other_plugin == GS_OTHER_SHARE;
     bool refuse = a->policy->other_plugin == GS_OTHER_REFUSE || share;
     if (share)
-        scan_gpus(a->o->kubelet_dir, a->inv, plan, &s, found);
+        scan_gpus(a->o->kubelet_dir, a->inv, plan, &s, &cp, found);
+    cp_free(&cp);
     log_changes(&a->coexist, found, refuse);
     if (share)
         log_gpu_changes(a->inv, &a->coexist, found);
