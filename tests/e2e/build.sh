@@ -7,6 +7,9 @@
 #     containerd-VERSION/bin/ containerd containerd-shim-runc-v2 ctr
 #     helm-VERSION/bin/       helm
 #     kwok-VERSION/bin/       kwok (only when asked: `build.sh kwok`, for bench/'s trace-scale runs)
+#     nvidia-dra-VERSION/bin/ gpu-kubelet-plugin nvidia-cdi-hook (only when asked: `build.sh
+#                             nvidia-dra`, NVIDIA's DRA driver for tests/e2e/test_nvidia_dra.py),
+#                             and its chart's templates in nvidia-dra-VERSION/chart/
 # The versions are the ones the tools modules under tests/e2e/tools/ require; a part is rebuilt
 # only when its go.mod or go.sum changes (a stamp of their checksums) or a binary is missing.
 # runc and the CNI plugins are Debian's (scripts/deps.sh). Progress goes to stderr; the last line
@@ -23,7 +26,7 @@ jobs=${GPUSLICE_BUILD_JOBS:-2}
 say() { echo "[e2e build] $*" >&2; }
 wanted=" ${*:-k8s etcd containerd helm} "
 for w in $wanted; do
-    case $w in k8s | etcd | containerd | helm | kwok) ;; *) say "no part $w (parts: k8s etcd containerd helm kwok)"; exit 2 ;; esac
+    case $w in k8s | etcd | containerd | helm | kwok | nvidia-dra) ;; *) say "no part $w (parts: k8s etcd containerd helm kwok nvidia-dra)"; exit 2 ;; esac
 done
 
 # version MODULEDIR REQUIRED-MODULE: the version the tools module requires.
@@ -69,7 +72,7 @@ part() {
         say "$name $ver: building $bin ($pkg)"
         if ! (
             cd "$tools/$mod"
-            CGO_ENABLED=0 go build -p "$jobs" -v -trimpath -buildvcs=false -mod=readonly \
+            CGO_ENABLED=${cgo:-0} go build -p "$jobs" -v -trimpath -buildvcs=false -mod=readonly \
                 -tags "$tags" -ldflags "-s -w $ldflags" -o "$dir/bin/$bin.new" "$pkg" 2>&1
         ) | progress "$name $bin" || [ ! -x "$dir/bin/$bin.new" ]; then
             say "$name $ver: building $bin failed"
@@ -124,6 +127,25 @@ part helm helm helm.sh/helm/v3 "-X helm.sh/helm/v3/internal/version.version=$hv"
 # kwok: nodes and pods simulated on the real API server (the extender's trace-scale benchmark).
 tags=""
 part kwok kwok sigs.k8s.io/kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
+
+# NVIDIA's DRA driver (its kubelet plugin; the controller serves ComputeDomains only, not GPUs)
+# and the nvidia-cdi-hook its CDI specs name, from the toolkit version the driver requires. v0.4.1:
+# v0.5.0 needs k8s.io/kubernetes v1.37.0-rc.0 and github.com/NVIDIA/go-nvfm, which the module proxy
+# refuses. cgo: go-nvml dlopens libnvidia-ml.so.1 (its header warns of deprecations).
+tags=""
+cgo=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
+    part nvidia-dra nvidia-dra sigs.k8s.io/dra-driver-nvidia-gpu "" \
+    gpu-kubelet-plugin=sigs.k8s.io/dra-driver-nvidia-gpu/cmd/gpu-kubelet-plugin \
+    nvidia-cdi-hook=github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook
+case $wanted in *" nvidia-dra "*)
+    ndv=$(version nvidia-dra sigs.k8s.io/dra-driver-nvidia-gpu)
+    if [ ! -d "$cache/nvidia-dra-$ndv/chart" ]; then
+        ndsrc=$(cd "$tools/nvidia-dra" && go list -m -f '{{.Dir}}' sigs.k8s.io/dra-driver-nvidia-gpu)
+        cp -r "$ndsrc/deployments/helm/dra-driver-nvidia-gpu" "$cache/nvidia-dra-$ndv/chart.new"
+        chmod -R u+w "$cache/nvidia-dra-$ndv/chart.new"
+        mv "$cache/nvidia-dra-$ndv/chart.new" "$cache/nvidia-dra-$ndv/chart"
+    fi ;;
+esac
 
 say "all parts ready ($(( $(date +%s) - t_all )) s)"
 echo "$bindirs"
