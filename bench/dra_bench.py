@@ -5,7 +5,7 @@ kubelet, containerd), on the 8-GPU simulated node examples/dra/h100x8.yaml with 
 
   - prepare latency per claim kind (whole GPU, 10Gi of a shared GPU, a 1g.10gb MIG instance made
     on demand), from the kubelet's own histograms, scraped from its port (base + 250) with the
-    admin client certificate (bench/e2e_plugins.py's Https): pods with one claim each, one after
+    admin client certificate (bench/kubehttp.py): pods with one claim each, one after
     another, so the change of _sum over one pod is that pod's one call as the kubelet timed it:
     dra_grpc_operations_duration_seconds{method_name=".../NodePrepareResources"} (the gRPC call
     to the driver) and dra_operations_duration_seconds{operation_name="PrepareResources"} (the
@@ -60,6 +60,7 @@ for p in ("bench", "tests/e2e", "tests/nvmlclients"):
     sys.path.insert(0, os.path.join(ROOT, p))
 _argv, sys.argv = sys.argv, [sys.argv[0], "--build", build]  # e2e_plugins parses its own arguments at import
 import e2e_plugins  # noqa: E402
+import kubehttp  # noqa: E402
 sys.argv = _argv
 from dra_util import (DRIVER, apply_classes, checkpoint, claim_pod_yaml, claim_yaml, dra_args,  # noqa: E402
                       kubelet_client, slice_devices, slices)
@@ -250,7 +251,7 @@ def rss_of(a):
 
 
 def run(cluster):
-    kubelet = e2e_plugins.Https(cluster, cluster.port_base + 250)
+    kubelet = kubehttp.Client(cluster.dir, cluster.port_base + 250, timeout=30)
     results = {"kinds": {}, "rss": {}}
     phases = ARGS.phases.split(",")
     if "prepare" in phases:

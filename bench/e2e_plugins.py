@@ -33,13 +33,11 @@ usage (root; from the repository root, after `meson setup build-bench && ninja -
   /usr/bin/python3 bench/e2e_plugins.py --table results.json     # the table again, from the file
 Prints each run's figures as it goes and a markdown table (median and min-max over the runs)."""
 import argparse
-import http.client
 import json
 import os
 import random
 import re
 import shutil
-import ssl
 import statistics
 import subprocess
 import sys
@@ -83,9 +81,19 @@ def parse_args():
     return a
 
 
-ARGS = parse_args()
+ARGS = None  # main() parses the command line: importing the module parses nothing
+
+
+def build_dir(argv):
+    """--build of the command line (the rest left alone: a script importing this module has options
+    of its own), before e2e is imported: it reads GPUSLICE... when imported."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--build", default="build")
+    return os.path.abspath(ap.parse_known_args(argv)[0].build)
+
+
 # e2e.py reads these when imported
-build = os.path.abspath(ARGS.build)
+build = build_dir(sys.argv[1:])
 os.environ.setdefault("GPUSLICE", os.path.join(build, "gpuslice"))
 os.environ.setdefault("GPUSLICE_SIM_LIB", os.path.join(build, "sim", "libgpuslice-nvml-sim.so"))
 os.environ.setdefault("GS_SOURCE_ROOT", ROOT)
@@ -94,46 +102,11 @@ for p in (os.path.join(ROOT, "tests", "e2e"), os.path.join(ROOT, "tests", "nvmlc
 from e2e import CLUSTER_SH, GPUSLICE, NODES, Agent, Cluster, E2EError, wait  # noqa: E402
 from kubelet_state import checkpoint  # noqa: E402
 from test_nvidia_side_by_side import NvidiaPlugin  # noqa: E402
+from kubehttp import Client, KubeHttpError  # noqa: E402  (bench/: this script's directory)
 
 
 def log(msg):
     print(msg, flush=True)
-
-
-# ---------------------------------------------------------------------------- HTTPS with the admin cert
-
-class Https:
-    """One kept connection to 127.0.0.1:PORT with the cluster's CA and admin client certificate
-    (system:masters: the API server's admin, and authorized by the kubelet's webhook)."""
-
-    def __init__(self, cluster, port):
-        pki = os.path.join(cluster.dir, "pki")
-        self.ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-        self.ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-        self.port = port
-        self.conn = None
-
-    def request(self, method, path, body=None, ctype="application/json", ok=(200, 201, 202)):
-        for attempt in (1, 2):  # a kept connection the server closed is reopened once
-            if self.conn is None:
-                self.conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=30)
-            try:
-                self.conn.request(method, path, body=body, headers={"Content-Type": ctype} if body else {})
-                r = self.conn.getresponse()
-                data = r.read()
-                break
-            except (http.client.HTTPException, OSError):
-                self.conn.close()
-                self.conn = None
-                if attempt == 2:
-                    raise
-        if ok and r.status not in ok:
-            raise BenchError(f"{method} https://127.0.0.1:{self.port}{path}: {r.status} {data[:500]!r}")
-        return r.status, data
-
-    def json(self, method, path, body=None, ctype="application/json", ok=(200, 201, 202)):
-        status, data = self.request(method, path, body, ctype, ok)
-        return status, json.loads(data) if data else None
 
 
 def alloc_histogram(kubelet):
@@ -494,6 +467,8 @@ def versions(cluster):
 
 
 def main():
+    global ARGS
+    ARGS = parse_args()
     if ARGS.table:
         with open(ARGS.table) as f:
             saved = json.load(f)
@@ -527,8 +502,8 @@ def main():
              60, f"the default service account of {NS}")
         if cluster.nonzero():
             raise BenchError(f"the node already advertises {cluster.nonzero()}: another plugin is registered")
-        api = Https(cluster, cluster.port_base + 443)
-        kubelet = Https(cluster, cluster.port_base + 250)
+        api = Client(cluster.dir, cluster.port_base + 443, timeout=30)
+        kubelet = Client(cluster.dir, cluster.port_base + 250, timeout=30)
         info = versions(cluster)
         log(f"versions and machine: {json.dumps(info)}")
         for run in range(ARGS.runs):
@@ -557,6 +532,6 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except (BenchError, E2EError) as e:
+    except (BenchError, E2EError, KubeHttpError) as e:
         print(f"e2e_plugins.py: FAILED: {e}", file=sys.stderr)
         sys.exit(1)

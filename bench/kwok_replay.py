@@ -10,10 +10,13 @@ Stage). The trace's pods are created in the arrival order of `gpuslice replay --
 simulator), until the arrived GPU request reaches 100 % of the cluster's GPU capacity (the last
 event of the 100 % bucket), and the scheduler decides where each goes. Runs (--runs):
 
-  least     the default scheduler, NodeResourcesFit LeastAllocated (bench/kwok/sched-least.yaml)
-  most      the default scheduler, NodeResourcesFit MostAllocated (bench/kwok/sched-most.yaml)
-  fgd       filter and prioritize by `gpuslice extender --policy fgd` (bench/kwok/sched-extender.yaml)
-  gpuslice  the same under gpuslice's policy
+  least       the default scheduler, NodeResourcesFit LeastAllocated (bench/kwok/sched-least.yaml)
+  most        the default scheduler, NodeResourcesFit MostAllocated (bench/kwok/sched-most.yaml)
+  fgd         filter and prioritize by `gpuslice extender --policy fgd --workload PODS.csv`
+              (bench/kwok/sched-extender.yaml): FGD's target workload from the workload's pod list,
+              as `replay`'s FGD takes it (a platform would feed it from its history)
+  fgd-online  the same without --workload: FGD's targets from the pods the extender has seen so far
+  gpuslice    the same under gpuslice's policy (online by design: no --workload)
 
 What a pod asks (requests cpu and memory as the trace says; limits for the extended resources):
 a share of one GPU (num_gpu 1, gpu_milli < 1000) `gpuslice.io/gpu-compute: gpu_milli/10` (the
@@ -68,7 +71,6 @@ import queue
 import re
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import threading
@@ -84,9 +86,11 @@ PRODUCT = "gpuslice.io/gpu.product"
 MILLI = "gpuslice.io/gpu-milli"
 COMPUTE = "gpuslice.io/gpu-compute"
 GPU = "nvidia.com/gpu"
-RUNS = ("least", "most", "fgd", "gpuslice")
+RUNS = ("least", "most", "fgd", "fgd-online", "gpuslice")
+POLICY = {"fgd": "fgd", "fgd-online": "fgd", "gpuslice": "gpuslice"}  # the extender runs and their policy
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 from e2e import E2EError, proc_start, read_env, wait  # noqa: E402
+from kubehttp import Client as Api, KubeHttpError  # noqa: E402  (bench/: this script's directory)
 # 1,213 leases renewed every 30 s are as many API writes as the pods: in its own cluster the script
 # renews them every 5 minutes and lets the node lifecycle controller wait an hour for one
 GRACE = "--node-monitor-grace-period=3600s"
@@ -98,45 +102,6 @@ class BenchError(Exception):
 
 def log(msg):
     print(f"[kwok-replay {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-# ---------------------------------------------------------------------------- the API server
-
-class Api:
-    """A kept HTTPS connection to the API server with the cluster's admin client certificate. One
-    per thread: http.client connections are not shared."""
-
-    def __init__(self, cdir, port, timeout=60, verify=True):
-        pki = os.path.join(cdir, "pki")
-        self.ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-        if not verify:  # the scheduler's serving certificate is its own, self-signed
-            self.ctx.check_hostname = False
-            self.ctx.verify_mode = ssl.CERT_NONE
-        self.ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-        self.cdir, self.port, self.timeout, self.conn = cdir, port, timeout, None
-
-    def connect(self, timeout=None):
-        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx,
-                                           timeout=timeout or self.timeout)
-
-    def call(self, method, path, body=None, ok=(200, 201, 202), ctype="application/json"):
-        data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
-        for attempt in (1, 2):  # a kept connection the server closed is opened again once
-            if self.conn is None:
-                self.conn = self.connect()
-            try:
-                self.conn.request(method, path, body=data, headers={"Content-Type": ctype} if data else {})
-                r = self.conn.getresponse()
-                out = r.read()
-                break
-            except (http.client.HTTPException, OSError):
-                self.conn.close()
-                self.conn = None
-                if attempt == 2:
-                    raise
-        if ok and r.status not in ok:
-            raise BenchError(f"{method} {path}: {r.status} {out[:600]!r}")
-        return r.status, (json.loads(out) if out and out[:1] in b"{[" else out)
 
 
 # ---------------------------------------------------------------------------- the trace
@@ -313,7 +278,7 @@ class BindShim:
                         raise
             if res.get("Error"):
                 return res["Error"]
-            self.local.api.call("POST", f"/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding",
+            self.local.api.json("POST", f"/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding",
                                 {"apiVersion": "v1", "kind": "Binding",
                                  "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"],
                                               "uid": args.get("PodUID", "")},
@@ -448,7 +413,7 @@ def deleter(api, to_delete, stop):
             name = to_delete.get(timeout=0.5)
         except queue.Empty:
             continue
-        api.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
+        api.json("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
 
 
 def delete_all_pods(api, timeout=600):
@@ -458,10 +423,10 @@ def delete_all_pods(api, timeout=600):
 
     def gone():
         try:
-            _, l = slow.call("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
+            _, l = slow.json("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
             if not l["items"]:
                 return True
-            slow.call("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
+            slow.json("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
         except (OSError, http.client.HTTPException) as e:  # the server closed a request it took too long on
             return E2EError(f"delete the pods: {e}")
         return False
@@ -512,7 +477,7 @@ def curve(events, pods_by_name, total_milli, taken):
 
 def sched_config(cdir, run, outdir, ext_port=None, shim_port=None):
     """The KubeSchedulerConfiguration of a run, from bench/kwok/sched-*.yaml with the cluster's paths."""
-    src = os.path.join(HERE, "sched-extender.yaml" if run in ("fgd", "gpuslice") else f"sched-{run}.yaml")
+    src = os.path.join(HERE, "sched-extender.yaml" if run in POLICY else f"sched-{run}.yaml")
     with open(src) as f:
         text = f.read()
     text = text.replace("@KUBECONFIG@", os.path.join(cdir, "scheduler.kubeconfig"))
@@ -530,9 +495,12 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
     ext = shim = None
     try:
         env = dict(os.environ, PATH=cl.path)
-        if run in ("fgd", "gpuslice"):
-            ext = Proc(cl.dir, "kwok-extender", [a.gpuslice, "extender", "--snapshot", a.nodes_csv,
-                                                 "--listen", "127.0.0.1:0", "--policy", run])
+        if run in POLICY:
+            cmd = [a.gpuslice, "extender", "--snapshot", a.nodes_csv, "--listen", "127.0.0.1:0", "--policy",
+                   POLICY[run]]
+            if run == "fgd":
+                cmd += ["--workload", a.wl_files[workload]]
+            ext = Proc(cl.dir, "kwok-extender", cmd)
             m = wait(lambda: re.search(r"\(port (\d+)\)", ext.tail()) or (not ext.alive() and "dead"),
                            30, "the extender to listen")
             if m == "dead":
@@ -554,7 +522,7 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
         e_before = scrape(ext_conn) if ext else ""
 
         out, stop, to_delete, dead = Outcomes(), threading.Event(), queue.Queue(), []
-        _, l = api.call("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
+        _, l = api.json("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
         threads = [threading.Thread(target=watch_pods, daemon=True,
                                     args=(Api(cl.dir, cl.api_port), out, stop, l["metadata"]["resourceVersion"],
                                           to_delete, dead)),
@@ -581,7 +549,7 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
                         raise BenchError(dead[0])
                 depth_sum += k - out.done()
                 depth_n += 1
-            api.call("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, k, pods_by_name[e["pod"]], cl.image))
+            api.json("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, k, pods_by_name[e["pod"]], cl.image))
             if k and k % 1000 == 0:
                 log(f"  {workload}/{run}: {k} pods created, {out.done()} with an outcome "
                     f"({len(out.unsched)} unschedulable), {time.monotonic() - t0:.0f} s")
@@ -644,8 +612,8 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
             q = quantile_bound(eh, 0.99)
             res[f"ext_{verb}_p99_le_us"] = None if q is None else (round(1e6 * q) if q != math.inf else "inf")
         res["bind_shim_errors"] = len(shim.errors) if shim else 0
-        res["replay_alloc_at_100"] = figs[run].get("alloc_at_100")
-        rn = figs[run]["nodes"]
+        res["replay_alloc_at_100"] = figs[POLICY[run]].get("alloc_at_100")
+        rn = figs[POLICY[run]]["nodes"]
         res["same_node_as_replay"] = sum(1 for k, e in enumerate(events)
                                          if (out.bound.get(e["name"], ("",))[0] or "") == rn[k])
         res["replay_failed_to_100"] = sum(1 for k in range(len(events)) if not rn[k])
@@ -666,16 +634,16 @@ class ClusterInfo:
 
 
 def create_nodes(api, nodes, timeout):
-    _, have = api.call("GET", f"/api/v1/nodes?labelSelector={SEL}%3Dtrue")
+    _, have = api.json("GET", f"/api/v1/nodes?labelSelector={SEL}%3Dtrue")
     known = {n["metadata"]["name"] for n in have["items"]}
     t0 = time.monotonic()
     for n in nodes:
         if n["sn"] not in known:
-            api.call("POST", "/api/v1/nodes", node_object(n))
+            api.json("POST", "/api/v1/nodes", node_object(n))
     log(f"{len(nodes) - len(known)} nodes created ({len(known)} there already) in {time.monotonic() - t0:.0f} s")
 
     def ready():
-        _, l = api.call("GET", f"/api/v1/nodes?labelSelector={SEL}%3Dtrue")
+        _, l = api.json("GET", f"/api/v1/nodes?labelSelector={SEL}%3Dtrue")
         ok = sum(1 for it in l["items"] for c in it.get("status", {}).get("conditions", [])
                  if c["type"] == "Ready" and c["status"] == "True")
         alloc_ok = all(it["status"].get("allocatable", {}).get(MILLI) for it in l["items"])
@@ -796,6 +764,7 @@ def main():
         if not f:
             raise BenchError(f"--workloads {w}: no openb_pod_list_{w}.csv in {' or '.join(cands)}")
         wl_files[w] = f
+    a.wl_files = wl_files
 
     r = subprocess.run(["bash", BUILD_SH, "kwok"], capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -820,9 +789,9 @@ def main():
         cl = ClusterInfo(cdir)
         api = Api(cdir, cl.api_port)
         if own:
-            api.call("PATCH", f"/api/v1/nodes/{cl.real_node}", {"spec": {"unschedulable": True}},
+            api.json("PATCH", f"/api/v1/nodes/{cl.real_node}", {"spec": {"unschedulable": True}},
                      ctype="application/merge-patch+json")
-        api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        api.json("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
                  ok=(201, 409))
         stages = [os.path.join(HERE, "stages-node.yaml")] + \
             ([os.path.join(HERE, "stage-pod-ready.yaml")] if a.pod_stages else [])
@@ -873,6 +842,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (BenchError, E2EError) as e:
+    except (BenchError, E2EError, KubeHttpError) as e:
         print(f"kwok_replay: {e}", file=sys.stderr)
         sys.exit(1)
