@@ -8,10 +8,14 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 
-from e2e import GPUSLICE, NS, E2EError, wait
+from e2e import GPUSLICE, NS, ROOT, E2EError, wait
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from kubeconfig import write_kubeconfig  # noqa: E402
 
 LABEL = "gpuslice.io/kube-client-test"
 
@@ -223,26 +227,14 @@ subjects:
         ca = os.path.join(cluster.dir, "pki", "ca.crt")
         server = f"https://127.0.0.1:{cluster.port_base + 443}"
         (tmp_path / "token").write_text(token + "\n")
-        kc = tmp_path / "sa.kubeconfig"
-        kc.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster: {{server: "{server}", certificate-authority: {ca}}}
-users:
-- name: sa
-  user: {{tokenFile: token}}
-contexts:
-- name: sa
-  context: {{cluster: e2e, user: sa, namespace: {NS}}}
-current-context: sa
-""")
+        kc = write_kubeconfig(tmp_path / "sa.kubeconfig", server, ca, "{tokenFile: token}", NS, cluster="e2e",
+                              user_name="sa", context="sa")
         # the context's namespace is the default one; configmaps are allowed
-        kube(cluster, "create", "-f", write_json(tmp_path, "t", configmap("kc-sa", {"by": "sa"})), kubeconfig=str(kc))
+        kube(cluster, "create", "-f", write_json(tmp_path, "t", configmap("kc-sa", {"by": "sa"})), kubeconfig=kc)
         assert kube(cluster, "list", "cm", "-l", f"{LABEL}=1", "-o", "name",
-                    kubeconfig=str(kc)).stdout.split() == [f"{NS}/kc-sa"]
+                    kubeconfig=kc).stdout.split() == [f"{NS}/kc-sa"]
         # nodes are not: the API server's own words
-        p = kube(cluster, "get", "nodes", cluster.node_name, kubeconfig=str(kc), check=False)
+        p = kube(cluster, "get", "nodes", cluster.node_name, kubeconfig=kc, check=False)
         assert p.returncode == 1
         assert (f'403 Forbidden: nodes "{cluster.node_name}" is forbidden: User "system:serviceaccount:{NS}:{sa}" '
                 'cannot get resource "nodes"') in p.stderr, p.stderr

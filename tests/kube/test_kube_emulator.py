@@ -12,7 +12,9 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 from emulator import BASE, Emulator, make_pki  # noqa: E402
+from kubeconfig import write_kubeconfig  # noqa: E402
 
 GPUSLICE = os.environ.get("GPUSLICE", "gpuslice")
 
@@ -32,22 +34,8 @@ def emu(pki):
 
 
 def kubeconfig(dir, port, ca, user):
-    path = os.path.join(dir, "kubeconfig")
-    with open(path, "w") as f:
-        f.write(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: emu
-  cluster: {{server: "https://127.0.0.1:{port}", certificate-authority: {ca}}}
-users:
-- name: u
-  user: {user}
-contexts:
-- name: emu
-  context: {{cluster: emu, user: u, namespace: t}}
-current-context: emu
-""")
-    return path
+    return write_kubeconfig(os.path.join(dir, "kubeconfig"), f"https://127.0.0.1:{port}", ca, user, "t",
+                            cluster="emu", user_name="u", context="emu")
 
 
 @pytest.fixture
