@@ -43,7 +43,8 @@ meson test -C build-fuzz --suite fuzz --print-errorlogs || status=1
 record build-fuzz/meson-logs/testlog.json
 
 echo "== e2e (gpuslice in a one-node Kubernetes on loopback; docs/e2e.md)"
-# builds the cluster's parts once (cached by version; progress on the terminal), then the suite
+# builds the cluster's parts once (cached by version; progress on the terminal; kwok among them,
+# the second node of test_extender_score.py), then the suite
 if bash tests/e2e/build.sh >/dev/null; then
   rm -f build/tests/e2e/junit.xml
   meson test -C build --setup e2e --suite e2e --print-errorlogs || status=1

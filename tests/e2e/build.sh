@@ -6,7 +6,8 @@
 #     etcd-VERSION/bin/       etcd
 #     containerd-VERSION/bin/ containerd containerd-shim-runc-v2 ctr
 #     helm-VERSION/bin/       helm
-#     kwok-VERSION/bin/       kwok (only when asked: `build.sh kwok`, for bench/'s trace-scale runs)
+#     kwok-VERSION/bin/       kwok (the second node of tests/e2e/test_extender_score.py, and
+#                             bench/'s trace-scale runs)
 #     nvidia-dra-VERSION/bin/ gpu-kubelet-plugin nvidia-cdi-hook (only when asked: `build.sh
 #                             nvidia-dra`, NVIDIA's DRA driver for tests/e2e/test_nvidia_dra.py),
 #                             and its chart's templates in nvidia-dra-VERSION/chart/
@@ -14,7 +15,7 @@
 # only when its go.mod or go.sum changes (a stamp of their checksums) or a binary is missing.
 # runc and the CNI plugins are Debian's (scripts/deps.sh). Progress goes to stderr; the last line
 # on stdout is the bin directories, colon-separated, to put in front of PATH.
-# Arguments name the parts to build (k8s etcd containerd helm; default: all), e.g.
+# Arguments name the parts to build (default: k8s etcd containerd helm kwok), e.g.
 # `build.sh helm` for the chart tests of tests/deploy, which need only Helm.
 # GOCACHE and GOMODCACHE are go's own (shared with every other go build of the machine).
 set -euo pipefail
@@ -24,7 +25,7 @@ cache=${GPUSLICE_PEERS_CACHE:-${HOME:-/tmp}/.cache/gpuslice-peers}
 jobs=${GPUSLICE_BUILD_JOBS:-2}
 
 say() { echo "[e2e build] $*" >&2; }
-wanted=" ${*:-k8s etcd containerd helm} "
+wanted=" ${*:-k8s etcd containerd helm kwok} "
 for w in $wanted; do
     case $w in k8s | etcd | containerd | helm | kwok | nvidia-dra) ;; *) say "no part $w (parts: k8s etcd containerd helm kwok nvidia-dra)"; exit 2 ;; esac
 done
@@ -124,7 +125,8 @@ hv=$(version helm helm.sh/helm/v3)
 tags=""
 part helm helm helm.sh/helm/v3 "-X helm.sh/helm/v3/internal/version.version=$hv" helm=helm.sh/helm/v3/cmd/helm
 
-# kwok: nodes and pods simulated on the real API server (the extender's trace-scale benchmark).
+# kwok: nodes and pods simulated on the real API server (the e2e suite's kwok node beside the real
+# one, test_extender_score.py; the extender's trace-scale benchmark).
 tags=""
 part kwok kwok sigs.k8s.io/kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
 

@@ -235,6 +235,34 @@ def terminate(proc, timeout):
         return False
 
 
+class HostProc:
+    """A host process beside the cluster (kwok, a device plugin): in a session of its own, its
+    output in DIR/logs/NAME.log, its pid and start time in DIR/run/NAME.pid (so that `cluster.sh
+    down` stops it if the test dies). stop() ends it by that pid: True if it exited on SIGTERM."""
+
+    def __init__(self, cluster, name, cmd, env=None):
+        self.pidfile = os.path.join(cluster.dir, "run", f"{name}.pid")
+        self.log_path = os.path.join(cluster.dir, "logs", f"{name}.log")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+        with open(self.pidfile, "w") as f:
+            f.write(f"{self.proc.pid} {proc_start(self.proc.pid)}\n")
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=10):
+        ok = terminate(self.proc, timeout)
+        if os.path.exists(self.pidfile):
+            os.unlink(self.pidfile)
+        return ok
+
+
 class Agent:
     """gpuslice's agent on a simulated node, a host process with the real kubelet's sockets.
     Its pid is in DIR/run/agent.pid, so `cluster.sh down` stops it too."""
