@@ -9,6 +9,8 @@ Prints p50/p99/max of each verb measured at the client (request written to answe
 the decision, rendering and loopback included) and the extender's own histogram from /metrics.
 
   bench/extender_bench.py BUILD/gpuslice [--pods N] [--policy gpuslice|fgd] [--cpu 0]
+(the extender pinned to --cpu; pin the client elsewhere, e.g. `taskset -c 0 ... --cpu 1`). Prints
+the load average at the start and the end: the wall figures are the machine's, not the decision's.
 """
 import argparse
 import csv
@@ -57,6 +59,7 @@ def main():
     ap.add_argument("--nodes", default=os.path.join(TRACES, "openb_node_list_gpu_node.csv"))
     ap.add_argument("--pod-list", default=os.path.join(TRACES, "openb_pod_list_default.csv"))
     a = ap.parse_args()
+    load0 = open("/proc/loadavg").read().split()[:3]
     with open(a.nodes) as f:
         names = [r["sn"] for r in csv.DictReader(f)]
     log = tempfile.NamedTemporaryFile("w+", suffix=".log")
@@ -107,6 +110,8 @@ def main():
         print("gpuslice extender, policy %s, %d nodes, %d pods (%d placed), one core (taskset -c %s)" %
               (a.policy, len(names), a.pods, placed, a.cpu))
         print("nodes passed to prioritize per pod: mean %.0f" % (passed / max(1, len(lat["prioritize"]))))
+        print("load average (1, 5, 15 min) at the start %s, at the end %s" %
+              (" ".join(load0), " ".join(open("/proc/loadavg").read().split()[:3])))
         for what, table in (("client: request written to answer read", lat),
                             ("server: the decision (parse, decide, render), wall", srv),
                             ("server: the decision's CPU time (thread)", cpu)):
