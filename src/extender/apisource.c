@@ -3,6 +3,8 @@
  * bound pods and change the model under its lock. */
 #include "extender/apisource.h"
 
+#include "extender/claims.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,14 @@ int ex_node_from_json(const json_t *node, struct ex_node_spec *out, char *err, s
         return -EINVAL;
     }
     snprintf(out->name, sizeof(out->name), "%s", name);
+    const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
+    const char *cpu = json_string_value(json_object_get(alloc, "cpu"));
+    const char *memory = json_string_value(json_object_get(alloc, "memory"));
+    int64_t milli;
+    if (cpu && ex_quantity_milli(cpu, &milli) == 0)
+        out->cpu = milli;
+    if (memory && ex_quantity_milli(memory, &milli) == 0)
+        out->mem = milli / 1000 / (1 << 20);
     /* fractional GPUs (gpuslice.io/gpu-memory.*: their replicas label counts GiB, not time-slicing),
      * else whole or time-sliced ones (gpuslice.io/gpu.*) */
     bool frac = json_object_get(labels, FRAC_LABEL("count")) != NULL;
@@ -65,14 +75,6 @@ int ex_node_from_json(const json_t *node, struct ex_node_spec *out, char *err, s
     out->replicas = (int)rep;
     for (int g = 0; g < out->n_gpu; g++)
         out->gpu_free[g] = PL_MILLI;
-    const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
-    const char *cpu = json_string_value(json_object_get(alloc, "cpu"));
-    const char *memory = json_string_value(json_object_get(alloc, "memory"));
-    int64_t milli;
-    if (cpu && ex_quantity_milli(cpu, &milli) == 0)
-        out->cpu = milli;
-    if (memory && ex_quantity_milli(memory, &milli) == 0)
-        out->mem = milli / 1000 / (1 << 20);
     return out->n_gpu > 0;
 }
 
@@ -124,15 +126,20 @@ struct recent_bind {
 
 struct ex_api {
     struct ex_api_config cfg;
-    struct kube_informer *nodes_inf, *pods_inf;
-    /* the informers' caches: each informer's thread touches its own; both under cfg.lock */
+    struct kube_informer *nodes_inf, *pods_inf, *slices_inf, *claims_inf, *tmpls_inf;
+    /* the informers' caches: each informer's thread touches its own; all under cfg.lock. The
+     * nodes are every Node (those without GPU labels may have DRA GPUs), the model has those
+     * with GPUs. */
+    struct ex_dra dra; /* the DRA driver's slices, claims and templates (claims.h); model->dra */
+    char slices_sel[EX_DRA_DEV_MAX + 16];
+    char slices_path[64], claims_path[64], tmpls_path[64];
     struct ex_node_spec *nodes;
     size_t n_nodes, cap_nodes;
     struct cached_pod *pods;
     size_t n_pods, cap_pods;
     struct recent_bind recent[RECENT_BINDS];
     size_t next_recent;
-    bool nodes_listed, pods_listed;
+    bool nodes_listed, pods_listed, slices_listed;
     char nodes_path[64], pods_path[64];
 };
 
@@ -264,11 +271,25 @@ static int pods_event(void *ctx, enum kube_event_type type, json_t *o) {
     return 0;
 }
 
-/* the model rebuilt from the node cache, the cached pods committed again (under the lock) */
+/* the model rebuilt from the node cache (the nodes with GPUs: their labels' and, from the
+ * slices, the DRA driver's), the cached pods committed again (under the lock) */
 static void rebuild(struct ex_api *a) {
     char err[512];
-    if (ex_model_rebuild(a->cfg.model, a->nodes, a->n_nodes, err, sizeof(err)) < 0) {
-        log_warn("Extender: the model from %zu Nodes: %s (the previous one is kept)", a->n_nodes, err);
+    struct ex_node_spec *specs = malloc((a->n_nodes ? a->n_nodes : 1) * sizeof(*specs));
+    if (!specs) {
+        log_warn("Extender: the model from %zu Nodes: out of memory (the previous one is kept)", a->n_nodes);
+        return;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < a->n_nodes; k++) {
+        specs[n] = a->nodes[k];
+        n += ex_dra_apply_node(&a->dra, &specs[n]);
+    }
+    int r = ex_model_rebuild(a->cfg.model, specs, n, err, sizeof(err));
+    free(specs);
+    a->cfg.model->dra = &a->dra;
+    if (r < 0) {
+        log_warn("Extender: the model from %zu Nodes: %s (the previous one is kept)", n, err);
         return;
     }
     for (size_t k = 0; k < a->n_pods; k++)
@@ -288,7 +309,7 @@ static int nodes_list(void *ctx, json_t *list) {
         int r = ex_node_from_json(o, &nn[n], err, sizeof(err));
         if (r < 0)
             log_warn("Extender: %s: the node is left out", err);
-        n += r == 1;
+        n += r >= 0; /* one without GPU labels too: the DRA driver's slices may give it GPUs */
     }
     pthread_mutex_lock(a->cfg.lock);
     free(a->nodes);
@@ -296,7 +317,7 @@ static int nodes_list(void *ctx, json_t *list) {
     a->n_nodes = a->cap_nodes = n;
     rebuild(a);
     if (!a->nodes_listed)
-        log_info("Extender: %zu GPU nodes from the API server", n);
+        log_info("Extender: %zu GPU nodes from the API server", a->cfg.model->c.n_nodes);
     a->nodes_listed = true;
     pthread_mutex_unlock(a->cfg.lock);
     return 0;
@@ -307,10 +328,8 @@ static int nodes_event(void *ctx, enum kube_event_type type, json_t *o) {
     struct ex_node_spec s;
     char err[256];
     int r = ex_node_from_json(o, &s, err, sizeof(err));
-    if (r < 0) {
+    if (r < 0)
         log_warn("Extender: %s: the node is left out", err);
-        r = 0;
-    }
     if (!s.name[0])
         return 0;
     pthread_mutex_lock(a->cfg.lock);
@@ -319,7 +338,7 @@ static int nodes_event(void *ctx, enum kube_event_type type, json_t *o) {
         if (strcmp(a->nodes[i].name, s.name) == 0)
             k = (long)i;
     bool changed = false;
-    if (type == KUBE_DELETED || r == 0) {
+    if (type == KUBE_DELETED || r < 0) {
         if (k >= 0) {
             a->nodes[k] = a->nodes[--a->n_nodes];
             changed = true;
@@ -337,6 +356,122 @@ static int nodes_event(void *ctx, enum kube_event_type type, json_t *o) {
     return 0;
 }
 
+/* --- the DRA driver's ResourceSlices, and ResourceClaims and their templates (claims.h) --- */
+
+/* whether the DRA GPUs of any cached node differ from masks (one per node, taken before) */
+static bool dra_gpus_changed(const struct ex_api *a, const uint32_t *masks) {
+    for (size_t k = 0; k < a->n_nodes; k++)
+        if (ex_dra_gpus(&a->dra, a->nodes[k].name) != masks[k])
+            return true;
+    return false;
+}
+
+static int slices_list(void *ctx, json_t *list) {
+    struct ex_api *a = ctx;
+    const json_t *items = json_object_get(list, "items");
+    struct ex_dra_slice *ns = calloc(json_array_size(items) + 1, sizeof(*ns));
+    if (!ns)
+        return -ENOMEM;
+    size_t n = 0, i;
+    const json_t *o;
+    char err[512];
+    json_array_foreach(items, i, o) {
+        int r = ex_dra_slice_from_json(o, a->dra.driver, &ns[n], err, sizeof(err));
+        if (r < 0)
+            log_warn("Extender: %s: the slice is left out", err);
+        n += r == 1;
+    }
+    pthread_mutex_lock(a->cfg.lock);
+    int r = ex_dra_replace_slices(&a->dra, ns, n);
+    free(ns); /* the array; the devices are the state's (or freed) */
+    rebuild(a);
+    if (r == 0 && !a->slices_listed)
+        log_info("Extender: %zu ResourceSlices of %s from the API server", n, a->dra.driver);
+    a->slices_listed = r == 0;
+    pthread_mutex_unlock(a->cfg.lock);
+    return r;
+}
+
+static int slices_event(void *ctx, enum kube_event_type type, json_t *o) {
+    struct ex_api *a = ctx;
+    struct ex_dra_slice s;
+    char err[512];
+    int r = ex_dra_slice_from_json(o, a->dra.driver, &s, err, sizeof(err));
+    if (r < 0)
+        log_warn("Extender: %s: the slice is left out", err);
+    if (!s.name[0])
+        return 0;
+    pthread_mutex_lock(a->cfg.lock);
+    uint32_t *masks = calloc(a->n_nodes + 1, sizeof(*masks));
+    for (size_t k = 0; masks && k < a->n_nodes; k++)
+        masks[k] = ex_dra_gpus(&a->dra, a->nodes[k].name);
+    if (type == KUBE_DELETED || r <= 0) {
+        if (r == 1)
+            free(s.dev);
+        ex_dra_del_slice(&a->dra, s.name);
+    }
+    else if (ex_dra_set_slice(&a->dra, &s) < 0)
+        log_warn("Extender: ResourceSlice %s: out of memory", s.name);
+    if (!masks || dra_gpus_changed(a, masks))
+        rebuild(a); /* a GPU came to DRA or left it */
+    free(masks);
+    pthread_mutex_unlock(a->cfg.lock);
+    return 0;
+}
+
+/* claims (tmpl false) or templates (tmpl true) */
+static int claims_list_of(struct ex_api *a, json_t *list, bool tmpl) {
+    const json_t *items = json_object_get(list, "items");
+    struct ex_dra_claim *nc = calloc(json_array_size(items) + 1, sizeof(*nc));
+    if (!nc)
+        return -ENOMEM;
+    size_t n = 0, i;
+    const json_t *o;
+    char err[512];
+    json_array_foreach(items, i, o) {
+        int r = ex_dra_claim_from_json(o, a->dra.driver, tmpl, &nc[n], err, sizeof(err));
+        if (r < 0)
+            log_debug("Extender: %s: not judged", err);
+        n += r == 0;
+    }
+    pthread_mutex_lock(a->cfg.lock);
+    int r = ex_dra_replace_claims(&a->dra, tmpl, nc, n);
+    pthread_mutex_unlock(a->cfg.lock);
+    free(nc);
+    return r;
+}
+
+static int claims_event_of(struct ex_api *a, enum kube_event_type type, json_t *o, bool tmpl) {
+    struct ex_dra_claim *c = malloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    char err[512];
+    int r = ex_dra_claim_from_json(o, a->dra.driver, tmpl, c, err, sizeof(err));
+    if (r < 0)
+        log_debug("Extender: %s: not judged", err);
+    pthread_mutex_lock(a->cfg.lock);
+    if (c->name[0] && (type == KUBE_DELETED || r < 0))
+        ex_dra_del_claim(&a->dra, tmpl, c->ns, c->name);
+    else if (c->name[0] && ex_dra_set_claim(&a->dra, tmpl, c) < 0)
+        log_warn("Extender: ResourceClaim %s/%s: out of memory", c->ns, c->name);
+    pthread_mutex_unlock(a->cfg.lock);
+    free(c);
+    return 0;
+}
+
+static int claims_list(void *ctx, json_t *list) {
+    return claims_list_of(ctx, list, false);
+}
+static int claims_event(void *ctx, enum kube_event_type type, json_t *o) {
+    return claims_event_of(ctx, type, o, false);
+}
+static int tmpls_list(void *ctx, json_t *list) {
+    return claims_list_of(ctx, list, true);
+}
+static int tmpls_event(void *ctx, enum kube_event_type type, json_t *o) {
+    return claims_event_of(ctx, type, o, true);
+}
+
 static void on_error(void *ctx, int r, const char *msg) {
     (void)ctx;
     log_warn("Extender: the API server: %s (%s); listing again", msg, strerror(-r));
@@ -349,6 +484,14 @@ int ex_api_start(const struct ex_api_config *cfg, struct ex_api **out, char *err
         return -ENOMEM;
     }
     a->cfg = *cfg;
+    ex_dra_init(&a->dra, cfg->dra_driver);
+    pthread_mutex_lock(cfg->lock);
+    cfg->model->dra = &a->dra;
+    pthread_mutex_unlock(cfg->lock);
+    snprintf(a->slices_sel, sizeof(a->slices_sel), "spec.driver=%s", a->dra.driver);
+    kube_path(a->slices_path, sizeof(a->slices_path), "resource.k8s.io/v1", NULL, "resourceslices", NULL);
+    kube_path(a->claims_path, sizeof(a->claims_path), "resource.k8s.io/v1", NULL, "resourceclaims", NULL);
+    kube_path(a->tmpls_path, sizeof(a->tmpls_path), "resource.k8s.io/v1", NULL, "resourceclaimtemplates", NULL);
     kube_path(a->nodes_path, sizeof(a->nodes_path), "v1", NULL, "nodes", NULL);
     kube_path(a->pods_path, sizeof(a->pods_path), "v1", NULL, "pods", NULL);
     struct kube_informer_ops nodes = { .path = a->nodes_path, .on_list = nodes_list, .on_event = nodes_event,
@@ -357,11 +500,24 @@ int ex_api_start(const struct ex_api_config *cfg, struct ex_api **out, char *err
                                       .field_selector = "status.phase!=Succeeded,status.phase!=Failed",
                                       .on_list = pods_list, .on_event = pods_event, .on_error = on_error, .ctx = a,
                                       .watch_timeout_s = 300 };
-    int r = kube_informer_start(cfg->client, &nodes, &a->nodes_inf, err, errlen);
-    if (r == 0 && (r = kube_informer_start(cfg->client, &pods, &a->pods_inf, err, errlen)) < 0)
-        kube_informer_stop(a->nodes_inf);
+    /* the DRA side: slices first, so that a node's DRA GPUs are known when its pods come */
+    struct kube_informer_ops sl = { .path = a->slices_path, .field_selector = a->slices_sel, .on_list = slices_list,
+                                    .on_event = slices_event, .on_error = on_error, .ctx = a, .watch_timeout_s = 300 };
+    struct kube_informer_ops cl = { .path = a->claims_path, .on_list = claims_list, .on_event = claims_event,
+                                    .on_error = on_error, .ctx = a, .watch_timeout_s = 300 };
+    struct kube_informer_ops tl = { .path = a->tmpls_path, .on_list = tmpls_list, .on_event = tmpls_event,
+                                    .on_error = on_error, .ctx = a, .watch_timeout_s = 300 };
+    int r = kube_informer_start(cfg->client, &sl, &a->slices_inf, err, errlen);
+    if (r == 0)
+        r = kube_informer_start(cfg->client, &cl, &a->claims_inf, err, errlen);
+    if (r == 0)
+        r = kube_informer_start(cfg->client, &tl, &a->tmpls_inf, err, errlen);
+    if (r == 0)
+        r = kube_informer_start(cfg->client, &nodes, &a->nodes_inf, err, errlen);
+    if (r == 0)
+        r = kube_informer_start(cfg->client, &pods, &a->pods_inf, err, errlen);
     if (r < 0) {
-        free(a);
+        ex_api_stop(a);
         return r;
     }
     *out = a;
@@ -380,6 +536,14 @@ void ex_api_stop(struct ex_api *a) {
         return;
     kube_informer_stop(a->pods_inf);
     kube_informer_stop(a->nodes_inf);
+    kube_informer_stop(a->tmpls_inf);
+    kube_informer_stop(a->claims_inf);
+    kube_informer_stop(a->slices_inf);
+    pthread_mutex_lock(a->cfg.lock);
+    if (a->cfg.model->dra == &a->dra)
+        a->cfg.model->dra = NULL;
+    pthread_mutex_unlock(a->cfg.lock);
+    ex_dra_free(&a->dra);
     free(a->nodes);
     free(a->pods);
     free(a);

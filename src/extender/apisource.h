@@ -9,8 +9,11 @@
  * which those bound (spec.nodeName) are committed with the GPUs of their gpuslice.io/gpu-index
  * annotation, or, without one, where the node's best fit puts them (logged). A pod that leaves
  * gives its share back (ex_release); a Node whose GPUs change rebuilds the model
- * (ex_model_rebuild). Each change is made under the lock the HTTP handlers take, briefly: no
- * decision waits on the API server. */
+ * (ex_model_rebuild). Three more for DRA (claims.h): the driver's ResourceSlices (a node's
+ * GPUs that are the DRA driver's: never offered to extended-resource pods), ResourceClaims
+ * (what each asks, and what the allocated ones take of each device) and ResourceClaimTemplates.
+ * Each change is made under the lock the HTTP handlers take, briefly: no decision waits on the
+ * API server. */
 #ifndef GS_EXTENDER_APISOURCE_H
 #define GS_EXTENDER_APISOURCE_H
 
@@ -29,6 +32,7 @@ struct ex_api_config {
     struct kube_client *client; /* borrowed */
     struct ex_model *model;
     pthread_mutex_t *lock; /* guards model */
+    const char *dra_driver; /* the DRA driver whose slices and claims are judged (NULL: gpu.gpuslice.io) */
 };
 struct ex_api;
 

@@ -1,6 +1,8 @@
 /* model.c: the extender's cluster model and decisions (model.h). Pure. */
 #include "extender/model.h"
 
+#include "extender/claims.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +287,11 @@ static void gpu_reason(const struct pl_node *n, const struct pl_pod *q, char *wh
 enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len) {
     long i = ex_model_find(m, node);
     bool gpu = ex_pod_wants_gpu(p);
+    if (m->dra && p->claims.n) { /* its ResourceClaims, on the DRA driver's devices (claims.h) */
+        enum ex_verdict v = ex_dra_filter(m->dra, p, node, why, len);
+        if (v != EX_FIT)
+            return v;
+    }
     if (i < 0) {
         if (!gpu)
             return EX_FIT;
@@ -294,7 +301,8 @@ enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char
     if (!gpu)
         return EX_FIT; /* CPU and memory: the scheduler's own filters, on the real state */
     struct pl_pod q;
-    if (ex_pod_on_node(m, (size_t)i, p, &q, why, len) < 0)
+    if (ex_pod_on_node(m, (size_t)i, p, &q, why, len) < 0 ||
+        ex_dra_plugin_short(m->dra, node, m->c.nodes[i].n_gpu, q.num_gpu, why, len))
         return EX_UNRESOLVABLE;
     const struct pl_node *n = &m->c.nodes[i];
     int k = 0;
@@ -306,17 +314,37 @@ enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char
     return EX_FAIL;
 }
 
+/* node i's raw score for p (pl_score_node); for a pod asking no extended resource whose claims
+ * are judged (claims.h), the node seen through its DRA devices: < 0 when it does not fit */
+static int raw_score(struct ex_model *m, const struct ex_pod *p, size_t i, int64_t *s) {
+    struct pl_pod q;
+    int r;
+    if (m->dra && p->claims.n && !ex_pod_wants_gpu(p)) {
+        struct pl_node view, keep = m->c.nodes[i];
+        if ((r = ex_dra_view(m->dra, p, m->names[i], &keep, &view, &q)) < 0)
+            return r;
+        if (r > 0) { /* scored in the node's place, which is put back */
+            view.frag = pl_node_frag(&m->c, &view);
+            m->c.nodes[i] = view;
+            r = pl_score_node(&m->c, m->policy, i, &q, s, NULL);
+            m->c.nodes[i] = keep;
+            return r;
+        }
+    }
+    char why[EX_REASON_MAX];
+    if ((r = ex_pod_on_node(m, i, p, &q, why, sizeof(why))) < 0)
+        return r;
+    return pl_score_node(&m->c, m->policy, i, &q, s, NULL);
+}
+
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
-    char why[EX_REASON_MAX];
     /* raw scores first (INT64_MIN: no fit), then mapped onto 1..10 */
     for (size_t k = 0; k < n; k++) {
         long i = ex_model_find(m, nodes[k]);
-        struct pl_pod q;
         int64_t s;
         scores[k] = INT64_MIN;
-        if (i < 0 || ex_pod_on_node(m, (size_t)i, p, &q, why, sizeof(why)) < 0 ||
-            pl_score_node(&m->c, m->policy, (size_t)i, &q, &s, NULL) < 0)
+        if (i < 0 || raw_score(m, p, (size_t)i, &s) < 0)
             continue;
         scores[k] = s;
         lo = s < lo ? s : lo;
@@ -607,6 +635,7 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
         nm.c.online = m->c.online;
         m->c.online = NULL;
     }
+    nm.dra = m->dra;
     MOVE(seen);
     MOVE(n_seen);
     MOVE(cap_seen);

@@ -37,6 +37,18 @@ struct ex_node_spec {
     int gpu_free[PL_MAX_GPUS]; /* free milli-GPU per GPU (1000 each when nothing is bound) */
 };
 
+/* A pod's ResourceClaims (pod.spec.resourceClaims; claims.h judges them). */
+#define EX_CLAIMS_MAX 4
+struct ex_claim_ref {
+    char entry[64];          /* the pod's name for it */
+    char claim[EX_NAME_MAX]; /* resourceClaimName, or the claim made from the template ("": not yet) */
+    char tmpl[EX_NAME_MAX];  /* resourceClaimTemplateName ("": none) */
+};
+struct ex_pod_claims {
+    int n;
+    struct ex_claim_ref r[EX_CLAIMS_MAX];
+};
+
 /* What a pod asks of GPUs (requests, or limits where requests are not given). */
 struct ex_pod {
     char uid[EX_UID_MAX];
@@ -45,6 +57,7 @@ struct ex_pod {
     int gpus;            /* nvidia.com/gpu: whole GPUs, or replicas of time-sliced GPUs */
     int compute_pct;     /* gpuslice.io/gpu-compute: percent of one GPU (0: none) */
     int64_t gpu_mem_mib; /* gpuslice.io/gpu-memory (0: none) */
+    struct ex_pod_claims claims;
 };
 
 struct ex_bound {
@@ -69,6 +82,7 @@ struct ex_model {
     size_t n_seen, cap_seen;
     struct pl_pod *obs; /* FGD's target workload: the pods seen (the last EX_OBS_MAX) */
     size_t n_obs, next_obs, obs_at_targets;
+    struct ex_dra *dra; /* the DRA driver's devices and claims (claims.h), borrowed; NULL: none */
     struct pl_pod *wl;  /* FGD's target workload given (ex_model_set_workload); then obs is not used */
     char **wl_specs;    /* their gpu_spec text, for the masks of a rebuilt model's table */
     size_t n_wl;

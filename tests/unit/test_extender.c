@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "extender/apisource.h"
+#include "extender/claims.h"
 #include "extender/model.h"
 #include "extender/snapshot.h"
 #include "extender/wire.h"
@@ -590,10 +591,350 @@ static void test_api_objects(void **state) {
     json_decref(bj);
 }
 
+/* ---- ResourceClaims (DRA) in the model (claims.h) ---- */
+
+#define GIB (1LL << 30)
+
+/* a ResourceSlice of the driver for node with n GPU devices from first_index: whole
+ * ("exclusive"), or shared ("time-slicing") with memory_gib each and the requestPolicy the
+ * driver publishes (1 GiB steps, the default a quarter) */
+static json_t *dra_slice(const char *node, const char *name, int first_index, int n, const char *sharing,
+                         int memory_gib) {
+    json_t *devs = json_array();
+    for (int k = 0; k < n; k++) {
+        char dn[32], mem[32], def[32];
+        snprintf(dn, sizeof(dn), "gpu-%d", first_index + k);
+        snprintf(mem, sizeof(mem), "%dGi", memory_gib);
+        snprintf(def, sizeof(def), "%dGi", memory_gib / 4);
+        json_t *d = json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:i}}}", "name", dn, "attributes", "type", "string",
+                              "gpu", "sharing", "string", sharing, "index", "int", first_index + k);
+        if (strcmp(sharing, "exclusive") == 0) {
+            json_object_set_new(d, "capacity", json_pack("{s:{s:s}}", "memory", "value", mem));
+        } else {
+            json_object_set_new(d, "allowMultipleAllocations", json_true());
+            json_object_set_new(d, "capacity",
+                                json_pack("{s:{s:s, s:{s:s, s:{s:s, s:s, s:s}}}, s:{s:s, s:{s:s, s:{s:s, s:s, s:s}}}}",
+                                          "memory", "value", mem, "requestPolicy", "default", def, "validRange",
+                                          "min", "1Gi", "max", mem, "step", "1Gi", "compute", "value", "100",
+                                          "requestPolicy", "default", "25", "validRange", "min", "1", "max", "100",
+                                          "step", "1"));
+        }
+        json_array_append_new(devs, d);
+    }
+    return json_pack("{s:s, s:s, s:{s:s}, s:{s:s, s:s, s:{s:s, s:i, s:i}, s:o}}", "apiVersion", "resource.k8s.io/v1",
+                     "kind", "ResourceSlice", "metadata", "name", name, "spec", "driver", "gpu.gpuslice.io",
+                     "nodeName", node, "pool", "name", node, "generation", 1, "resourceSliceCount", 1, "devices", devs);
+}
+
+static void add_slice(struct ex_dra *d, json_t *j) {
+    struct ex_dra_slice s;
+    char err[512];
+    assert_int_equal(ex_dra_slice_from_json(j, d->driver, &s, err, sizeof(err)), 1);
+    assert_int_equal(ex_dra_set_slice(d, &s), 0);
+    json_decref(j);
+}
+
+/* a ResourceClaim asking mem_gib (0: none) of class cls, allocated on node's device (NULL: not
+ * allocated) with that much consumed */
+static void add_claim(struct ex_dra *d, const char *name, const char *cls, int mem_gib, const char *node,
+                      const char *device) {
+    char mem[32];
+    snprintf(mem, sizeof(mem), "%dGi", mem_gib);
+    json_t *req = json_pack("{s:s, s:{s:s}}", "name", "gpu", "exactly", "deviceClassName", cls);
+    if (mem_gib)
+        json_object_set_new(json_object_get(req, "exactly"), "capacity",
+                            json_pack("{s:{s:s}}", "requests", "memory", mem));
+    json_t *c = json_pack("{s:{s:s, s:s, s:s}, s:{s:{s:[o]}}}", "metadata", "name", name, "namespace", "default",
+                          "uid", name, "spec", "devices", "requests", req);
+    if (device)
+        json_object_set_new(c, "status",
+                            json_pack("{s:{s:{s:[{s:s, s:s, s:s, s:s, s:{s:s}}]}}}", "allocation", "devices",
+                                      "results", "request", "gpu", "driver", "gpu.gpuslice.io", "pool", node,
+                                      "device", device, "consumedCapacity", "memory", mem));
+    struct ex_dra_claim cl;
+    char err[512];
+    assert_int_equal(ex_dra_claim_from_json(c, d->driver, false, &cl, err, sizeof(err)), 0);
+    assert_int_equal(ex_dra_set_claim(d, false, &cl), 0);
+    json_decref(c);
+}
+
+static struct ex_pod claim_pod(const char *uid, const char *claim) {
+    struct ex_pod p = { .cpu = 1000, .mem = 1024 };
+    snprintf(p.uid, sizeof(p.uid), "%s", uid);
+    snprintf(p.ns, sizeof(p.ns), "default");
+    snprintf(p.name, sizeof(p.name), "%s", uid);
+    p.claims.n = 1;
+    snprintf(p.claims.r[0].entry, sizeof(p.claims.r[0].entry), "gpu");
+    snprintf(p.claims.r[0].claim, sizeof(p.claims.r[0].claim), "%s", claim);
+    return p;
+}
+
+/* pod.spec.resourceClaims and the names of the claims made from templates */
+static void test_dra_pod_claims(void **state) {
+    (void)state;
+    const char *js = "{\"metadata\": {\"name\": \"p\", \"namespace\": \"default\"}, \"spec\": {\"containers\": [],"
+                     " \"resourceClaims\": [{\"name\": \"a\", \"resourceClaimName\": \"c1\"},"
+                     " {\"name\": \"b\", \"resourceClaimTemplateName\": \"t1\"},"
+                     " {\"name\": \"c\", \"resourceClaimTemplateName\": \"t2\"}]},"
+                     " \"status\": {\"resourceClaimStatuses\": [{\"name\": \"b\", \"resourceClaimName\": \"p-b-x7\"}]}}";
+    json_t *j = json_loads(js, 0, NULL);
+    assert_non_null(j);
+    struct ex_pod p;
+    char err[256] = "";
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_int_equal(p.claims.n, 3);
+    assert_string_equal(p.claims.r[0].claim, "c1");
+    assert_string_equal(p.claims.r[1].tmpl, "t1");
+    assert_string_equal(p.claims.r[1].claim, "p-b-x7");
+    assert_string_equal(p.claims.r[2].claim, ""); /* not made yet: its template is judged */
+    json_decref(j);
+    static const char *const bad[] = {
+        "{\"spec\": {\"resourceClaims\": {}}}",
+        "{\"spec\": {\"resourceClaims\": [7]}}",
+        "{\"spec\": {\"resourceClaims\": [{\"resourceClaimName\": \"c\"}]}}",
+        "{\"spec\": {\"resourceClaims\": [{\"name\": \"a\", \"resourceClaimName\": \"c\", "
+        "\"resourceClaimTemplateName\": \"t\"}]}}",
+        "{\"spec\": {\"resourceClaims\": [{\"name\": \"a\"}]}}",
+        "{\"spec\": {\"resourceClaims\": [{\"name\": \"a\", \"resourceClaimTemplateName\": \"t\"}]}, "
+        "\"status\": {\"resourceClaimStatuses\": 3}}",
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        j = json_loads(bad[k], 0, NULL);
+        assert_non_null(j);
+        err[0] = '\0';
+        assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "Pod."));
+        json_decref(j);
+    }
+}
+
+/* The labels count the device plugin's GPUs; the slices say GPU 0 is DRA's: the node has two
+ * GPUs, GPU 0 never offered to a pod asking for nvidia.com/gpu (filter, bind, a node of DRA
+ * GPUs only). */
+static void test_dra_gpu_never_offered(void **state) {
+    (void)state;
+    struct ex_dra d;
+    ex_dra_init(&d, NULL);
+    add_slice(&d, dra_slice("mixed", "mixed-gpu", 0, 1, "exclusive", 80));
+    add_slice(&d, dra_slice("dra-only", "dra-only-gpu", 0, 2, "time-slicing", 80));
+    struct ex_node_spec ns[3] = { node("mixed", 1, NULL, 81920), node("dra-only", 0, NULL, 0),
+                                  node("plain", 1, NULL, 81920) };
+    assert_int_equal(ex_dra_gpus(&d, "mixed"), 1u);
+    assert_int_equal(ex_dra_gpus(&d, "dra-only"), 3u);
+    for (int k = 0; k < 3; k++)
+        assert_true(ex_dra_apply_node(&d, &ns[k]));
+    assert_int_equal(ns[0].n_gpu, 2);
+    assert_int_equal(ns[0].gpu_free[0], 0);
+    assert_int_equal(ns[0].gpu_free[1], 1000);
+    assert_int_equal(ns[1].n_gpu, 2);
+    assert_int_equal(ns[1].gpu_mem_mib, 81920);
+    assert_int_equal(ns[2].n_gpu, 1);
+    struct ex_model m;
+    char err[256], why[EX_REASON_MAX];
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 3, err, sizeof(err)), 0);
+    m.dra = &d;
+    struct ex_pod one = { .uid = "g1", .cpu = 100, .gpus = 1 }, two = { .uid = "g2", .cpu = 100, .gpus = 2 };
+    assert_int_equal(ex_filter(&m, &one, "mixed", why, sizeof(why)), EX_FIT);
+    struct pl_choice ch;
+    assert_int_equal(ex_bind(&m, &one, "mixed", &ch, why, sizeof(why)), 0);
+    assert_int_equal(ch.n_gpus, 1);
+    assert_int_equal(ch.gpus[0], 1); /* the device plugin's GPU, not DRA's GPU 0 */
+    struct ex_pod next = { .uid = "g3", .cpu = 100, .gpus = 1 };
+    assert_int_equal(ex_filter(&m, &next, "mixed", why, sizeof(why)), EX_FAIL);
+    assert_int_equal(ex_filter(&m, &two, "mixed", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "the device plugin serves 1 of the node's 2: GPU 0 the DRA driver's"));
+    assert_int_equal(ex_filter(&m, &next, "dra-only", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "GPU 0,1 the DRA driver's"));
+    struct ex_pod share = share_pod("s1", 10);
+    assert_int_equal(ex_filter(&m, &share, "dra-only", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_int_equal(ex_bind(&m, &share, "dra-only", &ch, why, sizeof(why)), -ENOSPC);
+    /* a pod without an annotation counted by best fit: never on GPU 0 */
+    assert_int_equal(ex_release(&m, "g1"), 0);
+    assert_int_equal(ex_commit_best_fit(&m, &next, "mixed", &ch), 0);
+    assert_int_equal(ch.gpus[0], 1);
+    /* a rebuild keeps the DRA side */
+    assert_int_equal(ex_model_rebuild(&m, ns, 3, err, sizeof(err)), 0);
+    assert_ptr_equal(m.dra, &d);
+    ex_model_free(&m);
+    ex_dra_free(&d);
+}
+
+/* Two pods with 20 GiB and 40 GiB claims on each of two 80 GiB shared DRA GPUs: 20 GiB free on
+ * each, 40 on the node. A 30 GiB claim is refused there with the per-GPU reason (the node's sum
+ * would hold it), fits a node with 50 GiB free on one GPU, is unresolvable where no GPU is that
+ * large or the node has no such device; an allocated claim is not judged again. */
+static void test_dra_shared_claim_per_gpu(void **state) {
+    (void)state;
+    struct ex_dra d;
+    ex_dra_init(&d, NULL);
+    add_slice(&d, dra_slice("two", "two-gpus", 0, 2, "time-slicing", 80));
+    add_slice(&d, dra_slice("roomy", "roomy-gpu", 0, 1, "time-slicing", 80));
+    add_slice(&d, dra_slice("small", "small-gpu", 0, 1, "time-slicing", 24));
+    add_slice(&d, dra_slice("whole", "whole-gpu", 0, 1, "exclusive", 80));
+    const char *shared = "shared.gpu.gpuslice.io";
+    add_claim(&d, "a20", shared, 20, "two", "gpu-0");
+    add_claim(&d, "a40", shared, 40, "two", "gpu-0");
+    add_claim(&d, "b20", shared, 20, "two", "gpu-1");
+    add_claim(&d, "b40", shared, 40, "two", "gpu-1");
+    add_claim(&d, "r30", shared, 30, "roomy", "gpu-0");
+    add_claim(&d, "want30", shared, 30, NULL, NULL);
+    struct ex_pod p = claim_pod("p30", "want30");
+    assert_true(ex_dra_pod_judged(&d, &p));
+    char why[EX_REASON_MAX];
+    assert_int_equal(ex_dra_filter(&d, &p, "two", why, sizeof(why)), EX_FAIL);
+    assert_non_null(strstr(why, "claim want30 (request gpu): no single time-sliced DRA GPU has 30 GiB free"));
+    assert_non_null(strstr(why, "(free per GPU: 20 GiB, 20 GiB; 40 GiB in all)"));
+    assert_int_equal(ex_dra_filter(&d, &p, "roomy", why, sizeof(why)), EX_FIT);
+    assert_int_equal(ex_dra_filter(&d, &p, "small", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_int_equal(ex_dra_filter(&d, &p, "whole", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "no time-sliced DRA GPU"));
+    assert_int_equal(ex_dra_filter(&d, &p, "nowhere", why, sizeof(why)), EX_UNRESOLVABLE);
+    /* through the model's filter too (the node's extended-resource side is not asked) */
+    struct ex_node_spec ns[] = { node("two", 0, NULL, 0), node("roomy", 0, NULL, 0) };
+    for (int k = 0; k < 2; k++)
+        assert_true(ex_dra_apply_node(&d, &ns[k]));
+    struct ex_model m;
+    char err[256];
+    assert_int_equal(ex_model_init(&m, PL_FGD, ns, 2, err, sizeof(err)), 0);
+    m.dra = &d;
+    assert_int_equal(ex_filter(&m, &p, "two", why, sizeof(why)), EX_FAIL);
+    assert_int_equal(ex_filter(&m, &p, "roomy", why, sizeof(why)), EX_FIT);
+    /* one 40 GiB claim gone: GPU 1 has 60 free */
+    ex_dra_del_claim(&d, false, "default", "b40");
+    assert_int_equal(ex_filter(&m, &p, "two", why, sizeof(why)), EX_FIT);
+    /* allocated itself: placed, not judged again; a claim not known yet: not judged */
+    add_claim(&d, "want30", shared, 30, "roomy", "gpu-0");
+    assert_false(ex_dra_pod_judged(&d, &p));
+    struct ex_pod ghost = claim_pod("pg", "no-such-claim");
+    assert_int_equal(ex_dra_filter(&d, &ghost, "small", why, sizeof(why)), EX_FIT);
+    /* a whole-GPU claim: the free whole device, then none */
+    add_claim(&d, "w1", "gpu.gpuslice.io", 0, NULL, NULL);
+    struct ex_pod w = claim_pod("pw", "w1");
+    assert_int_equal(ex_dra_filter(&d, &w, "whole", why, sizeof(why)), EX_FIT);
+    add_claim(&d, "w0", "gpu.gpuslice.io", 0, "whole", "gpu-0");
+    assert_int_equal(ex_dra_filter(&d, &w, "whole", why, sizeof(why)), EX_FAIL);
+    assert_non_null(strstr(why, "1 whole DRA GPU(s) asked, 0 free"));
+    ex_model_free(&m);
+    ex_dra_free(&d);
+}
+
+/* A claim judged from its template (the claim not made yet), and prioritize among the nodes
+ * whose DRA GPUs hold it: the policy's score of each node seen through its DRA devices (best
+ * fit: the fuller GPU first), 0 for the node that does not fit. */
+static void test_dra_template_and_scores(void **state) {
+    (void)state;
+    struct ex_dra d;
+    ex_dra_init(&d, NULL);
+    add_slice(&d, dra_slice("full", "full-gpus", 0, 2, "time-slicing", 80));
+    add_slice(&d, dra_slice("half", "half-gpu", 0, 1, "time-slicing", 80));
+    add_slice(&d, dra_slice("empty", "empty-gpu", 0, 1, "time-slicing", 80));
+    const char *shared = "shared.gpu.gpuslice.io";
+    add_claim(&d, "f0", shared, 60, "full", "gpu-0");
+    add_claim(&d, "f1", shared, 60, "full", "gpu-1");
+    add_claim(&d, "h0", shared, 40, "half", "gpu-0");
+    json_t *t = json_pack("{s:{s:s, s:s}, s:{s:{s:{s:[{s:s, s:{s:s, s:{s:{s:s}}}}]}}}}", "metadata", "name", "t30",
+                          "namespace", "default", "spec", "spec", "devices", "requests", "name", "gpu", "exactly",
+                          "deviceClassName", shared, "capacity", "requests", "memory", "30Gi");
+    struct ex_dra_claim tc;
+    char err[512], why[EX_REASON_MAX];
+    assert_int_equal(ex_dra_claim_from_json(t, d.driver, true, &tc, err, sizeof(err)), 0);
+    json_decref(t);
+    assert_int_equal(ex_dra_set_claim(&d, true, &tc), 0);
+    struct ex_pod p = claim_pod("pt", "");
+    snprintf(p.claims.r[0].tmpl, sizeof(p.claims.r[0].tmpl), "t30");
+    assert_int_equal(ex_dra_filter(&d, &p, "full", why, sizeof(why)), EX_FAIL);
+    assert_int_equal(ex_dra_filter(&d, &p, "half", why, sizeof(why)), EX_FIT);
+    struct ex_node_spec ns[] = { node("full", 0, NULL, 0), node("half", 0, NULL, 0), node("empty", 0, NULL, 0) };
+    for (int k = 0; k < 3; k++)
+        assert_true(ex_dra_apply_node(&d, &ns[k]));
+    struct ex_model m;
+    assert_int_equal(ex_model_init(&m, PL_BESTFIT, ns, 3, err, sizeof(err)), 0);
+    m.dra = &d;
+    const char *names[] = { "full", "half", "empty" };
+    int64_t sc[3];
+    ex_prioritize(&m, &p, names, 3, sc);
+    assert_int_equal(sc[0], 0);
+    assert_int_equal(sc[1], EX_MAX_PRIORITY); /* 40 GiB free: the best fit */
+    assert_in_range(sc[2], 1, EX_MAX_PRIORITY - 1);
+    /* the view prioritize scored: one GPU per device, its free share; the request's milli-GPU */
+    struct pl_node view;
+    struct pl_pod q;
+    assert_int_equal(ex_dra_view(&d, &p, "half", &m.c.nodes[1], &view, &q), 1);
+    assert_int_equal(view.n_gpu, 1);
+    assert_int_equal(view.gpu_free[0], 500);
+    assert_int_equal(q.num_gpu, 1);
+    assert_int_equal(q.gpu_milli, 375);
+    assert_int_equal(ex_dra_view(&d, &p, "full", &m.c.nodes[0], &view, &q), -ENOSPC);
+    /* the model's node is as it was */
+    assert_int_equal(m.c.nodes[1].gpu_free[0], 0);
+    /* the claim made from the template (named in the pod's status) wins over the template */
+    add_claim(&d, "pt-gpu-1", shared, 10, NULL, NULL);
+    snprintf(p.claims.r[0].claim, sizeof(p.claims.r[0].claim), "pt-gpu-1");
+    assert_int_equal(ex_dra_filter(&d, &p, "full", why, sizeof(why)), EX_FIT);
+    ex_model_free(&m);
+    ex_dra_free(&d);
+}
+
+/* Malformed slices and claims: an error naming the field, never a crash. */
+static void test_dra_parse_errors(void **state) {
+    (void)state;
+    static const char *const slices[] = {
+        "{\"spec\": {\"driver\": \"gpu.gpuslice.io\"}}",
+        "{\"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"gpu.gpuslice.io\", \"nodeName\": 3}}",
+        "{\"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"gpu.gpuslice.io\", \"nodeName\": \"n\", "
+        "\"devices\": {}}}",
+        "{\"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"gpu.gpuslice.io\", \"nodeName\": \"n\", "
+        "\"devices\": [{\"name\": \"d\", \"capacity\": {\"memory\": {\"value\": \"lots\"}}}]}}",
+        "{\"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"gpu.gpuslice.io\", \"nodeName\": \"n\", "
+        "\"devices\": [{}]}}",
+    };
+    char err[512];
+    for (size_t k = 0; k < sizeof(slices) / sizeof(slices[0]); k++) {
+        json_t *j = json_loads(slices[k], 0, NULL);
+        struct ex_dra_slice s;
+        err[0] = '\0';
+        assert_int_equal(ex_dra_slice_from_json(j, "gpu.gpuslice.io", &s, err, sizeof(err)), -EINVAL);
+        assert_true(err[0]);
+        assert_null(s.dev);
+        json_decref(j);
+    }
+    json_t *other = json_loads("{\"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"x.io\"}}", 0, NULL);
+    struct ex_dra_slice s;
+    assert_int_equal(ex_dra_slice_from_json(other, "gpu.gpuslice.io", &s, err, sizeof(err)), 0);
+    json_decref(other);
+    static const char *const claims[] = {
+        "{\"metadata\": {\"namespace\": \"d\"}}",
+        "{\"metadata\": {\"name\": \"c\", \"namespace\": \"d\"}, \"spec\": {\"devices\": {\"requests\": 1}}}",
+        "{\"metadata\": {\"name\": \"c\", \"namespace\": \"d\"}, \"spec\": {\"devices\": {\"requests\": "
+        "[{\"name\": \"g\", \"exactly\": {}}]}}}",
+        "{\"metadata\": {\"name\": \"c\", \"namespace\": \"d\"}, \"spec\": {\"devices\": {\"requests\": "
+        "[{\"name\": \"g\", \"exactly\": {\"deviceClassName\": \"gpu.gpuslice.io\", \"count\": 0}}]}}}",
+        "{\"metadata\": {\"name\": \"c\", \"namespace\": \"d\"}, \"spec\": {\"devices\": {\"requests\": "
+        "[{\"name\": \"g\", \"exactly\": {\"deviceClassName\": \"shared.gpu.gpuslice.io\", \"capacity\": "
+        "{\"requests\": {\"memory\": \"-1Gi\"}}}}]}}}",
+        "{\"metadata\": {\"name\": \"c\", \"namespace\": \"d\"}, \"status\": {\"allocation\": {\"devices\": "
+        "{\"results\": [{\"driver\": \"gpu.gpuslice.io\", \"pool\": \"n\"}]}}}}",
+    };
+    for (size_t k = 0; k < sizeof(claims) / sizeof(claims[0]); k++) {
+        json_t *j = json_loads(claims[k], 0, NULL);
+        assert_non_null(j);
+        struct ex_dra_claim c;
+        err[0] = '\0';
+        assert_int_equal(ex_dra_claim_from_json(j, "gpu.gpuslice.io", false, &c, err, sizeof(err)), -EINVAL);
+        assert_true(err[0]);
+        json_decref(j);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_per_gpu_fit),
         cmocka_unit_test(test_memory_share),
+        cmocka_unit_test(test_dra_pod_claims),
+        cmocka_unit_test(test_dra_gpu_never_offered),
+        cmocka_unit_test(test_dra_shared_claim_per_gpu),
+        cmocka_unit_test(test_dra_template_and_scores),
+        cmocka_unit_test(test_dra_parse_errors),
         cmocka_unit_test(test_prioritize_follows_engine),
         cmocka_unit_test(test_prioritize_only_best_is_top),
         cmocka_unit_test(test_bind_commits),
