@@ -1,5 +1,6 @@
 /* kube.c (cli): `gpuslice kube`, the Kubernetes REST client (src/kube) for people and tests:
- * get, list, create, replace, apply, patch, delete and watch, with --kubeconfig. */
+ * get, list, create, replace, apply, patch, delete and watch, with --kubeconfig; objects from
+ * files in JSON or YAML (kubeyaml.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/kubeyaml.h"
 #include "kube/kube.h"
 #include "util/util.h"
 
@@ -56,7 +58,7 @@ static int usage(FILE *f) {
     fprintf(f, "Usage: gpuslice kube [OPTIONS] VERB ...\n"
                "  get RESOURCE NAME              the object, as JSON\n"
                "  list RESOURCE                  every page (or one with --limit), as JSON or names\n"
-               "  create -f FILE                 POST the object of FILE (JSON)\n"
+               "  create -f FILE                 POST the object of FILE (JSON or YAML; - for stdin)\n"
                "  replace -f FILE                PUT it (with metadata.resourceVersion: refused if stale)\n"
                "  apply -f FILE [--force]        server-side apply (field manager gpuslice)\n"
                "  patch RESOURCE NAME -p PATCH [--type merge|strategic|json]\n"
@@ -152,16 +154,77 @@ static void print_names(const json_t *list) {
     fflush(stdout);
 }
 
-/* The object of -f FILE (JSON) and its path: the collection (create) or the object (the rest). */
+#define FILE_MAX ((size_t)64 << 20) /* the largest -f FILE read */
+
+/* FILE's text ("-": stdin), at most FILE_MAX bytes; 0, or GS_EXIT_FAILURE having said why. */
+static int read_input(const char *file, char **text, size_t *len) {
+    bool in = !strcmp(file, "-");
+    FILE *f = in ? stdin : fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "gpuslice kube: %s: %s\n", file, strerror(errno));
+        return GS_EXIT_FAILURE;
+    }
+    size_t cap = 0, n = 0, got = 0;
+    char *buf = NULL;
+    int rc = GS_EXIT_OK;
+    do {
+        if (n + 1 >= cap) {
+            size_t want = cap ? cap * 2 : 65536;
+            char *b = n + 1 > FILE_MAX ? NULL : realloc(buf, want);
+            if (!b) {
+                fprintf(stderr, "gpuslice kube: %s: %s\n", file,
+                        n + 1 > FILE_MAX ? "larger than 64 MiB" : "out of memory");
+                rc = GS_EXIT_FAILURE;
+                break;
+            }
+            buf = b, cap = want;
+        }
+        n += got = fread(buf + n, 1, cap - n - 1, f);
+    } while (got);
+    if (rc == GS_EXIT_OK && ferror(f)) {
+        fprintf(stderr, "gpuslice kube: %s: %s\n", file, strerror(errno));
+        rc = GS_EXIT_FAILURE;
+    }
+    if (!in)
+        fclose(f);
+    if (rc != GS_EXIT_OK) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *text = buf, *len = n;
+    return GS_EXIT_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The object of -f FILE (JSON; YAML when FILE ends in .yaml or .yml or its text does not start
+ * with '{') and its path: the collection (create) or the object (the rest). */
 static int load_object(const struct opts *o, const char *def_ns, bool collection, json_t **obj, char *path,
                        size_t len) {
-    json_error_t je;
     if (!o->file)
-        return cli_usage_error(CMD, "give -f FILE (a JSON object)");
-    *obj = strcmp(o->file, "-") == 0 ? json_loadf(stdin, 0, &je) : json_load_file(o->file, 0, &je);
-    if (!*obj) {
-        fprintf(stderr, "gpuslice kube: %s:%d:%d: %s\n", o->file, je.line, je.column, je.text);
-        return GS_EXIT_FAILURE;
+        return cli_usage_error(CMD, "give -f FILE (a JSON or YAML object)");
+    _cleanup_free_ char *text = NULL;
+    size_t text_len;
+    int rc = read_input(o->file, &text, &text_len);
+    if (rc != GS_EXIT_OK)
+        return rc;
+    const char *first = text + strspn(text, " \t\r\n");
+    if (ends_with(o->file, ".yaml") || ends_with(o->file, ".yml") || *first != '{') {
+        char err[1024];
+        if (cli_kube_yaml_object(o->file, text, text_len, obj, err, sizeof err) < 0) {
+            fprintf(stderr, "gpuslice kube: %s\n", err);
+            return GS_EXIT_FAILURE;
+        }
+    } else {
+        json_error_t je;
+        if (!(*obj = json_loadb(text, text_len, 0, &je))) {
+            fprintf(stderr, "gpuslice kube: %s:%d:%d: %s\n", o->file, je.line, je.column, je.text);
+            return GS_EXIT_FAILURE;
+        }
     }
     const char *api = json_string_value(json_object_get(*obj, "apiVersion"));
     const char *kind = json_string_value(json_object_get(*obj, "kind"));
@@ -189,7 +252,7 @@ static int load_object(const struct opts *o, const char *def_ns, bool collection
     const char *use_ns = namespaced ? (ns ? ns : (o->ns ? o->ns : def_ns)) : NULL;
     if (namespaced && !ns)
         json_object_set_new(json_object_get(*obj, "metadata"), "namespace", json_string(use_ns));
-    int rc = kube_path(path, len, api, use_ns, plural, collection ? NULL : name);
+    rc = kube_path(path, len, api, use_ns, plural, collection ? NULL : name);
     if (rc < 0) {
         fprintf(stderr, "gpuslice kube: %s: no API path for %s %s %s: %s\n", o->file, api, kind, name, strerror(-rc));
         return GS_EXIT_FAILURE;

@@ -16,6 +16,7 @@ from e2e import GPUSLICE, NS, ROOT, E2EError, wait
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 from kubeconfig import write_kubeconfig  # noqa: E402
+from kubeyaml import MODE_COLUMN, MODE_LINE, configmap_json, configmap_yaml  # noqa: E402
 
 LABEL = "gpuslice.io/kube-client-test"
 
@@ -124,6 +125,42 @@ def test_configmap_create_update_conflict_delete(cluster, tmp_path):
         kube(cluster, "delete", "configmaps", "kc-a", "-n", NS)
         p = kube(cluster, "get", "cm", "kc-a", "-n", NS, check=False)
         assert p.returncode == 1 and '404 Not Found: configmaps "kc-a" not found' in p.stderr, p.stderr
+    finally:
+        cleanup(cluster)
+
+
+def test_objects_from_yaml(cluster, tmp_path):
+    """create, apply and replace -f FILE.yaml: the server takes the object as kubectl would send it
+    (quoted numbers and words stay strings, false a boolean); a value kubectl would read as
+    another number is refused before any request."""
+    cleanup(cluster)
+    cm = configmap_yaml("kc-yaml", f'{{{LABEL}: "1"}}')
+    try:
+        y = tmp_path / "cm.yaml"
+        y.write_text(cm)
+        created = json.loads(kube(cluster, "create", "-n", NS, "-f", str(y)).stdout)
+        assert created["metadata"]["namespace"] == NS
+        got = cluster.get("configmap", "kc-yaml", "-n", NS)
+        want = configmap_json("kc-yaml", {LABEL: "1"}, NS)
+        assert {k: got[k] for k in ("data", "immutable")} == {k: want[k] for k in ("data", "immutable")}
+        assert got["metadata"]["labels"] == want["metadata"]["labels"]
+        # replace from the version read, then server-side apply from stdin
+        y.write_text(cm.replace("  name: kc-yaml\n", f"  name: kc-yaml\n  resourceVersion: \"{created['metadata']['resourceVersion']}\"\n")
+                     .replace('enabled: "true"', 'enabled: "false"'))
+        kube(cluster, "replace", "-n", NS, "-f", str(y))
+        assert cluster.get("configmap", "kc-yaml", "-n", NS)["data"]["enabled"] == "false"
+        p = subprocess.run([GPUSLICE, "kube", "--kubeconfig", cluster.kubeconfig, "apply", "--force", "-n", NS, "-f", "-"],
+                           input=cm.replace("kc-yaml", "kc-yaml-applied"), capture_output=True, text=True, timeout=60,
+                           env=cluster.env)
+        assert p.returncode == 0, p.stderr
+        assert cluster.get("configmap", "kc-yaml-applied", "-n", NS)["data"]["mode"] == "0755"
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(cm.replace("kc-yaml", "kc-yaml-bad").replace('mode: "0755"', "mode: 0755"))
+        p = kube(cluster, "create", "-n", NS, "-f", str(bad), check=False)
+        assert p.returncode == 1
+        assert f"{bad}:{MODE_LINE}:{MODE_COLUMN}: data.mode: '0755' is a number" in p.stderr, p.stderr
+        p = kube(cluster, "get", "cm", "kc-yaml-bad", "-n", NS, check=False)
+        assert p.returncode == 1 and "404 Not Found" in p.stderr, p.stderr
     finally:
         cleanup(cluster)
 

@@ -1,7 +1,9 @@
 """gpuslice kube (src/kube) against tests/kube/emulator.py, for what the real API server cannot be
 made to do: each test fails without the client behaviour it names (bounded bodies and lines,
-timeouts, the token re-read on 401, relisting after 410, a prompt stop). The rest of the client
-is tested against the real API server in tests/e2e/test_kube_client.py."""
+timeouts, the token re-read on 401, relisting after 410, a prompt stop), and objects read from
+YAML files. The rest of the client is tested against the real API server in
+tests/e2e/test_kube_client.py."""
+import json
 import os
 import signal
 import subprocess
@@ -13,8 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
-from emulator import BASE, Emulator, make_pki  # noqa: E402
+from emulator import BASE, Emulator, Handler, make_pki  # noqa: E402
 from kubeconfig import write_kubeconfig  # noqa: E402
+from kubeyaml import MODE_COLUMN, MODE_LINE, configmap_json, configmap_yaml  # noqa: E402
 
 GPUSLICE = os.environ.get("GPUSLICE", "gpuslice")
 
@@ -167,3 +170,60 @@ def test_informer_stops_at_once_while_a_request_hangs(emu, pki, tmp_path):
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert time.monotonic() - t0 < 1.5
+
+
+class Posts(Handler):
+    """The emulator, also taking POSTs: each body is kept and sent back as the created object."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.server.requests.append(self.path)
+        self.server.posted.append(body)
+        self.send_json(201, body)
+
+
+CM_YAML = configmap_yaml("from-yaml", '{app: web, tier: "1"}')
+CM_JSON = configmap_json("from-yaml", {"app": "web", "tier": "1"}, "t")
+
+
+def test_create_from_yaml(pki, tmp_path):
+    """create -f FILE.yaml (and YAML on stdin) sends the object as JSON, typed as kubectl types it;
+    a bad file is refused before any request, naming the file, line, column and field."""
+    e = Emulator(pki, Posts)
+    e.httpd.posted = []
+    try:
+        kc = kubeconfig(str(tmp_path), e.port, os.path.join(pki, "ca.crt"), "{token: t}")
+        y = tmp_path / "cm.yaml"
+        y.write_text(CM_YAML)
+        p = kube(kc, "create", "-f", str(y), "-o", "name")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == "from-yaml\n"
+        p = subprocess.run([GPUSLICE, "kube", "--kubeconfig", kc, "create", "-f", "-"], input=CM_YAML,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout) == CM_JSON
+        assert e.httpd.posted == [CM_JSON, CM_JSON]
+        assert e.httpd.requests == ["/api/v1/namespaces/t/configmaps"] * 2
+        # JSON as before
+        j = tmp_path / "cm.json"
+        j.write_text(json.dumps(CM_JSON))
+        assert kube(kc, "create", "-f", str(j)).returncode == 0
+        assert e.httpd.posted[-1] == CM_JSON
+        n = len(e.httpd.requests)
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(CM_YAML.replace('mode: "0755"', "mode: 0755"))
+        p = kube(kc, "create", "-f", str(bad))
+        assert p.returncode == 1
+        assert p.stderr == (f"gpuslice kube: {bad}:{MODE_LINE}:{MODE_COLUMN}: data.mode: '0755' is a number to kubectl's YAML (1.1) but "
+                            "not a plain decimal: quote it for a string, or write the number in decimal\n")
+        bad.write_text(CM_YAML.replace("  enabled:", "  mode:"))
+        p = kube(kc, "apply", "-f", str(bad))
+        assert p.returncode == 1
+        assert p.stderr == (f"gpuslice kube: {bad}:{MODE_LINE + 1}:3: data.mode: duplicate key 'mode' (first at "
+                            f"line {MODE_LINE}, column 3)\n")
+        bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [x\n")
+        p = kube(kc, "create", "-f", str(bad))
+        assert p.returncode == 1 and p.stderr.startswith(f"gpuslice kube: {bad}:") and "syntax error" in p.stderr
+        assert len(e.httpd.requests) == n
+    finally:
+        e.close()
