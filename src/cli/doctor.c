@@ -33,6 +33,7 @@ struct doc {
     const char *config, *kubelet_dir, *pod_resources, *cdi_root, *cdi_kind, *guard_root, *proc_root;
     const char *containerd, *crio, *operator_dir;
     const char *kubeconfig, *node_name; /* the API server's checks (check_api) */
+    const char *extender;               /* --extender URL: its /healthz and filter */
     bool dra;
     const char *scan[GS_DOC_MAX_DIRS];
     size_t n_scan;
@@ -622,13 +623,15 @@ static void usage(FILE *f) {
             "                              service account when in a cluster, else none)\n"
             "  --node-name NAME            the Node the agent runs as (default $NODE_NAME, else the host name)\n"
             "  --dra                       the agent serves the DRA driver (agent --dra): check DRA's API and RBAC\n"
+            "  --extender URL              the scheduler extender's urlPrefix: its /healthz, and a filter for an\n"
+            "                              empty pod on this node\n"
             "  --json                      schema gpuslice.doctor/v1 (docs/cli.md)\n"
             "  --termination-log FILE      also write the failures and warnings there (e.g. /dev/termination-log)\n");
 }
 
 int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_POD_RESOURCES, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CDI_DIR, OPT_CONTAINERD, OPT_CRIO,
-           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA };
+           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA, OPT_EXTENDER };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -645,6 +648,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
         { "node-name", required_argument, NULL, OPT_NODE_NAME },
         { "dra", no_argument, NULL, OPT_DRA },
+        { "extender", required_argument, NULL, OPT_EXTENDER },
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -692,6 +696,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
             d.node_name = optarg;
             break;
         case OPT_DRA: d.dra = true; break;
+        case OPT_EXTENDER: d.extender = optarg; break;
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
@@ -712,6 +717,11 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     check_dirs(&d);
     check_operator(&d);
     check_api(&d);
+    if (d.extender) {
+        char host[256];
+        const char *from;
+        gs_doc_check_extender(&d.rep, d.extender, node_name(&d, host, sizeof(host), &from));
+    }
     if (as_json) {
         char *s = gs_doc_json(&d.rep);
         if (s)

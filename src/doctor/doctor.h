@@ -1,8 +1,9 @@
 /* doctor.h: `gpuslice doctor`, the node's readiness for the agent. The findings (report.c) and
  * the parsers of what it reads on the node (parse.c: the container runtime's CDI settings,
- * /proc/self/status) and the API server's answers as findings (api.c) are pure; probe.c holds the I/O (directories, loading a library). The
- * device-plugins directory's socket names, checkpoint and socket probe are kubelet/plugindir.h's,
- * shared with the agent. src/cli/doctor.c runs the checks (docs/doctor.md). */
+ * /proc/self/status), the API server's answers as findings (api.c) and the scheduler extender's
+ * (extender.c) are pure; probe.c holds the I/O (directories, loading a library, the extender's
+ * requests). The device-plugins directory's socket names, checkpoint and socket probe are
+ * kubelet/plugindir.h's, shared with the agent. src/cli/doctor.c runs the checks (docs/doctor.md). */
 #ifndef GS_DOCTOR_H
 #define GS_DOCTOR_H
 
@@ -79,6 +80,36 @@ struct gs_doc_api {
  * `api.mig-manager` (nvidia.com/mig.config while gpuslice manages MIG), `api.dra` and
  * `api.dra.rbac` (with --dra). Without access: one `api` warning (a node can work without it). */
 void gs_doc_api_findings(struct gs_doc_report *r, const struct gs_doc_api *a);
+
+/* ---- the scheduler extender (extender.c, pure; the requests: probe.c) ------------------------- */
+
+#define GS_DOC_EXT_PROBE_POD "gpuslice-doctor-probe" /* the name and UID of the filter's pod */
+
+/* What `doctor --extender URL` asked the extender. Strings may be NULL where not known. */
+struct gs_doc_extender {
+    const char *url;          /* the urlPrefix the scheduler's configuration names */
+    const char *bad_url;      /* not a usable URL: why (the other fields are unset) */
+    const char *base;         /* scheme://host[:port] of url: where /healthz is */
+    const char *node;         /* the node the filter is asked about */
+    int health_r;             /* GET BASE/healthz: 0 (2xx), -errno */
+    const char *health_err;
+    int filter_r;             /* POST URL/filter: 0 (2xx, JSON), -errno */
+    const char *filter_err;
+    const struct json_t *filter_answer; /* its answer (jansson), when filter_r is 0 */
+};
+
+/* base: scheme://host[:port] of an http:// or https:// URL (the extender serves /healthz there,
+ * its verbs under any prefix). -EINVAL, -ENAMETOOLONG with why in err ("--extender URL: ..."). */
+int gs_doc_extender_base(const char *url, char *base, size_t len, char *err, size_t errlen);
+/* The ExtenderArgs of the doctor's filter: a pod that asks for no resource (GS_DOC_EXT_PROBE_POD in
+ * "default"), NodeNames [node], as a scheduler with nodeCacheCapable sends it. malloc'ed JSON, NULL
+ * without memory. */
+char *gs_doc_extender_args(const char *node);
+/* Adds `extender` (/healthz answered) and, when it did, `extender.filter` (the node passes the
+ * filter: no Error, the node among NodeNames; else the extender's reason). */
+void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_extender *e);
+/* probe.c: GET /healthz and POST the filter (each 3 s to connect, 5 s in all), then the findings. */
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node);
 
 /* ---- parsers (parse.c): hostile input, bounded ------------------------------------------------- */
 

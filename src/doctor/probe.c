@@ -1,17 +1,22 @@
 /* probe.c: the doctor's I/O (sockets: kubelet/plugindir.h): directories (can the agent
- * write there?), a library (does it load?), directory listings. */
+ * write there?), a library (does it load?), directory listings, the scheduler extender's
+ * /healthz and filter (through the Kubernetes client, src/kube). */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "doctor/doctor.h"
+#include "kube/kube.h"
 #include "util/util.h"
 
 int gs_doc_dir_usable(const char *path, bool *exists, char *why, size_t whylen) {
@@ -109,4 +114,57 @@ int gs_doc_list_dir(const char *dir, unsigned max, gs_doc_entry_fn fn, void *ctx
     }
     closedir(d);
     return n;
+}
+
+/* A client of an extender's URL: the kube client over plain HTTP (or HTTPS with the system's CAs),
+ * no credentials. */
+static struct kube_client *ext_client(const char *server, char *err, size_t errlen) {
+    struct kube_config cfg = { 0 };
+    struct kube_limits lim = KUBE_DEFAULT_LIMITS;
+    lim.connect_timeout_ms = 3000;
+    lim.timeout_ms = 5000;
+    lim.max_response = (size_t)1 << 20;
+    struct kube_client *c = NULL;
+    if (!(cfg.server = strdup(server))) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (kube_client_new(&cfg, &lim, &c, err, errlen) < 0)
+        c = NULL;
+    kube_config_free(&cfg);
+    return c;
+}
+
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node) {
+    char base[GS_DOC_TEXT_MAX], why[GS_DOC_TEXT_MAX], health_err[GS_DOC_TEXT_MAX], filter_err[GS_DOC_TEXT_MAX];
+    struct gs_doc_extender e = { .url = url, .node = node, .base = base, .health_err = health_err,
+                                 .filter_err = filter_err, .health_r = -EIO, .filter_r = -EIO };
+    health_err[0] = filter_err[0] = '\0';
+    size_t n = strlen(url);
+    while (n && url[n - 1] == '/') /* the scheduler joins urlPrefix and the verb with one '/' */
+        n--;
+    char prefix[GS_DOC_TEXT_MAX];
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)n, url);
+    if (gs_doc_extender_base(prefix, base, sizeof(base), why, sizeof(why)) < 0) {
+        e.bad_url = why;
+        gs_doc_extender_findings(r, &e);
+        return;
+    }
+    e.url = prefix;
+    struct kube_client *hc = ext_client(base, health_err, sizeof(health_err));
+    struct kube_client *fc = hc ? ext_client(prefix, filter_err, sizeof(filter_err)) : NULL;
+    json_t *answer = NULL;
+    char *args = gs_doc_extender_args(node);
+    if (hc)
+        e.health_r = kube_request(hc, "GET", "/healthz", NULL, NULL, NULL, health_err, sizeof(health_err));
+    if (fc && e.health_r == 0)
+        e.filter_r = args ? kube_request(fc, "POST", "/filter", "application/json", args, &answer, filter_err,
+                                         sizeof(filter_err))
+                          : -ENOMEM;
+    e.filter_answer = answer;
+    gs_doc_extender_findings(r, &e);
+    json_decref(answer);
+    free(args);
+    kube_client_free(fc);
+    kube_client_free(hc);
 }

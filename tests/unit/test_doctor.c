@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "doctor/doctor.h"
 #include "kubelet/plugindir.h"
@@ -320,12 +321,67 @@ static void test_api_findings(void **state) {
              5);
 }
 
+/* The extender's URL and the findings of what it answered (the requests: test_doctor_extender.py). */
+static void test_extender(void **state) {
+    (void)state;
+    char base[64], err[256];
+    assert_int_equal(gs_doc_extender_base("http://10.0.0.9:8888/gpuslice", base, sizeof(base), err, sizeof(err)), 0);
+    assert_string_equal(base, "http://10.0.0.9:8888");
+    assert_int_equal(gs_doc_extender_base("https://ext.svc", base, sizeof(base), err, sizeof(err)), 0);
+    assert_string_equal(base, "https://ext.svc");
+    assert_int_equal(gs_doc_extender_base("ext:8888", base, sizeof(base), err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "--extender ext:8888: not an http:// or https:// URL");
+    assert_int_equal(gs_doc_extender_base("http://a b/x", base, sizeof(base), err, sizeof(err)), -EINVAL);
+    assert_int_equal(gs_doc_extender_base("http://#x", base, sizeof(base), err, sizeof(err)), -EINVAL);
+    assert_int_equal(gs_doc_extender_base("http://a-very-long-host-name-that-is-longer-than-the-buffer.example:1",
+                                          base, 16, err, sizeof(err)), -ENAMETOOLONG);
+
+    char *args = gs_doc_extender_args("gpu-1");
+    json_t *a = json_loads(args, 0, NULL);
+    assert_non_null(a);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(a, "NodeNames"), 0)), "gpu-1");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(a, "Pod"), "metadata"),
+                                                          "uid")), GS_DOC_EXT_PROBE_POD);
+    json_decref(a);
+    free(args);
+
+    static struct gs_doc_report r;
+    struct gs_doc_extender e = { .url = "http://e:1/p", .base = "http://e:1", .node = "gpu-1" };
+    json_t *ok = json_loads("{\"NodeNames\": [\"x\", \"gpu-1\"], \"FailedNodes\": {}, \"Error\": \"\"}", 0, NULL);
+    e.filter_answer = ok;
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.f[0].status, GS_DOC_OK);
+    assert_int_equal(r.f[1].status, GS_DOC_OK);
+    assert_string_equal(r.f[1].check, "extender.filter");
+    json_t *unresolvable = json_loads("{\"NodeNames\": null, \"FailedAndUnresolvableNodes\": {\"gpu-1\": \"why\"}}",
+                                      0, NULL);
+    e.filter_answer = unresolvable;
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.f[1].status, GS_DOC_FAIL);
+    assert_non_null(strstr(r.f[1].message, "refused gpu-1 for a pod that asks for no GPU: why"));
+    assert_true(r.f[1].fix[0]);
+    e.health_r = -ECONNREFUSED;
+    e.health_err = "GET /healthz: Connection refused";
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 1); /* the filter is not asked of an extender that does not answer */
+    assert_int_equal(r.f[0].status, GS_DOC_FAIL);
+    assert_string_equal(r.f[0].message, "http://e:1: GET /healthz: Connection refused");
+    json_decref(ok);
+    json_decref(unresolvable);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
         cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint), cmocka_unit_test(test_checkpoint_foreign_nvidia_resource),
         cmocka_unit_test(test_checkpoint_each),
         cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report), cmocka_unit_test(test_api_findings),
+        cmocka_unit_test(test_extender),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
