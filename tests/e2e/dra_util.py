@@ -93,6 +93,16 @@ def create_claim_pod(cluster, name, claim, script):
     cluster.kubectl("apply", "-f", "-", input=claim_pod_yaml(cluster, name, claim, script))
 
 
+def delete_pods_and_claims(cluster, prefix):
+    """The test namespace's pods (waited for: their claims are unprepared while the agent serves)
+    and the ResourceClaims named PREFIX..."""
+    cluster.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=1", "--wait=true", check=False, timeout=120)
+    names = cluster.kubectl("get", "resourceclaims", "-n", NS, "-o", "name", check=False).stdout.split()
+    mine = [n for n in names if n.split("/", 1)[1].startswith(prefix)]
+    if mine:
+        cluster.kubectl("delete", "-n", NS, "--wait=false", *mine, check=False)
+
+
 def claim_spec_file(cluster, uid, kind="gpuslice.io/gpu"):
     """The transient CDI spec of a prepared claim (src/dra/prepare.h: dra_claim_spec_file)."""
     return os.path.join(cluster.cdi_dir, f"{kind.replace('/', '-')}_claim-{uid}.json")

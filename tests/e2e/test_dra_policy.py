@@ -15,7 +15,8 @@ import json
 
 import yaml
 
-from dra_util import DRIVER, apply_classes, claim_yaml, create_claim_pod, dra_args, slice_devices, slices
+from dra_util import (DRIVER, apply_classes, claim_yaml, create_claim_pod, delete_pods_and_claims, dra_args,
+                      slice_devices, slices)
 from e2e import NS, wait
 
 BOTH = ("version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n"
@@ -36,14 +37,6 @@ def _refused(cluster, pod, device):
     return None
 
 
-def _cleanup(cluster):
-    cluster.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=1", "--wait=true", check=False, timeout=120)
-    names = cluster.kubectl("get", "resourceclaims", "-n", NS, "-o", "name", check=False).stdout.split()
-    mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-    if mine:
-        cluster.kubectl("delete", "-n", NS, "--wait=false", *mine, check=False)
-
-
 def test_prepare_refuses_a_gpu_the_policy_took_from_dra(cluster, agent):
     classes = apply_classes(cluster)
     a = agent("t4x2.yaml", BOTH, dra_args(cluster) + ["--cdi-hook", ""])
@@ -52,7 +45,8 @@ def test_prepare_refuses_a_gpu_the_policy_took_from_dra(cluster, agent):
         # allocated while GPU 1 is DRA's, prepared after it left: the agent stopped in between
         a.stop()
         claim = PREFIX + "sched"
-        cluster.kubectl("apply", "-f", "-", input=claim_yaml(claim, selector=f'device.attributes["{DRIVER}"].index == 1'))
+        gpu1 = f'device.attributes["{DRIVER}"].index == 1'
+        cluster.kubectl("apply", "-f", "-", input=claim_yaml(claim, selector=gpu1))
         create_claim_pod(cluster, claim, claim, SLEEP)
 
         def allocated():
@@ -99,6 +93,6 @@ def test_prepare_refuses_a_gpu_the_policy_took_from_dra(cluster, agent):
         assert f"ResourceClaim {forged}" in ev, ev
         assert cluster.pod(forged)["status"]["phase"] == "Pending"
     finally:
-        _cleanup(cluster)
+        delete_pods_and_claims(cluster, PREFIX)
         a.stop()
         cluster.kubectl("delete", "deviceclass", *classes, "--ignore-not-found", check=False)

@@ -15,7 +15,8 @@ import time
 
 import yaml
 
-from dra_util import DRIVER, apply_classes, claim_yaml, create_claim_pod, dra_args, slices
+from dra_util import (DRIVER, apply_classes, claim_yaml, create_claim_pod, delete_pods_and_claims, dra_args,
+                      slices)
 from e2e import NS, wait
 
 QUIET = 30
@@ -48,14 +49,6 @@ def _claim_pod(cluster, name, tolerate=False):
 def _allocated(cluster, name):
     al = cluster.get("resourceclaim", "-n", NS, PREFIX + name).get("status", {}).get("allocation")
     return [r["device"] for r in al["devices"]["results"]] if al else []
-
-
-def _cleanup(cluster):
-    cluster.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=1", "--wait=true", check=False, timeout=120)
-    names = cluster.kubectl("get", "resourceclaims", "-n", NS, "-o", "name", check=False).stdout.split()
-    mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-    if mine:
-        cluster.kubectl("delete", "-n", NS, "--wait=false", *mine, check=False)
 
 
 def test_xid_taints_the_device_until_it_recovers(cluster, agent):
@@ -110,6 +103,6 @@ def test_xid_taints_the_device_until_it_recovers(cluster, agent):
         print(f"DRA taint: gone {time.monotonic() - t1:.1f} s after the tolerating pod left "
               f"(quiet period {QUIET} s from the last Xid)")
     finally:
-        _cleanup(cluster)
+        delete_pods_and_claims(cluster, PREFIX)
         a.stop()
         cluster.kubectl("delete", "deviceclass", *classes, "--ignore-not-found", check=False)
