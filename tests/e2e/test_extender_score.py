@@ -167,7 +167,8 @@ def test_extender_score_places_among_nodes(cluster, agent, extender):
             for p in pods:
                 cluster.kubectl("delete", "pod", "-n", NS, p["metadata"]["name"], "--grace-period=0", "--force",
                                 check=False)
-            cluster.kubectl("delete", "node", KWOK_NODE, "--wait=false", check=False)
+            # gone before the next test, whose pods would fit its GPUs
+            cluster.kubectl("delete", "node", KWOK_NODE, "--ignore-not-found", "--wait=true", timeout=90)
         finally:
             print(f"---- kwok log\n{kwok.log()[-2000:]}")
             stopped = kwok.stop()
