@@ -10,6 +10,7 @@ the kubelet emulator of tests/integration.
 Environment (set by meson): GPUSLICE (the binary), GPUSLICE_SIM_LIB, GS_SOURCE_ROOT; GS_HELM (a
 helm binary instead of the one build.sh builds), optional."""
 import difflib
+import json
 import os
 import re
 import shlex
@@ -983,14 +984,17 @@ def test_extender_policy_is_accepted():
 
 
 def test_extender_rbac_is_exactly_what_docs_say():
-    """list and watch on nodes and pods, create on pods/binding (docs/extender.md), bound to the
-    extender's own service account; nothing for the agent's."""
+    """list and watch on nodes and pods, and on the DRA driver's ResourceSlices, ResourceClaims and
+    their templates, create on pods/binding (docs/extender.md), bound to the extender's own service
+    account; nothing for the agent's."""
     ext, _ = extender_objects()
     role, binding, sa = ext["ClusterRole"], ext["ClusterRoleBinding"], ext["ServiceAccount"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
+    dra = {("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "resourceclaimtemplates")
+           for v in ("list", "watch")}
     assert granted == {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list"), ("", "pods", "watch"),
-                       ("", "pods/binding", "create")}
+                       ("", "pods/binding", "create")} | dra
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"]), "no resourceNames etc."
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
@@ -998,6 +1002,7 @@ def test_extender_rbac_is_exactly_what_docs_say():
                                     "namespace": helmchart.NAMESPACE}]
     doc = read(os.path.join(ROOT, "docs", "extender.md"))
     assert "needs `list` and `watch` on nodes and pods and `create`\non `pods/binding`" in doc
+    assert "`list` and `watch` on `resourceslices`, `resourceclaims` and\n`resourceclaimtemplates`" in doc
 
 
 def _scheduler_config(ext):
@@ -1042,3 +1047,40 @@ def test_extender_lint_and_notes():
     assert "get configmap gpuslice-extender-scheduler-config -o jsonpath='{.data.scheduler-config\\.yaml}'" in notes
     assert "extender.clusterIP" in notes
     assert "extender.clusterIP" not in helmchart.notes({"extender": {"enabled": True, "clusterIP": "10.96.0.88"}})
+
+
+def test_dra_classes_extended_resource_names():
+    """The DeviceClasses' extendedResourceName (docs/dra.md): by default named after the driver
+    (never nvidia.com/gpu, which device plugins advertise: where one does, the scheduler never
+    takes the class); dra.extendedResourcePrefix replaces the prefix; false leaves them out."""
+    def ext(over):
+        objs = objects(helmchart.render({"dra": {**DRA["dra"], **over}}))
+        return {o["metadata"]["name"]: o["spec"].get("extendedResourceName")
+                for o in objs if o["kind"] == "DeviceClass"}
+    d = "gpu.example.com"
+    assert ext({}) == {d: f"{d}/gpu", f"shared.{d}": f"{d}/gpu.shared", f"mps.{d}": None, f"mig.{d}": None}
+    assert ext({"extendedResourcePrefix": "nvidia.com"})[d] == "nvidia.com/gpu"
+    assert ext({"extendedResourcePrefix": "nvidia.com"})[f"shared.{d}"] == "nvidia.com/gpu.shared"
+    assert set(ext({"extendedResourceNames": False}).values()) == {None}
+    # the API server's check of an extended resource name (a domain-prefixed name outside
+    # kubernetes.io; the real API server takes them in tests/e2e/test_dra_extended.py)
+    for name in ext({}).values():
+        if name:
+            prefix, _, base = name.partition("/")
+            assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", prefix) and "kubernetes.io" not in prefix, name
+            assert re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", base) and len(base) <= 63, name
+
+
+def test_api_server_address_for_nodes_without_the_service_network():
+    """apiServer.host/port: the doctor's and the agent's KUBERNETES_SERVICE_HOST and _PORT (a
+    container's env wins over the kubelet's service variables); none by default."""
+    spec = pod_spec(objects(helmchart.render({"apiServer": {"host": "10.0.0.5", "port": "6443"}})))
+    for c in spec["initContainers"] + spec["containers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        want = c["name"] in ("doctor", "agent")
+        assert (env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")) == \
+            (("10.0.0.5", "6443") if want else (None, None)), c["name"]
+    agent = agent_container(objects(helmchart.render({"apiServer": {"host": "api.example"}})))
+    assert {"name": "KUBERNETES_SERVICE_PORT", "value": "443"} in agent["env"]
+    default = pod_spec(default_objects())
+    assert all("KUBERNETES_SERVICE_HOST" not in json.dumps(c) for c in default["initContainers"] + default["containers"])
