@@ -10,13 +10,9 @@
 #include <unistd.h>
 
 #include "cdi/cdi.h"
+#include "util/util.h"
 
 #define MAX_FILES 256
-
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
 
 /* Reads one file without following a symlink at its name, bounded. */
 static int read_bounded(int dirfd, const char *name, char **text, size_t *len) {
@@ -71,7 +67,7 @@ int gs_cdi_scan_dirs(const char *kind, const char *spec, const char *const *dirs
         seen[n_seen++] = st;
         unsigned files = 0;
         for (struct dirent *e; (e = readdir(dir)) && files < MAX_FILES;) {
-            if (e->d_name[0] == '.' || (!ends_with(e->d_name, ".json") && !ends_with(e->d_name, ".yaml")) ||
+            if (e->d_name[0] == '.' || (!gs_has_suffix(e->d_name, ".json") && !gs_has_suffix(e->d_name, ".yaml")) ||
                 (own_prefix && !strncmp(e->d_name, own_prefix, strlen(own_prefix))))
                 continue;
             files++;

@@ -196,11 +196,6 @@ static int read_input(const char *file, char **text, size_t *len) {
     return GS_EXIT_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 /* The object of -f FILE (JSON; YAML when FILE ends in .yaml or .yml or its text does not start
  * with '{') and its path: the collection (create) or the object (the rest). */
 static int load_object(const struct opts *o, const char *def_ns, bool collection, json_t **obj, char *path,
@@ -213,7 +208,7 @@ static int load_object(const struct opts *o, const char *def_ns, bool collection
     if (rc != GS_EXIT_OK)
         return rc;
     const char *first = text + strspn(text, " \t\r\n");
-    if (ends_with(o->file, ".yaml") || ends_with(o->file, ".yml") || *first != '{') {
+    if (gs_has_suffix(o->file, ".yaml") || gs_has_suffix(o->file, ".yml") || *first != '{') {
         char err[1024];
         if (cli_kube_yaml_object(o->file, text, text_len, obj, err, sizeof err) < 0) {
             fprintf(stderr, "gpuslice kube: %s\n", err);

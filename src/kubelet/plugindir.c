@@ -11,6 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "util/util.h"
+
 /* The checkpoint's Data.RegisteredDevices object (NULL: none registered), or -EINVAL. *root: to
  * json_decref. */
 static int registered(const char *text, size_t len, json_t **root, json_t **reg, char *err, size_t errlen) {
@@ -103,13 +105,8 @@ int gs_kl_checkpoint_each(const char *text, size_t len, void (*fn)(const char *r
     return r;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 enum gs_kl_socket_kind gs_kl_socket_kind(const char *name) {
-    if (!has_suffix(name, ".sock"))
+    if (!gs_has_suffix(name, ".sock"))
         return GS_KL_SOCK_NONE;
     if (!strcmp(name, "kubelet.sock"))
         return GS_KL_SOCK_KUBELET;

@@ -23,14 +23,26 @@ int gs_strlcpy(char *dst, const char *src, size_t dstsz) {
     return 0;
 }
 
-int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *out) {
-    if (!s || !*s || !isdigit((unsigned char)*s))
+bool gs_has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The decimal number s starts with (a digit first: no sign, no space); *end: what follows it. */
+static int leading_uint(const char *s, unsigned long long *v, char **end) {
+    if (!s || !isdigit((unsigned char)*s))
         return -EINVAL;
     errno = 0;
+    *v = strtoull(s, end, 10);
+    return errno == ERANGE ? -ERANGE : 0;
+}
+
+int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *out) {
     char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
+    unsigned long long v;
+    int r = leading_uint(s, &v, &end);
+    if (r < 0)
+        return r;
     if (*end != '\0')
         return -EINVAL;
     if (v < min || v > max)
@@ -40,13 +52,11 @@ int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max,
 }
 
 int gs_parse_size(const char *s, unsigned long long *bytes) {
-    if (!s || !isdigit((unsigned char)*s))
-        return -EINVAL;
-    errno = 0;
     char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
+    unsigned long long v;
+    int r = leading_uint(s, &v, &end);
+    if (r < 0)
+        return r;
     static const struct { const char *suffix; unsigned long long mult; } units[] = {
         { "", 1ULL },
         { "B", 1ULL },

@@ -24,6 +24,9 @@ static inline void gs_fclosep(FILE **f) { if (*f) fclose(*f); }
 /* Copies src into dst (size dstsz), always NUL-terminated. Returns -ENAMETOOLONG if cut. */
 int gs_strlcpy(char *dst, const char *src, size_t dstsz);
 
+/* True when s ends with suffix (an empty suffix: always). */
+bool gs_has_suffix(const char *s, const char *suffix);
+
 /* Parses a decimal unsigned integer in [min, max]; the whole string must be the number.
  * Returns 0 or -EINVAL / -ERANGE. */
 int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *out);

@@ -51,6 +51,18 @@ static void test_parse_uint(void **state) {
     assert_int_equal(gs_parse_uint("-4", 0, 100, &v), -EINVAL);
     assert_int_equal(gs_parse_uint(" 4", 0, 100, &v), -EINVAL);
     assert_int_equal(gs_parse_uint("", 0, 100, &v), -EINVAL);
+    assert_int_equal(gs_parse_uint(NULL, 0, 100, &v), -EINVAL);
+    assert_int_equal(gs_parse_uint("99999999999999999999", 0, ~0ULL, &v), -ERANGE);
+}
+
+static void test_has_suffix(void **state) {
+    (void)state;
+    assert_true(gs_has_suffix("nvidia-gpu.sock", ".sock"));
+    assert_true(gs_has_suffix(".sock", ".sock"));
+    assert_true(gs_has_suffix("x", ""));
+    assert_false(gs_has_suffix("sock", ".sock"));
+    assert_false(gs_has_suffix("a.sock.bak", ".sock"));
+    assert_false(gs_has_suffix("", ".yaml"));
 }
 
 static void test_strlcpy(void **state) {
@@ -253,6 +265,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_has_suffix),
         cmocka_unit_test(test_strlcpy),
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_read_file_refuses_special_files),
