@@ -83,6 +83,14 @@ extenders:
 """
 
 
+def _metrics(addr):
+    """The extender's metrics, {} while it does not answer yet."""
+    try:
+        return metrics(addr)
+    except OSError:
+        return {}
+
+
 def post(addr, verb, body):
     req = urllib.request.Request(f"http://{addr}/gpuslice/{verb}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -162,7 +170,7 @@ def setup(cluster, agent):
             proc = subprocess.Popen([GPUSLICE, "extender", "--kubeconfig", cluster.kubeconfig, "--listen", addr,
                                      "--policy", "gpuslice"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True)
-        wait(lambda: metrics(addr).get("gpuslice_extender_nodes") == 1, 60, "the extender's model of the Node")
+        wait(lambda: _metrics(addr).get("gpuslice_extender_nodes") == 1, 60, "the extender's model of the Node")
         conf = os.path.join(base, "scheduler.yaml")
         with open(conf, "w") as f:
             f.write(sched_config(cluster, f"http://{addr}/gpuslice"))
