@@ -25,9 +25,10 @@ import yaml
 
 from dra_util import DRIVER, checkpoint, claim_pod_yaml, claim_spec_file, claim_yaml, slice_devices, slices, \
     wait_gone
-from e2e import NS, ROOT, E2EError, wait, written
+from e2e import NS, E2EError, wait, written
 from test_daemonset import AGENT_IMAGE_SH, DS_NS, IMAGE, RELEASE, WAIT, Chart
 from test_guard import CUDA_ERROR_OUT_OF_MEMORY, IMAGE as GUARD_IMAGE, _image, _kv
+from test_pods import CDI
 
 PREFIX = "dsdra-"
 GIB = 1 << 30
@@ -37,11 +38,7 @@ NODE = """gpus:
 driver_version: "580.65.06"
 cuda_version: "13.0"
 """
-POLICY = """version: v1
-flags:
-  plugin:
-    deviceListStrategy: cdi-cri
-gpuslice:
+POLICY = CDI + """gpuslice:
   gpus:
     - {index: "0", mode: time-slicing, replicas: 4, memoryPerReplica: auto}
     - {index: "1", mode: whole}

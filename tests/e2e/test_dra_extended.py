@@ -21,14 +21,10 @@ import yaml
 
 from dra_util import DRIVER, checkpoint, claim_spec_file, device_classes, dra_args, slice_devices, slices, wait_gone
 from e2e import NS, E2EError, wait
-from test_pods import SHOW, parse
+from test_pods import CDI, SHOW, parse
 
 NODE = "gpus:\n  - model: T4\n    count: 3\n"
-POLICY = """version: v1
-flags:
-  plugin:
-    deviceListStrategy: cdi-cri
-gpuslice:
+POLICY = CDI + """gpuslice:
   gpus:
     - {index: "2", mode: time-slicing, replicas: 4}
   dra:
