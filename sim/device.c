@@ -216,6 +216,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *arch
     READ_END(r);
 }
 
+/* nvmlBrandType_t: every model of the catalogue is a data-center board, which drivers since R460
+ * report as NVML_BRAND_NVIDIA ("Product Brand : NVIDIA" in nvidia-smi -q); MIG devices as their GPU.
+ * NVIDIA's DRA driver puts it in its devices' attributes (go-nvlib's GetBrandAsString). */
+#define SIM_BRAND_NVIDIA 14
+
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t d, int *brand) {
+    READ_BEGIN;
+    struct dev_ref ref;
+    nvmlReturn_t r = with_out(resolve_device(d, &ref), brand);
+    if (r == NVML_SUCCESS)
+        *brand = SIM_BRAND_NVIDIA;
+    READ_END(r);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
     READ_BEGIN;
     struct dev_ref ref;

@@ -65,7 +65,7 @@ for i in range(n):
     handles.append(h)
     g = {"index": N.nvmlDeviceGetIndex(h), "uuid": s(N.nvmlDeviceGetUUID(h)), "name": s(N.nvmlDeviceGetName(h)),
          "minor": N.nvmlDeviceGetMinorNumber(h), "arch": N.nvmlDeviceGetArchitecture(h),
-         "cc": "%d.%d" % N.nvmlDeviceGetCudaComputeCapability(h)}
+         "cc": "%d.%d" % N.nvmlDeviceGetCudaComputeCapability(h), "brand": N.nvmlDeviceGetBrand(h)}
     assert addr(N.nvmlDeviceGetHandleByUUID(g["uuid"])) == addr(h)
     pci = N.nvmlDeviceGetPciInfo_v3(h)
     g["pci_bus_id"], g["pci_device_id"] = s(pci.busId), "0x%08X" % pci.pciDeviceId

@@ -72,6 +72,7 @@ def test_every_exported_function_through_nvidia_ml_py():
                                                                           want["minor"])
         assert got["pci_bus_id"] == want["pci_bus_id"] and got["pci_device_id"] == want["pci_device_id"]
         assert got["cc"] == want["compute_capability"] and got["compute_mode"] == 0
+        assert got["brand"] == 14      # NVML_BRAND_NVIDIA, as the driver reports data-center boards
         assert got["memory_total"] == got["memory_v2_total"] == want["memory"]["total_mib"] << 20
         assert got["memory_used"] >> 20 == want["memory"]["used_mib"]
         assert got["temperature"] == want["temperature_c"] and got["power_mw"] == want["power_w"] * 1000
