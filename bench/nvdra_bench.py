@@ -75,11 +75,10 @@ def pods(cluster, kubelet, n):
         start_s.append(time.monotonic() - t0)
         after = wait(lambda: counted(kubelet, before), 30, "the kubelet's histograms to count the prepare")
         for metric, out in ((GRPC, grpc_s), (OPS, ops_s)):
-            ds = after[metric][0] - before.get(metric, (0.0, 0))[0]
-            dc = after[metric][1] - before.get(metric, (0.0, 0))[1]
-            if dc != 1:
-                raise E2EError(f"{metric}: {dc} calls counted over pod {name}, not 1")
-            out.append(ds)
+            (s0, c0), (s1, c1) = before.get(metric, (0.0, 0)), after[metric]
+            if c1 != c0 + 1:
+                raise E2EError(f"{metric}: {c1 - c0} calls counted over pod {name}, not 1")
+            out.append(s1 - s0)
         uid = cluster.get("resourceclaim", "-n", NS, tn.PREFIX + name)["metadata"]["uid"]
         cluster.kubectl("delete", "pod", "-n", NS, tn.PREFIX + name, "--grace-period=1")
         tn.wait_unprepared(cluster, uid, 120)

@@ -48,30 +48,16 @@ import subprocess
 import pytest
 import yaml
 
-from dra_util import BUILD_SH, DRIVER as GS_DRIVER, apply_classes, claim_pod_yaml, claim_yaml, dra_args, \
-    slice_devices, slices
+from dra_util import BUILD_SH, DRIVER as GS_DRIVER, apply_classes, claim_yaml, dra_args, slice_devices, slices
 from e2e import GPUSLICE, NS, E2EError, HostProc, wait, written
+from test_dra_share import NODE as GS_NODE, POLICY as GS_POLICY
 from test_guard import CUDA_ERROR_OUT_OF_MEMORY, IMAGE, _image, _kv
 from test_pods import SHOW, parse
 
 DRIVER = "gpu.nvidia.com"
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
-NODE = """gpus:
-  - model: H100-SXM5-80GB
-  - model: H100-SXM5-80GB
-driver_version: "580.65.06"
-cuda_version: "13.0"
-"""
-GS_POLICY = """version: v1
-gpuslice:
-  gpus:
-    - index: "0"
-      mode: time-slicing
-      replicas: 4
-      memoryPerReplica: auto
-  dra:
-    gpus: all
-"""
+# test_dra_share.py's node of two H100 80GB (driver 580.65.06), without MIG for NVIDIA's driver
+NODE = GS_NODE.replace("    mig: enabled\n", "")
 PREFIX = "nvdra-"
 # the plugin's own namespace: the simulated root's files over the host paths it reads
 NAMESPACE = """set -eu
@@ -181,13 +167,9 @@ def gs_claim(name, gib):
 
 def claim_pod(cluster, name, claim, script, out, image=None, env=None):
     """A pod using ResourceClaim PREFIX+CLAIM whose script writes what it saw to OUT/NAME."""
-    pod = yaml.safe_load(claim_pod_yaml(cluster, PREFIX + name, PREFIX + claim, script))
-    main = pod["spec"]["containers"][0]
-    if image:
-        main["image"] = image
-    main["env"] = [{"name": k, "value": v} for k, v in (env or {}).items()]
-    main["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
-    pod["spec"]["volumes"] = [{"name": "out", "hostPath": {"path": out, "type": "Directory"}}]
+    pod = yaml.safe_load(cluster.pod_yaml(PREFIX + name, {}, script, image=image, out=out, env=env))
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": PREFIX + claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     return pod
 
 
@@ -332,9 +314,9 @@ def test_what_each_enforces_two_pods_on_one_nvidia_gpu_and_a_gpuslice_share(clus
                     "preloaded guard (test_guard.py); this runs in the normal build's e2e stage")
     p, _, out = nvdra
     _image(cluster)
-    gs_node = os.path.join(os.path.dirname(out), "gs-node.yaml")
+    gs_node = os.path.join(os.path.dirname(out), "gs-node.yaml")   # test_dra_share.py's: GPU 0 shared
     with open(gs_node, "w") as f:
-        f.write("gpus:\n  - model: H100-SXM5-80GB\n")
+        f.write(GS_NODE)
     gs_classes = apply_classes(cluster)
     a = agent(gs_node, GS_POLICY, dra_args(cluster) + ["--cdi-hook", ""])
     try:
