@@ -1,7 +1,9 @@
 /* claimfiles.c: a claim source over files (see dra.h: dra_claim_files_source), DIR/NS/NAME.json
- * as `kubectl get resourceclaim -o json` writes them. */
+ * as `kubectl get resourceclaim -o json` writes them, and the pods of their reservedFor in
+ * DIR/NS/pods/NAME.json. */
 #include "dra/dra.h"
 #include "dra/prepare.h"
+#include "dra/share.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -39,12 +41,30 @@ static int fetch_file(void *ctx, const char *driver, const char *ns, const char 
         return rc;
     }
     rc = dra_claim_parse(text, len, driver, ns, name, uid, out, why, sizeof(why));
+    if (rc == 0 && (rc = dra_claim_reserved_pods(text, len, out, why, sizeof(why))) < 0)
+        dra_claim_free(out);
     free(text);
     if (rc < 0)
         snprintf(err, errlen, "%.300s: %.400s", path, why);
     return rc;
 }
 
+/* A pod of a claim's reservedFor: DIR/NS/pods/NAME.json, as `kubectl get pod -o json` writes it. */
+static int pod_file(void *ctx, const char *ns, const char *name, char **json, size_t *len, char *err, size_t errlen) {
+    const char *dir = ctx;
+    char path[PATH_MAX];
+    *json = NULL;
+    if (!component_ok(ns) || !component_ok(name)) {
+        snprintf(err, errlen, "'%.63s/%.200s' is not a pod's namespace and name", ns, name);
+        return -EINVAL;
+    }
+    if (snprintf(path, sizeof(path), "%s/%s/pods/%s.json", dir, ns, name) >= (int)sizeof(path)) {
+        snprintf(err, errlen, "%s: path too long", dir);
+        return -ENAMETOOLONG;
+    }
+    return gs_read_file_ex(path, 1u << 20, 0, json, len, err, errlen);
+}
+
 struct dra_claim_source dra_claim_files_source(const char *dir) {
-    return (struct dra_claim_source){ (void *)dir, fetch_file };
+    return (struct dra_claim_source){ (void *)dir, fetch_file, pod_file };
 }

@@ -2,6 +2,7 @@
  * prepare, parsed by dra_claim_parse. Called on the DRA server's thread only. */
 #include "dra/apiserver.h"
 #include "dra/prepare.h"
+#include "dra/share.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -73,12 +74,42 @@ static int fetch_kube(void *ctx, const char *driver, const char *ns, const char 
         return -ENOMEM;
     }
     r = dra_claim_parse(text, strlen(text), driver, ns, name, uid, out, why, sizeof(why));
+    if (r == 0 && (r = dra_claim_reserved_pods(text, strlen(text), out, why, sizeof(why))) < 0)
+        dra_claim_free(out);
     free(text);
     if (r < 0)
         snprintf(err, errlen, "%.500s", why);
     return r;
 }
 
+/* A pod of a claim's reservedFor (share.h: one guard a container). Fails fast while the API
+ * server is down, as the claims do. */
+static int pod_kube(void *ctx, const char *ns, const char *name, char **json, size_t *len, char *err, size_t errlen) {
+    struct dra_claim_kube *k = ctx;
+    char path[KUBE_URL_MAX];
+    *json = NULL;
+    if (gs_now_ns() < k->down_until_ns) {
+        snprintf(err, errlen, "the API server did not answer (%.200s)", k->down_why);
+        return -EAGAIN;
+    }
+    if (kube_path(path, sizeof(path), "v1", ns, "pods", name) < 0) {
+        snprintf(err, errlen, "'%.63s/%.200s' is not a pod's namespace and name", ns, name);
+        return -EINVAL;
+    }
+    json_t *obj = NULL;
+    int r = kube_get(k->client, path, &obj, err, errlen);
+    if (r < 0)
+        return r;
+    *json = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!*json) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    *len = strlen(*json);
+    return 0;
+}
+
 struct dra_claim_source dra_claim_kube_source(struct dra_claim_kube *k) {
-    return (struct dra_claim_source){ k, fetch_kube };
+    return (struct dra_claim_source){ k, fetch_kube, pod_kube };
 }

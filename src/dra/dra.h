@@ -29,6 +29,7 @@
 #define DRA_MAX_RESULTS 32  /* allocation results for this driver in one claim */
 #define DRA_MAX_CAPACITY 4  /* consumedCapacity entries per result */
 #define DRA_MAX_CONFIGS 8   /* opaque configs for this driver per claim */
+#define DRA_MAX_PODS 8      /* the pods of a claim's reservedFor looked at (share.h: one guard a container) */
 #define DRA_MAX_CONFIG_REQUESTS 8
 
 /* One allocation result of a claim for this driver (status.allocation.devices.results[]). */
@@ -58,6 +59,10 @@ struct dra_claim {
     struct dra_result results[DRA_MAX_RESULTS];
     unsigned n_configs;
     struct dra_config configs[DRA_MAX_CONFIGS];
+    unsigned n_pods;          /* status.reservedFor's pods (the claim's users), at most DRA_MAX_PODS */
+    struct dra_pod_ref {
+        char name[254], uid[40];
+    } pods[DRA_MAX_PODS];
 };
 
 void dra_claim_free(struct dra_claim *c); /* the configs' parameters; the struct stays */
@@ -71,6 +76,9 @@ struct dra_claim_source {
     void *ctx;
     int (*fetch)(void *ctx, const char *driver, const char *ns, const char *name, const char *uid,
                  struct dra_claim *out, char *err, size_t errlen);
+    /* pod (NULL: none): the Pod ns/name as JSON text in *json (malloc'd, *len bytes), for the
+     * claims its containers hold (share.h: dra_share_one_guard); 0 or -errno with why in err. */
+    int (*pod)(void *ctx, const char *ns, const char *name, char **json, size_t *len, char *err, size_t errlen);
 };
 
 /* Claims from files DIR/<namespace>/<name>.json, each what `kubectl get resourceclaim -n NS NAME

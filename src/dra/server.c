@@ -266,6 +266,16 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
         snprintf(err, errlen, "more than %d guarded GPUs in one claim", GS_GUARD_MAX_DEVICES);
         goto out;
     }
+    if (rc > 0) { /* one guarded claim a container (share.h) */
+        int one = dra_share_one_guard(c, &s->source, &s->cp, err, errlen);
+        if (one < 0) {
+            rc = one;
+            goto out;
+        }
+        if (one > 0)
+            log_warn("DRA: %.63s/%.200s: %s", c->ns, c->name, err);
+        err[0] = '\0';
+    }
     if (rc > 0 && (rc = write_guard(s, c->uid, l, guard_dir, sizeof(guard_dir), preload, sizeof(preload), err,
                                     errlen)) < 0)
         goto out;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dra/prepare.h"
 #include "util/util.h"
 
 int dra_quantity_parse(const char *q, unsigned long long *out) {
@@ -291,4 +292,162 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
         }
     }
     return mps_edits(shares, devs, n, a, err, errlen);
+}
+
+/* ---- one guard a container ------------------------------------------------------------------ */
+
+static const char *str_at(const json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+int dra_claim_reserved_pods(const char *json, size_t len, struct dra_claim *c, char *err, size_t errlen) {
+    c->n_pods = 0;
+    json_t *root = json_loadb(json, len, JSON_DECODE_ANY, NULL);
+    const json_t *rf = json_object_get(json_object_get(root, "status"), "reservedFor");
+    int rc = 0;
+    if (rf && !json_is_array(rf)) {
+        snprintf(err, errlen, "status.reservedFor: not a list");
+        rc = -EINVAL;
+    }
+    size_t i;
+    const json_t *e;
+    json_array_foreach(rf, i, e) {
+        if (rc < 0)
+            break;
+        if (!json_is_object(e) || !json_is_string(json_object_get(e, "name"))) {
+            snprintf(err, errlen, "status.reservedFor[%zu]: not a consumer with a name", i);
+            rc = -EINVAL;
+            break;
+        }
+        if (strcmp(str_at(e, "resource"), "pods") != 0 || str_at(e, "apiGroup")[0] || c->n_pods == DRA_MAX_PODS)
+            continue;
+        struct dra_pod_ref *p = &c->pods[c->n_pods++];
+        gs_strlcpy(p->name, str_at(e, "name"), sizeof(p->name));
+        gs_strlcpy(p->uid, str_at(e, "uid"), sizeof(p->uid));
+    }
+    if (rc < 0)
+        c->n_pods = 0;
+    json_decref(root);
+    return rc;
+}
+
+/* The claim's name of the pod's resourceClaims entry `ref`: its resourceClaimName, or the name the
+ * status gives the claim made from its template ("" while it has none). */
+static const char *pod_claim_name(const json_t *pod, const char *ref) {
+    size_t i;
+    const json_t *e;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "resourceClaims"), i, e) {
+        if (strcmp(str_at(e, "name"), ref) != 0)
+            continue;
+        if (str_at(e, "resourceClaimName")[0])
+            return str_at(e, "resourceClaimName");
+        break;
+    }
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "resourceClaimStatuses"), i, e)
+        if (!strcmp(str_at(e, "name"), ref))
+            return str_at(e, "resourceClaimName");
+    return "";
+}
+
+/* The claims container ctr holds (at most max names, deduplicated), the extended-resource claim
+ * among them when a request mapping names the container. */
+static unsigned container_claims(const json_t *pod, const json_t *ctr, const char **names, unsigned max) {
+    unsigned n = 0;
+    size_t i;
+    const json_t *e;
+    const char *cname = str_at(ctr, "name");
+    const json_t *ext = json_object_get(json_object_get(pod, "status"), "extendedResourceClaimStatus");
+    json_array_foreach(json_object_get(ext, "requestMappings"), i, e) {
+        if (!strcmp(str_at(e, "containerName"), cname) && str_at(ext, "resourceClaimName")[0] && n < max) {
+            names[n++] = str_at(ext, "resourceClaimName");
+            break;
+        }
+    }
+    json_array_foreach(json_object_get(json_object_get(ctr, "resources"), "claims"), i, e) {
+        const char *name = pod_claim_name(pod, str_at(e, "name"));
+        bool seen = !name[0];
+        for (unsigned k = 0; k < n && !seen; k++)
+            seen = !strcmp(names[k], name);
+        if (!seen && n < max)
+            names[n++] = name;
+    }
+    return n;
+}
+
+int dra_pod_claims_beside(const char *pod_json, size_t len, const char *uid, const char *claim,
+                          struct dra_beside *out, unsigned max, unsigned *n, char *err, size_t errlen) {
+    *n = 0;
+    json_t *pod = json_loadb(pod_json, len, 0, NULL);
+    const json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pod, "spec");
+    int rc = 0;
+    if (!json_is_object(meta) || !json_is_object(spec)) {
+        snprintf(err, errlen, "not a Pod (no metadata and spec)");
+        rc = -EINVAL;
+    } else if (uid && uid[0] && strcmp(str_at(meta, "uid"), uid) != 0) {
+        snprintf(err, errlen, "pod %.200s has UID %.40s, not %.40s (made again under its name)", str_at(meta, "name"),
+                 str_at(meta, "uid"), uid);
+        rc = -ESTALE;
+    }
+    static const char *const lists[] = { "initContainers", "containers" };
+    for (size_t l = 0; rc == 0 && l < GS_ARRAY_SIZE(lists); l++) {
+        size_t i;
+        const json_t *ctr;
+        json_array_foreach(json_object_get(spec, lists[l]), i, ctr) {
+            const char *names[DRA_MAX_PODS * 4];
+            unsigned k = container_claims(pod, ctr, names, GS_ARRAY_SIZE(names));
+            bool holds = false;
+            for (unsigned j = 0; j < k && !holds; j++)
+                holds = !strcmp(names[j], claim);
+            for (unsigned j = 0; holds && j < k; j++) {
+                if (!strcmp(names[j], claim) || *n == max)
+                    continue;
+                gs_strlcpy(out[*n].container, str_at(ctr, "name"), sizeof(out[*n].container));
+                gs_strlcpy(out[*n].claim, names[j], sizeof(out[*n].claim));
+                (*n)++;
+            }
+        }
+    }
+    json_decref(pod);
+    return rc;
+}
+
+static const struct dra_prepared *guarded_prepared(const struct dra_checkpoint *cp, const char *ns, const char *name) {
+    for (size_t i = 0; i < cp->n; i++) {
+        const struct dra_prepared *p = &cp->claims[i];
+        if (!p->pending && p->guard_dir[0] && !strcmp(p->ns, ns) && !strcmp(p->name, name))
+            return p;
+    }
+    return NULL;
+}
+
+int dra_share_one_guard(const struct dra_claim *c, const struct dra_claim_source *src, const struct dra_checkpoint *cp,
+                        char *err, size_t errlen) {
+    for (unsigned i = 0; i < c->n_pods; i++) {
+        const struct dra_pod_ref *pr = &c->pods[i];
+        char *text = NULL, why[400] = "";
+        size_t len = 0;
+        int rc = src->pod ? src->pod(src->ctx, c->ns, pr->name, &text, &len, why, sizeof(why)) : -ENOSYS;
+        struct dra_beside beside[16];
+        unsigned n = 0;
+        if (rc == 0)
+            rc = dra_pod_claims_beside(text, len, pr->uid, c->name, beside, GS_ARRAY_SIZE(beside), &n, why, sizeof(why));
+        free(text);
+        if (rc < 0) {
+            snprintf(err, errlen, "pod %.63s/%.200s not read (%.300s): whether another guarded claim shares a container "
+                     "with this one is not checked", c->ns, pr->name, rc == -ENOSYS ? "the claim source reads no pods" : why);
+            return 1;
+        }
+        for (unsigned k = 0; k < n; k++) {
+            if (!guarded_prepared(cp, c->ns, beside[k].claim))
+                continue;
+            snprintf(err, errlen,
+                     "claim %.63s/%.200s: container %.63s of pod %.200s also holds claim %.200s, prepared with the guard "
+                     "of a shared GPU too: a container gets one claim's guard (the limits mount at one path); ask for "
+                     "both GPUs in one claim (two requests), or give the claims to two containers",
+                     c->ns, c->name, beside[k].container, pr->name, beside[k].claim);
+            return -EBUSY;
+        }
+    }
+    return 0;
 }

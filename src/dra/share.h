@@ -79,4 +79,40 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
                     const char *guard_dir, const char *guard_lib, const char *preload, struct gs_alloc_response *a,
                     char *err, size_t errlen);
 
+/* ---- one guard a container ----------------------------------------------------------------
+ * A time-sliced claim's guard files are mounted at fixed paths of the container (its limits at
+ * DRA_GUARD_CONF_IN_CONTAINER, the counters, ld.so.preload): two guarded claims in one container
+ * would mount over each other and the container would run under one claim's limits. A guarded
+ * claim is therefore refused when a container that holds it already holds another prepared
+ * guarded claim (two shared GPUs for one container: two requests of one claim, whose one limits
+ * file has a quota per device). The containers come from the pods of the claim's reservedFor. */
+
+/* status.reservedFor's pods of the claim JSON text (what the sources read) into c->pods: 0, or
+ * -EINVAL for a reservedFor that is not a list of {resource, name, uid}. Other consumers are
+ * skipped; pods past DRA_MAX_PODS are left out. */
+int dra_claim_reserved_pods(const char *json, size_t len, struct dra_claim *c, char *err, size_t errlen);
+
+/* A claim beside another in one container of a pod. */
+struct dra_beside {
+    char container[254]; /* the container (or init container) */
+    char claim[254];     /* the other claim's name (the pod's namespace) */
+};
+
+/* The claims that share a container with claim `claim` in the Pod JSON text (a v1 Pod: its
+ * spec.resourceClaims named directly or, made from templates, in status.resourceClaimStatuses;
+ * containers' resources.claims; the extended-resource claim of status.extendedResourceClaimStatus
+ * in the containers of its requestMappings): each (container, other claim) into out (at most max,
+ * *n of them). -ESTALE when the pod's UID is not uid ("" = any), -EINVAL for text that is not a
+ * pod. */
+int dra_pod_claims_beside(const char *pod_json, size_t len, const char *uid, const char *claim,
+                          struct dra_beside *out, unsigned max, unsigned *n, char *err, size_t errlen);
+
+struct dra_checkpoint;
+
+/* For a guarded claim c: 0 when no container of its pods holds another guarded claim prepared
+ * (in cp); -EBUSY naming the claims, the pod and the container when one does; 1, with why in
+ * err, when a pod could not be read (src->pod missing or failing: the claim is not refused). */
+int dra_share_one_guard(const struct dra_claim *c, const struct dra_claim_source *src, const struct dra_checkpoint *cp,
+                        char *err, size_t errlen);
+
 #endif

@@ -5,12 +5,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "dra/migdemand.h"
+#include "dra/prepare.h"
 #include "dra/share.h"
 
 static char err[512];
@@ -253,12 +255,151 @@ static void test_mig_steps(void **st) {
     free(g);
 }
 
+/* ---- one guard a container ---------------------------------------------------------------- */
+
+/* A pod of two containers: main holds claims a (by name) and b (from a template, named in the
+ * status) and the extended-resource claim; side holds c only. */
+static const char POD[] =
+    "{\"metadata\":{\"name\":\"p\",\"uid\":\"11111111-1111-1111-1111-111111111111\"},"
+    "\"spec\":{\"resourceClaims\":[{\"name\":\"ra\",\"resourceClaimName\":\"a\"},"
+    "{\"name\":\"rb\",\"resourceClaimTemplateName\":\"t\"},{\"name\":\"rc\",\"resourceClaimName\":\"c\"}],"
+    "\"initContainers\":[{\"name\":\"init\",\"resources\":{\"claims\":[{\"name\":\"rc\"}]}}],"
+    "\"containers\":[{\"name\":\"main\",\"resources\":{\"claims\":[{\"name\":\"ra\"},{\"name\":\"rb\"},"
+    "{\"name\":\"ra\",\"request\":\"gpu\"}]}},{\"name\":\"side\",\"resources\":{\"claims\":[{\"name\":\"rc\"}]}}]},"
+    "\"status\":{\"resourceClaimStatuses\":[{\"name\":\"rb\",\"resourceClaimName\":\"p-rb-x7\"}],"
+    "\"extendedResourceClaimStatus\":{\"resourceClaimName\":\"p-extended-resources-q\","
+    "\"requestMappings\":[{\"containerName\":\"main\",\"resourceName\":\"gpu.gpuslice.io/gpu.shared\","
+    "\"requestName\":\"container-0-request-0\"}]}}}";
+
+static void test_pod_claims_beside(void **st) {
+    (void)st;
+    struct dra_beside b[8];
+    unsigned n;
+    const char *uid = "11111111-1111-1111-1111-111111111111";
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), uid, "a", b, 8, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2); /* b once, though main names ra twice; the extended-resource claim */
+    assert_string_equal(b[0].container, "main");
+    assert_string_equal(b[0].claim, "p-extended-resources-q");
+    assert_string_equal(b[1].claim, "p-rb-x7");
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), uid, "p-rb-x7", b, 8, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(b[1].claim, "a");
+    /* c is alone in each of its containers (an init container and side) */
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), uid, "c", b, 8, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), "", "nope", b, 8, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    /* at most max */
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), uid, "a", b, 1, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 1);
+    /* another pod of the name, not a pod */
+    assert_int_equal(dra_pod_claims_beside(POD, strlen(POD), "22222222-2222-2222-2222-222222222222", "a", b, 8, &n,
+                                           err, sizeof(err)),
+                     -ESTALE);
+    assert_non_null(strstr(err, "made again"));
+    assert_int_equal(dra_pod_claims_beside("[1]", 3, "", "a", b, 8, &n, err, sizeof(err)), -EINVAL);
+    assert_int_equal(dra_pod_claims_beside("{", 1, "", "a", b, 8, &n, err, sizeof(err)), -EINVAL);
+}
+
+static void test_reserved_pods(void **st) {
+    (void)st;
+    struct dra_claim c;
+    memset(&c, 0, sizeof(c));
+    const char *j = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"u1\"},"
+                    "{\"apiGroup\":\"example.com\",\"resource\":\"pods\",\"name\":\"x\",\"uid\":\"u2\"},"
+                    "{\"resource\":\"pods\",\"name\":\"q\",\"uid\":\"u3\"}]}}";
+    assert_int_equal(dra_claim_reserved_pods(j, strlen(j), &c, err, sizeof(err)), 0);
+    assert_int_equal(c.n_pods, 2); /* not another group's "pods" */
+    assert_string_equal(c.pods[0].name, "p");
+    assert_string_equal(c.pods[1].uid, "u3");
+    assert_int_equal(dra_claim_reserved_pods("{}", 2, &c, err, sizeof(err)), 0);
+    assert_int_equal(c.n_pods, 0);
+    const char *bad = "{\"status\":{\"reservedFor\":{}}}";
+    assert_int_equal(dra_claim_reserved_pods(bad, strlen(bad), &c, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "status.reservedFor"));
+    const char *noname = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\"}]}}";
+    assert_int_equal(dra_claim_reserved_pods(noname, strlen(noname), &c, err, sizeof(err)), -EINVAL);
+    assert_int_equal(c.n_pods, 0);
+}
+
+struct fake_pods {
+    const char *json; /* NULL: the pod cannot be read */
+    int calls;
+};
+
+static int fake_pod(void *ctx, const char *ns, const char *name, char **json, size_t *len, char *e, size_t elen) {
+    struct fake_pods *f = ctx;
+    f->calls++;
+    assert_string_equal(ns, "team");
+    assert_string_equal(name, "p");
+    if (!f->json) {
+        snprintf(e, elen, "forbidden");
+        return -EACCES;
+    }
+    *json = strdup(f->json);
+    *len = strlen(f->json);
+    return 0;
+}
+
+static void test_one_guard_a_container(void **st) {
+    (void)st;
+    struct dra_claim c;
+    memset(&c, 0, sizeof(c));
+    strcpy(c.ns, "team");
+    strcpy(c.name, "p-rb-x7");
+    c.n_pods = 1;
+    strcpy(c.pods[0].name, "p");
+    strcpy(c.pods[0].uid, "11111111-1111-1111-1111-111111111111");
+    struct fake_pods f = { POD, 0 };
+    struct dra_claim_source src = { &f, NULL, fake_pod };
+    struct dra_prepared prepared[2];
+    memset(prepared, 0, sizeof(prepared));
+    strcpy(prepared[0].ns, "team");
+    strcpy(prepared[0].name, "a"); /* in main with p-rb-x7, but whole: no guard */
+    strcpy(prepared[1].ns, "team");
+    strcpy(prepared[1].name, "c"); /* guarded, in other containers */
+    strcpy(prepared[1].guard_dir, "/g/claim-c");
+    struct dra_checkpoint cp = { 2, 2, prepared };
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 0);
+    assert_int_equal(f.calls, 1);
+    /* a guarded, prepared: the second guarded claim of main is refused, both named */
+    strcpy(prepared[0].guard_dir, "/g/claim-a");
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), -EBUSY);
+    assert_non_null(strstr(err, "claim team/p-rb-x7: container main of pod p also holds claim a"));
+    /* a's entry only begun (MIG steps pending): not prepared yet */
+    prepared[0].pending = true;
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 0);
+    prepared[0].pending = false;
+    /* the same name in another namespace is another claim */
+    strcpy(prepared[0].ns, "other");
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 0);
+    strcpy(prepared[0].ns, "team");
+    /* a pod not read: not refused, but said */
+    f.json = NULL;
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "pod team/p not read (forbidden)"));
+    src.pod = NULL;
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "reads no pods"));
+    /* a pod made again under the name is not the claim's */
+    f.json = POD;
+    src.pod = fake_pod;
+    strcpy(c.pods[0].uid, "22222222-2222-2222-2222-222222222222");
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 1);
+    /* no pods reserved: nothing to look at */
+    c.n_pods = 0;
+    f.calls = 0;
+    assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 0);
+    assert_int_equal(f.calls, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantities),      cmocka_unit_test(test_time_sliced_share),
         cmocka_unit_test(test_shared_errors),   cmocka_unit_test(test_mps_share),
         cmocka_unit_test(test_whole_gpu_takes_no_share), cmocka_unit_test(test_configs),
-        cmocka_unit_test(test_mig_steps),
+        cmocka_unit_test(test_mig_steps),       cmocka_unit_test(test_pod_claims_beside),
+        cmocka_unit_test(test_reserved_pods),   cmocka_unit_test(test_one_guard_a_container),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
