@@ -11,6 +11,8 @@ values (test_daemonset.py's), on a node of two H100 80GB both given to DRA: GPU 
 - A pod with a shared-GPU claim (examples/dra/claims.yaml's shared template) runs with its guard
   quota equal to the claim's consumedCapacity.memory (test_dra_share.py's check); deleting it
   unprepares the claim (guard files, CDI spec, checkpoint entry gone).
+- Two shared claims in one container: the agent reads the pod with its own token (the chart's
+  get on pods) and refuses the second (test_dra_twoclaims.py's case).
 - helm uninstall: the agent stops (its sockets removed) and the kubelet deletes the node's slices
   of the driver (30 s after the driver's socket went away): none are left.
 
@@ -23,6 +25,7 @@ import time
 import pytest
 import yaml
 
+import test_dra_twoclaims as two
 from dra_util import DRIVER, checkpoint, claim_pod_yaml, claim_spec_file, claim_yaml, slice_devices, slices, \
     wait_gone
 from e2e import NS, E2EError, wait, written
@@ -175,6 +178,23 @@ def test_shared_claim_pod_gets_the_guard_quota_and_is_unprepared(cluster, releas
     wait_gone(claim_spec_file(cluster, uid), 60, "the claim's CDI spec")
     wait(lambda: uid not in checkpoint(cluster), 60, "the claim out of the checkpoint")
     cluster.kubectl("delete", "resourceclaim", "-n", NS, name)
+
+
+def test_two_shared_claims_in_one_container_refused_with_the_charts_rbac(cluster, release):
+    """The DaemonSet's agent reads the claim's pod with its own token (the chart's get on pods):
+    the second shared claim of one container is refused (test_dra_twoclaims.py's case)."""
+    release.deploy("publish")
+    release.ready("publish")
+    wait(lambda: "gpu-0" in _devices_by_sa(cluster), WAIT, "the shared GPU's slice")
+    try:
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
+            [two._claim("a", 10), two._claim("b", 20), two._pod(cluster, "one", {"main": ["a", "b"]})]))
+        want = f"container main of pod {two.PREFIX}one also holds claim {two.PREFIX}"
+        ev = wait(lambda: [e for e in cluster.events(two.PREFIX + "one") if want in e], WAIT,
+                  "the pod's event naming both claims")
+        print(f"DRA DaemonSet: two shared claims in one container: {ev[0][-200:]!r}")
+    finally:
+        two._cleanup(cluster)
 
 
 def test_uninstall_leaves_no_slices(cluster, release):
