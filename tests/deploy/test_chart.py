@@ -1084,3 +1084,14 @@ def test_api_server_address_for_nodes_without_the_service_network():
     assert {"name": "KUBERNETES_SERVICE_PORT", "value": "443"} in agent["env"]
     default = pod_spec(default_objects())
     assert all("KUBERNETES_SERVICE_HOST" not in json.dumps(c) for c in default["initContainers"] + default["containers"])
+
+
+def test_dra_rbac_reads_the_pods_of_a_claim():
+    """With dra.enabled the agent may get pods (a shared claim's pods, read at prepare: one guarded
+    claim a container, docs/dra.md), and only get; without it, nothing on pods."""
+    objs = objects(helmchart.render(DRA))
+    role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{helmchart.RELEASE}-dra")
+    assert [r for r in role["rules"] if "pods" in r["resources"]] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert not any("pods" in r["resources"] for o in default_objects() if o["kind"] == "ClusterRole"
+                   for r in o["rules"])
