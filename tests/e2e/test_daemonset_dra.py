@@ -80,6 +80,9 @@ def release(cluster):
     p = subprocess.run(["bash", AGENT_IMAGE_SH, cluster.dir, IMAGE], capture_output=True, text=True,
                        timeout=300, env=env)
     assert p.returncode == 0, f"agent_image.sh: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    # test_daemonset.py's namespace, deleted without waiting at its end: gone first
+    wait(lambda: cluster.kubectl("get", "namespace", DS_NS, "-o", "jsonpath={.status.phase}",
+                                 check=False).stdout != "Terminating", WAIT, f"namespace {DS_NS} deleted")
     cluster.kubectl("create", "namespace", DS_NS, check=False)
     cluster.kubectl("label", "node", cluster.node_name, "--overwrite", "gpuslice.io/gpu=true")
     # the chart owns the DeviceClasses: none left by a test that applied them by hand
