@@ -46,60 +46,6 @@ static int get_name(const json_t *obj, const char *key, char *dst, size_t len, c
     return 0;
 }
 
-int ex_pod_claims_from_json(const json_t *pod, struct ex_pod_claims *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof(*out));
-    const json_t *rc = json_object_get(json_object_get(pod, "spec"), "resourceClaims");
-    if (!rc || json_is_null(rc))
-        return 0;
-    if (!json_is_array(rc)) {
-        snprintf(err, errlen, "Pod.spec.resourceClaims: not an array");
-        return -EINVAL;
-    }
-    size_t i;
-    const json_t *e;
-    char where[64];
-    json_array_foreach(rc, i, e) {
-        if (out->n == EX_CLAIMS_MAX)
-            break; /* the rest are not judged */
-        struct ex_claim_ref *r = &out->r[out->n];
-        snprintf(where, sizeof(where), "Pod.spec.resourceClaims[%zu]", i);
-        if (!json_is_object(e)) {
-            snprintf(err, errlen, "%s: not an object", where);
-            return -EINVAL;
-        }
-        if (get_name(e, "name", r->entry, sizeof(r->entry), where, err, errlen) != 0) {
-            if (!err[0] || !r->entry[0])
-                snprintf(err, errlen, "%s.name: expected a name of at most %zu characters", where,
-                         sizeof(r->entry) - 1);
-            return -EINVAL;
-        }
-        if (get_name(e, "resourceClaimName", r->claim, sizeof(r->claim), where, err, errlen) < 0 ||
-            get_name(e, "resourceClaimTemplateName", r->tmpl, sizeof(r->tmpl), where, err, errlen) < 0)
-            return -EINVAL;
-        if (!r->claim[0] == !r->tmpl[0]) {
-            snprintf(err, errlen, "%s: exactly one of resourceClaimName and resourceClaimTemplateName", where);
-            return -EINVAL;
-        }
-        out->n++;
-    }
-    /* the claims made from templates: status.resourceClaimStatuses[] {name, resourceClaimName} */
-    const json_t *st = json_object_get(json_object_get(pod, "status"), "resourceClaimStatuses");
-    if (st && !json_is_null(st) && !json_is_array(st)) {
-        snprintf(err, errlen, "Pod.status.resourceClaimStatuses: not an array");
-        return -EINVAL;
-    }
-    json_array_foreach(st, i, e) {
-        const char *name = json_string_value(json_object_get(e, "name"));
-        const char *claim = json_string_value(json_object_get(e, "resourceClaimName"));
-        if (!name || !claim || strlen(claim) >= EX_NAME_MAX)
-            continue; /* not made yet (or not ours to read) */
-        for (int k = 0; k < out->n; k++)
-            if (out->r[k].tmpl[0] && strcmp(out->r[k].entry, name) == 0)
-                memcpy(out->r[k].claim, claim, strlen(claim) + 1);
-    }
-    return 0;
-}
-
 /* a typed attribute (attributes[name] or attributes["DRIVER/name"]) */
 static const json_t *attr(const json_t *attrs, const char *driver, const char *name, const char *type) {
     const json_t *a = json_object_get(attrs, name);
@@ -414,8 +360,8 @@ static bool current(const struct ex_dra *d, size_t k, size_t from, size_t to) {
     return d->slices[k].generation == newest(d, from, to, d->slices[k].pool);
 }
 
-static struct ex_dra_dev *find_device(struct ex_dra *d, const char *pool, const char *device) {
-    for (size_t k = 0; k < d->n_slices; k++) {
+static struct ex_dra_dev *device_in(struct ex_dra *d, size_t from, size_t to, const char *pool, const char *device) {
+    for (size_t k = from; k < to; k++) {
         struct ex_dra_slice *s = &d->slices[k];
         if (strcmp(s->pool, pool) != 0)
             continue;
@@ -424,6 +370,15 @@ static struct ex_dra_dev *find_device(struct ex_dra *d, const char *pool, const 
                 return &s->dev[i];
     }
     return NULL;
+}
+
+/* the device of pool: among the slices of the node named as the pool first (gpuslice names its
+ * pool after the node), else all */
+static struct ex_dra_dev *find_device(struct ex_dra *d, const char *pool, const char *device) {
+    size_t from, to;
+    node_range(d, pool, &from, &to);
+    struct ex_dra_dev *v = device_in(d, from, to, pool, device);
+    return v ? v : device_in(d, 0, d->n_slices, pool, device);
 }
 
 /* adds (sign 1) or takes out (-1) the claim's results on the devices */

@@ -13,8 +13,8 @@
  *     consumedCapacity), counted against each device;
  *   - the ResourceClaimTemplates (spec.spec.devices.requests), for a pod whose claim is not made
  *     yet.
- * A pod's claims (pod.spec.resourceClaims: resourceClaimName, or resourceClaimTemplateName with
- * the generated name from pod.status.resourceClaimStatuses) are judged per node: each request of
+ * A pod's claims (podclaims.h: pod.spec.resourceClaims, a resourceClaimName, or a
+ * resourceClaimTemplateName with the name made in pod.status.resourceClaimStatuses) are judged per node: each request of
  * a whole-GPU or shared class must find a device of its class with what it asks free (a shared
  * request: each capacity, after the device's requestPolicy, within the device's capacity less the
  * consumedCapacity of the claims allocated there). The scheduler's DRA allocator still picks the
@@ -97,10 +97,6 @@ struct ex_dra {
 /* An empty state for driver (NULL: EX_DRA_DRIVER). */
 void ex_dra_init(struct ex_dra *d, const char *driver);
 void ex_dra_free(struct ex_dra *d);
-
-/* The pod's claims from pod.spec.resourceClaims and pod.status.resourceClaimStatuses (the first
- * EX_CLAIMS_MAX; the rest are not judged). -EINVAL with the field in err. */
-int ex_pod_claims_from_json(const json_t *pod, struct ex_pod_claims *out, char *err, size_t errlen);
 
 /* A ResourceSlice: 1 (the driver's, with a node: into *out, its devices malloc'd), 0 (another
  * driver's, or not a node's), -EINVAL/-ENOMEM with the field in err. */

@@ -1,7 +1,7 @@
 /* wire.c: the extender API's JSON (wire.h). Pure. */
 #include "extender/wire.h"
 
-#include "extender/claims.h"
+#include "extender/podclaims.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -190,7 +190,7 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
     }
     out->gpus = (int)gpus;
     out->compute_pct = (int)compute;
-    return ex_pod_claims_from_json(pod, &out->claims, err, errlen); /* claims.h */
+    return ex_pod_claims_from_json(pod, &out->claims, err, errlen); /* podclaims.h */
 }
 
 /* A JSON scanner for ExtenderArgs' top level: with 1,213 nodes the node names are most of the
