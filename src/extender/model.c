@@ -350,14 +350,24 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
         lo = s < lo ? s : lo;
         hi = s > hi ? s : hi;
     }
-    /* the best raw score alone gets 10, the others 1..9 linearly (rounded down, in double: raw
-     * scores may span more than int64 products hold), so the scheduler's pick among the nodes of
-     * its top score is the engine's argmax up to exact ties; 0 for a node that does not fit */
+    /* exact ties of the best raw score (FGD's is an integer 0..100: hundreds of nodes tie) go to
+     * the smallest node name, as in the FGD paper's simulator; the scheduler would pick among
+     * them at random, and spreading a workload over the tied nodes fragments it (`replay`'s FGD
+     * with random ties: about 90 % allocated at 100 % arrived where it reaches 95, docs/fragmentation.md) */
+    size_t top = n;
+    for (size_t k = 0; k < n; k++)
+        if (scores[k] != INT64_MIN && scores[k] == hi && (top == n || strcmp(nodes[k], nodes[top]) < 0))
+            top = k;
+    /* that node alone gets 10, the others 1..9 linearly (rounded down, in double: raw scores may
+     * span more than int64 products hold; the rest of the tie 9), so the scheduler's pick is the
+     * engine's argmax; 0 for a node that does not fit */
     for (size_t k = 0; k < n; k++) {
         if (scores[k] == INT64_MIN)
             scores[k] = 0;
-        else if (scores[k] == hi)
+        else if (k == top)
             scores[k] = EX_MAX_PRIORITY;
+        else if (scores[k] == hi)
+            scores[k] = EX_MAX_PRIORITY - 1;
         else {
             double f = ((double)scores[k] - (double)lo) / ((double)hi - (double)lo); /* [0, 1) */
             int64_t v = 1 + (int64_t)(f * (EX_MAX_PRIORITY - 1));

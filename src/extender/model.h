@@ -9,8 +9,9 @@
  *
  *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
  *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
- *   prioritize  the policy's score of each fitting node (pl_score_node): 10 for the node(s) of the best
- *               raw score only, the others mapped linearly onto 1..9, 0 for a node that does not fit.
+ *   prioritize  the policy's score of each fitting node (pl_score_node): 10 for one node, the best raw
+ *               score's (exact ties: the smallest name, as the FGD paper's simulator breaks them), the
+ *               others mapped linearly onto 1..9, 0 for a node that does not fit.
  *   bind        the GPU(s) the pod takes on the chosen node (the policy's choice), committed. */
 #ifndef GS_EXTENDER_MODEL_H
 #define GS_EXTENDER_MODEL_H

@@ -153,9 +153,9 @@ static void test_prioritize_follows_engine(void **state) {
     }
 }
 
-/* Only the node(s) of the best raw score get 10: with 1..10 over the whole range, rounded (the
- * mapping before), every node within 1/18 of the range from the best tied at 10 and the scheduler
- * picked among them at random. The nodes here differ slightly (the top ones) and one is far worse,
+/* Only one node, of the best raw score, gets 10 (exact ties: the smallest name): with 1..10 over
+ * the whole range, rounded (the mapping before), every node within 1/18 of the range from the best
+ * tied at 10 and the scheduler picked among them at random. The nodes here differ slightly (the top ones) and one is far worse,
  * so that mapping would tie several; the test checks it would, so it cannot pass vacuously. */
 static void test_prioritize_only_best_is_top(void **state) {
     (void)state;
@@ -193,10 +193,29 @@ static void test_prioritize_only_best_is_top(void **state) {
             hi = raw[i] > hi ? raw[i] : hi;
         }
         assert_true(hi > lo);
+        /* one node gets 10: of those with the best raw score, the smallest name (in any order of
+         * the request's names); the rest of that tie 9 */
+        int top = -1, n_tied = 0;
+        for (int i = 0; i < N; i++)
+            if (raw[i] == hi) {
+                n_tied++;
+                if (top < 0 || strcmp(names[i], names[top]) < 0)
+                    top = i;
+            }
+        if (k == 0)
+            assert_true(n_tied >= 2); /* FGD's integer score ties here: the tie-break is tested */
+        const char *rev[N];
+        int64_t rsc[N];
+        for (int i = 0; i < N; i++)
+            rev[i] = names[N - 1 - i];
+        ex_prioritize(&m, &p, rev, N, rsc);
         int old_top = 0, old_top_not_best = 0;
         for (int i = 0; i < N; i++) {
-            /* 10 exactly where the raw score is the best; 1..9 elsewhere, in the engine's order */
-            assert_int_equal(sc[i] == EX_MAX_PRIORITY, raw[i] == hi);
+            /* 10 for that node only; 1..9 elsewhere, in the engine's order */
+            assert_int_equal(sc[i] == EX_MAX_PRIORITY, i == top);
+            assert_int_equal(rsc[N - 1 - i], sc[i]);
+            if (raw[i] == hi && i != top)
+                assert_int_equal(sc[i], EX_MAX_PRIORITY - 1);
             assert_in_range(sc[i], 1, EX_MAX_PRIORITY);
             for (int j = 0; j < N; j++)
                 if (raw[i] > raw[j])
