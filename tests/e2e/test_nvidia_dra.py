@@ -306,9 +306,34 @@ def _alloc_script(name, n):
             f"/opt/gs/guard_app alloc 1G {n} | sed 's/^/alloc /'\necho done\n}} > /out/{name} 2>&1\nsleep 3600")
 
 
-def test_what_each_enforces_two_pods_on_one_nvidia_gpu_and_a_gpuslice_share(cluster, agent, nvdra):
-    """NVIDIA's: two pods on one GPU through one claim, each allocates 22 GiB and gets it all;
-    gpuslice's: a 20Gi claim of its shared class, the same 22 GiB refused past the share."""
+def test_two_pods_on_one_nvidia_claim_allocate_without_limit(cluster, nvdra):
+    """NVIDIA's sharing: two pods on one GPU through one claim; each allocates 22 GiB and gets it
+    all (guard_app runs without a guard here, so in a sanitizer build too)."""
+    p, _, out = nvdra
+    _image(cluster)
+    env = {"FAKE_CUDA_TOTAL_MIB": str(80 * 1024)}  # the simulated CUDA driver: a whole H100 free
+    create(cluster, nv_claim("shared"),
+           claim_pod(cluster, "nv-a", "shared", _alloc_script("nv-a", 22), out, IMAGE, env),
+           claim_pod(cluster, "nv-b", "shared", _alloc_script("nv-b", 22), out, IMAGE, env))
+    for name in ("nv-a", "nv-b"):
+        cluster.wait_phase(PREFIX + name, ("Running",), timeout=180)
+    nv = cluster.get("resourceclaim", "-n", NS, PREFIX + "shared")
+    (r,) = nv["status"]["allocation"]["devices"]["results"]
+    assert r["driver"] == DRIVER and r["device"].startswith("gpu-"), r
+    users = sorted(u["name"] for u in nv["status"].get("reservedFor") or [])
+    assert users == [PREFIX + "nv-a", PREFIX + "nv-b"], users   # one claim, one GPU, two pods
+    for name in ("nv-a", "nv-b"):
+        msg = written(out, name)
+        got = _kv(msg, "alloc")
+        assert not [line for line in msg.splitlines() if line.startswith("preload ")], msg
+        assert got.get("ok") == "22" and got.get("first_err") == "0", msg
+        print(f"NVIDIA DRA, pod {name} on {r['device']} (the claim shared by both pods): 22 x 1 GiB asked, "
+              f"{got['ok']} allocated")
+
+
+def test_beside_it_a_gpuslice_share_is_enforced(cluster, agent, nvdra):
+    """gpuslice's agent on the same kubelet while NVIDIA's plugin serves: a 20Gi claim of its
+    shared class, the same 22 GiB refused past the share."""
     if os.environ.get("GS_SANITIZED") == "1":
         pytest.skip("sanitizer build: guard_app carries ASan/UBSan, whose runtime cannot start after the "
                     "preloaded guard (test_guard.py); this runs in the normal build's e2e stage")
@@ -321,25 +346,11 @@ def test_what_each_enforces_two_pods_on_one_nvidia_gpu_and_a_gpuslice_share(clus
     a = agent(gs_node, GS_POLICY, dra_args(cluster) + ["--cdi-hook", ""])
     try:
         wait(lambda: "gpu-0" in slice_devices(slices(cluster)), 120, "gpuslice's ResourceSlice (gpu-0)")
-        env = {"FAKE_CUDA_TOTAL_MIB": str(80 * 1024)}  # the simulated CUDA driver: a whole H100 free
-        create(cluster, nv_claim("shared"), gs_claim("gs20", 20),
-               claim_pod(cluster, "nv-a", "shared", _alloc_script("nv-a", 22), out, IMAGE, env),
-               claim_pod(cluster, "nv-b", "shared", _alloc_script("nv-b", 22), out, IMAGE, env),
-               claim_pod(cluster, "gs20", "gs20", _alloc_script("gs20", 22), out, IMAGE, env))
-        for name in ("nv-a", "nv-b", "gs20"):
-            cluster.wait_phase(PREFIX + name, ("Running",), timeout=180)
-        nv = cluster.get("resourceclaim", "-n", NS, PREFIX + "shared")
-        (r,) = nv["status"]["allocation"]["devices"]["results"]
-        assert r["driver"] == DRIVER and r["device"].startswith("gpu-"), r
-        users = sorted(u["name"] for u in nv["status"].get("reservedFor") or [])
-        assert users == [PREFIX + "nv-a", PREFIX + "nv-b"], users   # one claim, one GPU, two pods
-        for name in ("nv-a", "nv-b"):
-            msg = written(out, name)
-            got = _kv(msg, "alloc")
-            assert not [line for line in msg.splitlines() if line.startswith("preload ")], msg
-            assert got.get("ok") == "22" and got.get("first_err") == "0", msg
-            print(f"NVIDIA DRA, pod {name} on {r['device']} (the claim shared by both pods): 22 x 1 GiB asked, "
-                  f"{got['ok']} allocated")
+        env = {"FAKE_CUDA_TOTAL_MIB": str(80 * 1024)}
+        create(cluster, gs_claim("gs20", 20), claim_pod(cluster, "gs20", "gs20", _alloc_script("gs20", 22), out,
+                                                        IMAGE, env))
+        cluster.wait_phase(PREFIX + "gs20", ("Running",), timeout=180)
+        p.alive_or_fail()
         msg = written(out, "gs20")
         got = _kv(msg, "alloc")
         preload = [line.split(" ", 1)[1] for line in msg.splitlines() if line.startswith("preload ")]
