@@ -59,10 +59,15 @@ static bool subset(const json_t *want, const json_t *have) {
     return json_equal(want, have);
 }
 
-/* subset() looks at want's keys only: a device's taints the API server still has but want no
- * longer does (its GPU healthy again) are a change too. */
-static bool taints_differ(const json_t *want_spec, const json_t *have_spec) {
+/* subset() looks at want's keys only: what the API server still has but want no longer does is
+ * a change too: devices or counter sets where want has none (an empty pool: every GPU left DRA),
+ * a device's taints (its GPU healthy again). */
+static bool lists_differ(const json_t *want_spec, const json_t *have_spec) {
     const json_t *wd = json_object_get(want_spec, "devices"), *hd = json_object_get(have_spec, "devices");
+    if (json_array_size(wd) != json_array_size(hd) ||
+        json_array_size(json_object_get(want_spec, "sharedCounters")) !=
+            json_array_size(json_object_get(have_spec, "sharedCounters")))
+        return true;
     for (size_t i = 0; i < json_array_size(hd); i++)
         if (json_array_size(json_object_get(json_array_get(hd, i), "taints")) !=
             json_array_size(json_object_get(json_array_get(wd, i), "taints")))
@@ -99,7 +104,7 @@ static bool in_place(json_t *want, const json_t *items, long long gen) {
         const json_t *have = find_named(items, kube_meta(w, "name"));
         set_generation(w, gen);
         if (!have || pool_generation(have) != gen || !subset(json_object_get(w, "spec"), json_object_get(have, "spec")) ||
-            taints_differ(json_object_get(w, "spec"), json_object_get(have, "spec")))
+            lists_differ(json_object_get(w, "spec"), json_object_get(have, "spec")))
             return false;
     }
     return true;

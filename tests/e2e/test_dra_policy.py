@@ -10,7 +10,7 @@ two-T4 node gives DRA both GPUs, then the policy changes so GPU 1 leaves DRA.
   so, and the kubelet's retry prepares the claim (the pod runs).
 - A forged allocation on GPU 1 (written into the claim's status, with the pod it is reserved for,
   the pod bound to the node by its spec) after the running agent reloaded a policy without it:
-  refused alike."""
+  refused alike; the policy reloaded without the key: the slice lists no device."""
 import json
 
 import yaml
@@ -22,6 +22,7 @@ from e2e import NS, wait
 BOTH = ("version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n"
         "gpuslice:\n  dra:\n    gpus: [\"0\", \"1\"]\n")
 ONLY0 = BOTH.replace('[\"0\", \"1\"]', '[\"0\"]')
+NONE = BOTH.split("gpuslice:")[0]
 SLEEP = "sleep 3600"
 PREFIX = "drapol-"
 
@@ -92,6 +93,10 @@ def test_prepare_refuses_a_gpu_the_policy_took_from_dra(cluster, agent):
         ev = wait(lambda: _refused(cluster, forged, "gpu-1"), 180, "the refusal of the forged allocation")
         assert f"ResourceClaim {forged}" in ev, ev
         assert cluster.pod(forged)["status"]["phase"] == "Pending"
+
+        # reloaded without the key: the agent's DRA driver serves no GPU, its slice lists none
+        a.write_policy(NONE)
+        wait(lambda: slices(cluster) and slice_devices(slices(cluster)) == [], 60, "a slice without devices")
     finally:
         delete_pods_and_claims(cluster, PREFIX)
         a.stop()
