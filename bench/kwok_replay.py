@@ -33,11 +33,14 @@ Pods are created one at a time in that order (so the scheduler's queue, ordered 
 replay's order), at most --window of them without an outcome yet: the scheduler's throughput, not
 the harness's, sets the pace (the mean depth of its queue is reported). A pod the scheduler finds
 unschedulable is deleted, as `replay` drops a pod that fits nowhere (the replay never retries one;
-since pods never leave, a retry could not succeed either). With the extender, a second extender
-entry (this script's bind shim) takes the scheduler's bind: it passes it to `gpuslice extender`'s
-/bind (which records the GPU choice in its model) and then creates the pod's Binding in the API
-server, because the extender's own source is still its snapshot (--snapshot, the trace's node list)
-and it does not write to the API server yet (docs/extender.md).
+since pods never leave, a retry could not succeed either). --ext-source api runs the extender as a
+deployment runs it: `gpuslice extender --kubeconfig` takes the nodes from the labels above and the
+pods from the API server as they bind, and a second extender entry sends the scheduler's bind to
+its /bind, which records the GPU and writes the Binding; the script waits for its model to hold
+every node before it starts the scheduler (slow for now: the extender's one server thread waits on
+each Binding's POST, docs/benchmarks.md). --ext-source snapshot (the default): the extender on the
+trace's node list (--snapshot), its model knowing the pods only from the scheduler's calls, and the
+bind through this script's shim (the extender's /bind, then the Binding created here).
 
 For each run: the GPU allocation ratio at 100 % arrived workload (FGD's metric, as `replay`
 computes it: per 1 % bucket of arrived GPU request, the mean over the pod events in it), as the
@@ -496,8 +499,9 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
     try:
         env = dict(os.environ, PATH=cl.path)
         if run in POLICY:
-            cmd = [a.gpuslice, "extender", "--snapshot", a.nodes_csv, "--listen", "127.0.0.1:0", "--policy",
-                   POLICY[run]]
+            api_src = a.ext_source == "api"
+            src = ["--kubeconfig", os.path.join(cl.dir, "admin.kubeconfig")] if api_src else ["--snapshot", a.nodes_csv]
+            cmd = [a.gpuslice, "extender", *src, "--listen", "127.0.0.1:0", "--policy", POLICY[run]]
             if run == "fgd":
                 cmd += ["--workload", a.wl_files[workload]]
             ext = Proc(cl.dir, "kwok-extender", cmd)
@@ -506,8 +510,18 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
             if m == "dead":
                 raise BenchError(f"the extender exited:\n{ext.tail()}")
             ext_port = int(m.group(1))
-            shim = BindShim(cl.dir, cl.api_port, ext_port)
-            conf = sched_config(cl.dir, run, a.out, ext_port, shim.port)
+            if api_src:  # its own bind writes the Binding; GPU pods are unresolvable until it has the nodes
+                def listed():
+                    if not ext.alive():
+                        raise BenchError(f"the extender exited:\n{ext.tail()}")
+                    t = scrape(lambda: http.client.HTTPConnection("127.0.0.1", ext_port, timeout=10))
+                    n = re.search(r"^gpuslice_extender_nodes (\d+)$", t, re.M)
+                    return n and int(n.group(1)) >= len(nodes)
+                wait(listed, 300, "the extender to list the nodes from the API server", 1)
+                conf = sched_config(cl.dir, run, a.out, ext_port, ext_port)
+            else:
+                shim = BindShim(cl.dir, cl.api_port, ext_port)
+                conf = sched_config(cl.dir, run, a.out, ext_port, shim.port)
         else:
             conf = sched_config(cl.dir, run, a.out)
         r = subprocess.run(["bash", CLUSTER_SH, "restart-scheduler", cl.dir], capture_output=True, text=True,
@@ -611,6 +625,7 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
             res[f"ext_{verb}_mean_us"] = round(1e6 * eh["sum"] / eh["count"], 1) if eh["count"] else None
             q = quantile_bound(eh, 0.99)
             res[f"ext_{verb}_p99_le_us"] = None if q is None else (round(1e6 * q) if q != math.inf else "inf")
+        res["ext_source"] = a.ext_source
         res["bind_shim_errors"] = len(shim.errors) if shim else 0
         res["replay_alloc_at_100"] = figs[POLICY[run]].get("alloc_at_100")
         rn = figs[POLICY[run]]["nodes"]
@@ -735,12 +750,15 @@ def main():
     ap.add_argument("--trace-dir", default=os.path.join(ROOT, "..", "shared", "traces", "alibaba-gpu-v2023"))
     ap.add_argument("--variants-dir", help="where bench/make_variants.py wrote variants (gpuspec33 ...)")
     ap.add_argument("--workloads", default="default")
-    ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--runs", default=",".join(RUNS), help="RUN (every workload) or WORKLOAD/RUN, comma-separated")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--max-pct", type=int, default=100, help="replay the events up to this arrived %% bucket")
     ap.add_argument("--window", type=int, default=200, help="pods created without an outcome yet, at most")
     ap.add_argument("--stall", type=float, default=180, help="seconds without any pod outcome: fail")
     ap.add_argument("--pod-stages", action="store_true", help="kwok's pod-ready Stage too (bound pods Running)")
+    ap.add_argument("--ext-source", choices=("api", "snapshot"), default="snapshot",
+                    help="the extender's nodes and pods: the API server (--kubeconfig; its own bind writes the "
+                         "Binding) or the trace's node list (--snapshot, with this script's bind shim)")
     ap.add_argument("--lease-seconds", type=int, default=None,
                     help="kwok's node lease (renewed every quarter of it); default 1200 in the script's own "
                          "cluster (its controller-manager's --node-monitor-grace-period is 3600s), else 120")
@@ -748,9 +766,9 @@ def main():
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     a.runs = a.runs.split(",")
-    for r in a.runs:
-        if r not in RUNS:
-            ap.error(f"--runs: {r!r}: expected some of {', '.join(RUNS)}")
+    for r in a.runs:  # RUN for every workload, or WORKLOAD/RUN for that one
+        if r.split("/")[-1] not in RUNS or r.count("/") > 1:
+            ap.error(f"--runs: {r!r}: expected some of {', '.join(RUNS)}, each alone or as WORKLOAD/RUN")
     a.gpuslice = os.path.abspath(os.path.join(a.build, "gpuslice"))
     a.nodes_csv = os.path.abspath(os.path.join(a.trace_dir, "openb_node_list_gpu_node.csv"))
     a.out = os.path.abspath(a.out or os.path.join(a.build, "kwok-replay"))
@@ -810,7 +828,8 @@ def main():
             pods_by_name = {p["name"]: p for p in read_csv(f)}
             log(f"{w}: {len(events)} pods up to {a.max_pct} % arrived (of {len(order)} events); replay seed {a.seed}: "
                 f"fgd {figs['fgd'].get('alloc_at_100')}, gpuslice {figs['gpuslice'].get('alloc_at_100')}")
-            for run in a.runs:
+            wruns = [r.split("/")[-1] for r in a.runs if "/" not in r or r.split("/")[0] == w]
+            for run in wruns:
                 t0 = time.monotonic()
                 res = one_run(a, cl, w, run, [dict(e) for e in events], pods_by_name, nodes, total_milli, figs)
                 res["run_s"] = round(time.monotonic() - t0, 1)
@@ -820,10 +839,10 @@ def main():
                     raise BenchError(f"kwok exited:\n{kwok.tail()}")
                 if a.json:
                     with open(a.json, "w") as jf:
-                        json.dump({"seed": a.seed, "max_pct": a.max_pct, "window": a.window,
+                        json.dump({"seed": a.seed, "max_pct": a.max_pct, "window": a.window, "ext_source": a.ext_source,
                                    "pod_stages": a.pod_stages, "results": results}, jf, indent=1)
             if a.max_pct >= 100:
-                png = plot(a.out, w, [r for r in a.runs])
+                png = plot(a.out, w, wruns)
                 log(f"plot: {png or 'none (neither matplotlib nor gnuplot); the CSVs are in ' + a.out}")
         delete_all_pods(api)
         print(table(results))
