@@ -3,6 +3,7 @@
 #include "cli/kubeyaml.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,9 +91,12 @@ static int scalar(struct gs_yaml *y, yaml_node_t *node, const char *path, json_t
         if (errno == ERANGE)
             return gs_yaml_error(y, node, path, "%s is out of range of a 64-bit integer", s);
         *out = json_integer(v);
-    } else if (is_real(s))
-        *out = json_real(strtod(s, NULL));
-    else if (is_other_number(s))
+    } else if (is_real(s)) {
+        double v = strtod(s, NULL);
+        if (!isfinite(v)) /* 1e999: JSON has no infinity (jansson's json_real refuses one) */
+            return gs_yaml_error(y, node, path, "%s is out of range of a double", s);
+        *out = json_real(v);
+    } else if (is_other_number(s))
         return gs_yaml_error(y, node, path,
                              "'%s' is a number to kubectl's YAML (1.1) but not a plain decimal: quote it for a "
                              "string, or write the number in decimal", s);

@@ -106,6 +106,10 @@ static void test_ambiguous_numbers_refused(void **state) {
     }
     assert_error("spec:\n  replicas: 9223372036854775808\n",
                  "o.yaml:2:13: spec.replicas: 9223372036854775808 is out of range of a 64-bit integer");
+    /* fuzz_kubeyaml: a real past a double's range was refused as "not valid UTF-8" */
+    assert_error("a: 1e999\n", "o.yaml:1:4: a: 1e999 is out of range of a double");
+    assert_error("a: [-1.5E+400]\n", "o.yaml:1:5: a[0]: -1.5E+400 is out of range of a double");
+    assert_json("a: 1e308\nb: 1e-400\n", "{\"a\": 1e308, \"b\": 0.0}");
 }
 
 static void test_errors_name_the_line_and_field(void **state) {
