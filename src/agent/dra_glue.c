@@ -10,16 +10,14 @@
 #include "dra/apiserver.h"
 #include "dra/slices.h"
 #include "util/log.h"
+#include "util/util.h"
 
-/* --node-name, else $NODE_NAME, else the host name (as the Node's name in the API server). */
+/* --node-name, else $NODE_NAME, else the lower-cased host name (util.h's gs_node_name: the Node's
+ * name in the API server); worked out once, "" when there is none. */
 static const char *node_name(struct agent *a) {
-    if (a->o->node_name && a->o->node_name[0])
-        return a->o->node_name;
-    const char *env = getenv("NODE_NAME");
-    if (env && env[0])
-        return env;
-    if (!a->dra_node[0] && gethostname(a->dra_node, sizeof(a->dra_node) - 1) < 0)
-        a->dra_node[0] = 0;
+    char err[512];
+    if (!a->dra_node[0] && gs_node_name(a->o->node_name, a->dra_node, sizeof(a->dra_node), NULL, err, sizeof(err)) < 0)
+        log_error("DRA: no Node name: %s", err);
     return a->dra_node;
 }
 

@@ -259,11 +259,8 @@ int frac_list_pods(struct frac_state *st, const struct agent_options *o, json_t 
     char err[512];
     if (!st->kube_tried) {
         st->kube_tried = true;
-        const char *node = o->node_name ? o->node_name : getenv("NODE_NAME");
-        if (node && *node)
-            gs_strlcpy(st->node, node, sizeof(st->node));
-        else if (gethostname(st->node, sizeof(st->node) - 1) < 0)
-            st->node[0] = '\0';
+        if (gs_node_name(o->node_name, st->node, sizeof(st->node), NULL, err, sizeof(err)) < 0)
+            log_warn("Fractional GPUs: no Node name (%s): the extender's GPU is not known", err);
         if (!o->kubeconfig && !getenv("KUBERNETES_SERVICE_HOST")) {
             log_info("Fractional GPUs: no --kubeconfig and not in a cluster: the extender's GPU is not known, a "
                      "container's memory and compute are paired by time (docs/fractional.md)");

@@ -225,13 +225,9 @@ void agent_migmgr_start(struct agent *a) {
         goto off;
     t->efd = -1;
     pthread_mutex_init(&t->lock, NULL);
-    const char *env = getenv("NODE_NAME");
-    if (o->node_name || (env && env[0]))
-        gs_strlcpy(t->node, o->node_name ? o->node_name : env, sizeof(t->node));
-    else if (gethostname(t->node, sizeof(t->node) - 1) == 0)
-        for (char *p = t->node; *p; p++)
-            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p); /* the kubelet's default name */
-    int r = open_client(o, &t->client, why, sizeof(why));
+    int r = gs_node_name(o->node_name, t->node, sizeof(t->node), NULL, why, sizeof(why));
+    if (r == 0)
+        r = open_client(o, &t->client, why, sizeof(why));
     if (r == 0 && (r = kube_path(t->path, sizeof(t->path), "v1", NULL, "nodes", t->node)) < 0)
         snprintf(why, sizeof(why), "'%s' is not a Node name (--node-name, NODE_NAME)", t->node);
     if (r == 0 && (r = kube_cancel_new(&t->cancel)) == 0 && (t->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)

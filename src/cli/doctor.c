@@ -503,28 +503,6 @@ static void check_operator(struct doc *d) {
             label);
 }
 
-/* The Node's name as the agent takes it: --node-name, $NODE_NAME (the chart's, from
- * spec.nodeName), else the host name (the kubelet's default). */
-static const char *node_name(const struct doc *d, char *buf, size_t len, const char **from) {
-    const char *env = getenv("NODE_NAME");
-    if (d->node_name) {
-        *from = "--node-name";
-        return d->node_name;
-    }
-    if (env && env[0]) {
-        *from = "NODE_NAME";
-        return env;
-    }
-    *from = "the host name";
-    if (gethostname(buf, len) < 0)
-        buf[0] = '\0';
-    buf[len - 1] = '\0';
-    for (char *p = buf; *p; p++)
-        if (*p >= 'A' && *p <= 'Z')
-            *p = (char)(*p - 'A' + 'a');
-    return buf;
-}
-
 /* DRA: resource.k8s.io/v1 served, and a SelfSubjectAccessReview of creating ResourceSlices. */
 static void ask_dra(struct kube_client *c, struct gs_doc_api *a, char *api_err, char *sar_err, size_t errlen,
                     json_t **sar) {
@@ -581,13 +559,15 @@ static void check_api(struct doc *d) {
     }
     a.server = server;
     a.source = source;
-    a.node = node_name(d, host, sizeof(host), &a.node_from);
+    a.node = host;
     json_t *node = NULL, *sar = NULL;
-    a.node_r = kube_path(path, sizeof(path), "v1", NULL, "nodes", a.node);
-    if (a.node_r == 0)
-        a.node_r = kube_get(c, path, &node, node_err, sizeof(node_err));
-    else
+    /* the Node's name as the agent takes it: --node-name, $NODE_NAME (the chart's, from
+     * spec.nodeName), else the lower-cased host name (the kubelet's default) */
+    a.node_r = gs_node_name(d->node_name, host, sizeof(host), &a.node_from, node_err, sizeof(node_err));
+    if (a.node_r == 0 && (a.node_r = kube_path(path, sizeof(path), "v1", NULL, "nodes", a.node)) < 0)
         snprintf(node_err, sizeof(node_err), "'%s' is not a Node name", a.node);
+    else if (a.node_r == 0)
+        a.node_r = kube_get(c, path, &node, node_err, sizeof(node_err));
     a.node_err = node_err;
     a.mig_label = json_string_value(json_object_get(json_object_get(json_object_get(node, "metadata"), "labels"),
                                                     GS_DOC_MIG_LABEL));
@@ -718,9 +698,11 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     check_operator(&d);
     check_api(&d);
     if (d.extender) {
-        char host[256];
+        char host[256], why[512];
         const char *from;
-        gs_doc_check_extender(&d.rep, d.extender, node_name(&d, host, sizeof(host), &from));
+        if (gs_node_name(d.node_name, host, sizeof(host), &from, why, sizeof(why)) < 0)
+            fprintf(stderr, "gpuslice doctor: the extender's check without a Node: %s\n", why);
+        gs_doc_check_extender(&d.rep, d.extender, host);
     }
     if (as_json) {
         char *s = gs_doc_json(&d.rep);

@@ -33,7 +33,7 @@ static int dra_slices(const struct cli *cli, int argc, char **argv) {
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *config = NULL, *node = getenv("NODE_NAME"), *driver = GS_DRA_DRIVER_DEFAULT;
+    const char *config = NULL, *node = NULL, *driver = GS_DRA_DRIVER_DEFAULT;
     unsigned long long generation = 1;
     int c;
     while ((c = getopt_long(argc, argv, "c:n:d:g:h", opts, NULL)) != -1) {
@@ -52,13 +52,10 @@ static int dra_slices(const struct cli *cli, int argc, char **argv) {
     }
     if (cli_no_more_args("dra slices", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
-    char host[HOST_NAME_MAX + 1];
-    if (!node || !node[0]) {
-        if (gethostname(host, sizeof(host)) < 0)
-            return cli_usage_error("dra slices", "no --node, no $NODE_NAME and no host name");
-        host[sizeof(host) - 1] = 0;
-        node = host;
-    }
+    char host[HOST_NAME_MAX + 1], why[512];
+    if (gs_node_name(node, host, sizeof(host), NULL, why, sizeof(why)) < 0)
+        return cli_usage_error("dra slices", "%s", why);
+    node = host;
     struct gs_policy *policy = malloc(sizeof(*policy));
     if (!policy) {
         fprintf(stderr, "gpuslice: out of memory\n");

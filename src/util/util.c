@@ -304,6 +304,74 @@ int gs_remove_tree(const char *dir) {
     return gs_remove_tree_at(pfd, slash + 1);
 }
 
+int gs_dns_subdomain_check(const char *name, char *err, size_t errlen) {
+    size_t n = strlen(name);
+    const char *why = NULL;
+    if (!n)
+        why = "empty";
+    else if (n > 253)
+        why = "longer than 253 characters";
+    for (size_t i = 0; !why && i < n; i++) {
+        char c = name[i], prev = i ? name[i - 1] : '.', next = i + 1 < n ? name[i + 1] : '.';
+        if (c == '.' && prev == '.')
+            why = i ? "an empty label, \"..\"" : "starting with '.'";
+        else if (c == '-' && (prev == '.' || next == '.'))
+            why = "a label starting or ending with '-'";
+        else if (c != '.' && c != '-' && !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9'))
+            why = c >= 'A' && c <= 'Z' ? "an upper-case letter" : "a character other than a-z, 0-9, '-' and '.'";
+    }
+    if (!why && name[n - 1] == '.')
+        why = "ending with '.'";
+    if (!why)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "not a DNS-1123 subdomain (%s)", why);
+    return -EINVAL;
+}
+
+int gs_node_name_pick(const char *flag, const char *env, const char *host, char *out, size_t len, const char **from,
+                      char *err, size_t errlen) {
+    const char *src = "the host name", *name = host;
+    if (flag && flag[0])
+        src = "--node-name", name = flag;
+    else if (env && env[0])
+        src = "NODE_NAME", name = env;
+    if (from)
+        *from = src;
+    if (len)
+        out[0] = '\0';
+    char why[128];
+    if (!name || !name[0]) {
+        if (err && errlen)
+            snprintf(err, errlen, "no --node-name, no $NODE_NAME and no host name");
+        return -EINVAL;
+    }
+    if (name == env && gs_dns_subdomain_check(env, why, sizeof(why)) < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "$NODE_NAME '%.256s' is %s: not a Node name", env, why);
+        return -EINVAL;
+    }
+    if (gs_strlcpy(out, name, len) < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s '%.256s' is longer than %zu characters", src, name, len ? len - 1 : 0);
+        if (len)
+            out[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    if (name == host)
+        for (char *p = out; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p); /* the kubelet's default node name */
+    return 0;
+}
+
+int gs_node_name(const char *flag, char *out, size_t len, const char **from, char *err, size_t errlen) {
+    char host[HOST_NAME_MAX + 1] = "";
+    if ((!flag || !flag[0]) && gethostname(host, sizeof(host)) < 0)
+        host[0] = '\0';
+    host[sizeof(host) - 1] = '\0';
+    return gs_node_name_pick(flag, getenv("NODE_NAME"), host, out, len, from, err, errlen);
+}
+
 uint64_t gs_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -63,6 +63,23 @@ int gs_remove_tree_at(int parent, const char *name);
 /* The same by path: the last component is opened O_NOFOLLOW from its parent directory. */
 int gs_remove_tree(const char *dir);
 
+/* The agent's Node name, as every component works it out: flag (--node-name) when set and not
+ * empty, else env ($NODE_NAME, which the chart sets from spec.nodeName) when set and not empty,
+ * else host (the host name) lower-cased, as the kubelet lower-cases its hostname-derived node
+ * name. $NODE_NAME comes from the environment, so it must be a DNS-1123 subdomain (lower-case
+ * letters, digits, '-' and '.', labels starting and ending with a letter or digit, at most 253
+ * characters); the flag is taken as given. *from (may be NULL) says where the name came from:
+ * "--node-name", "NODE_NAME" or "the host name". Pure. Returns 0, or -EINVAL (a bad $NODE_NAME, no
+ * host name) or -ENAMETOOLONG (longer than len - 1), with why in err (may be NULL). */
+int gs_node_name_pick(const char *flag, const char *env, const char *host, char *out, size_t len, const char **from,
+                      char *err, size_t errlen);
+/* gs_node_name_pick with getenv("NODE_NAME") and gethostname(). */
+int gs_node_name(const char *flag, char *out, size_t len, const char **from, char *err, size_t errlen);
+
+/* 0 when name is a DNS-1123 subdomain (a Kubernetes object name such as a Node's), else -EINVAL
+ * with why in err (may be NULL). Pure. */
+int gs_dns_subdomain_check(const char *name, char *err, size_t errlen);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t gs_now_ns(void);
 

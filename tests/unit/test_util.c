@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -261,6 +262,97 @@ static void test_remove_tree_link_swapped_in(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The Node name (gs_node_name): the flag wins, $NODE_NAME is checked, the host name lower-cased. */
+static void test_node_name(void **state) {
+    (void)state;
+    char out[256], err[512];
+    const char *from = NULL;
+    /* the host name with capitals, as the kubelet registers it */
+    assert_int_equal(
+        gs_node_name_pick(NULL, NULL, "GPU-Host7.Example.COM", out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "gpu-host7.example.com");
+    assert_string_equal(from, "the host name");
+    assert_int_equal(gs_node_name_pick("", "", "Box", out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "box");
+    /* $NODE_NAME over the host name, taken as it is */
+    assert_int_equal(gs_node_name_pick(NULL, "node-1.a", "Box", out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "node-1.a");
+    assert_string_equal(from, "NODE_NAME");
+    /* the flag over both, as given (no lower-casing, no check: the caller's own choice) */
+    assert_int_equal(gs_node_name_pick("Flag-Node", "node-1", "Box", out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "Flag-Node");
+    assert_string_equal(from, "--node-name");
+    assert_int_equal(gs_node_name_pick("n", "BAD NAME", NULL, out, sizeof(out), NULL, NULL, 0), 0);
+    assert_string_equal(out, "n");
+    /* a hostile $NODE_NAME: refused with its reason, nothing in out */
+    static const struct { const char *env, *why; } bad[] = {
+        { "Node-1", "an upper-case letter" },
+        { "node/../../x", "a character other than" },
+        { "node_1", "a character other than" },
+        { "-node", "starting or ending with '-'" },
+        { "node-", "starting or ending with '-'" },
+        { "a.-b", "starting or ending with '-'" },
+        { "a-.b", "starting or ending with '-'" },
+        { "a..b", "an empty label" },
+        { ".a", "starting with '.'" },
+        { "a.", "ending with '.'" },
+        { "a b", "a character other than" },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(bad); i++) {
+        from = NULL;
+        memset(out, 'x', sizeof(out));
+        err[0] = '\0';
+        assert_int_equal(gs_node_name_pick(NULL, bad[i].env, "box", out, sizeof(out), &from, err, sizeof(err)),
+                         -EINVAL);
+        assert_string_equal(out, "");
+        assert_string_equal(from, "NODE_NAME");
+        assert_non_null(strstr(err, "$NODE_NAME"));
+        assert_non_null(strstr(err, bad[i].env));
+        assert_non_null(strstr(err, bad[i].why));
+    }
+    char longname[300];
+    memset(longname, 'a', 254);
+    longname[254] = '\0';
+    assert_int_equal(gs_node_name_pick(NULL, longname, "box", out, sizeof(out), NULL, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "longer than 253"));
+    longname[253] = '\0';
+    assert_int_equal(gs_dns_subdomain_check(longname, err, sizeof(err)), 0);
+    assert_int_equal(gs_dns_subdomain_check("a", err, sizeof(err)), 0);
+    assert_int_equal(gs_dns_subdomain_check("0-a.b-9", err, sizeof(err)), 0);
+    assert_int_equal(gs_dns_subdomain_check("", err, sizeof(err)), -EINVAL);
+    /* no name at all; a name that does not fit */
+    assert_int_equal(gs_node_name_pick(NULL, NULL, "", out, sizeof(out), NULL, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "no host name"));
+    assert_int_equal(gs_node_name_pick("abcdef", NULL, NULL, out, 4, NULL, err, sizeof(err)), -ENAMETOOLONG);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "--node-name 'abcdef'"));
+
+    /* gs_node_name reads the environment and the host name */
+    const char *saved = getenv("NODE_NAME");
+    char keep[512] = "";
+    if (saved)
+        gs_strlcpy(keep, saved, sizeof(keep));
+    assert_int_equal(setenv("NODE_NAME", "Evil;rm", 1), 0);
+    assert_int_equal(gs_node_name(NULL, out, sizeof(out), &from, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "'Evil;rm'"));
+    assert_int_equal(gs_node_name("flag-wins", out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "flag-wins");
+    assert_int_equal(setenv("NODE_NAME", "env-node", 1), 0);
+    assert_int_equal(gs_node_name(NULL, out, sizeof(out), &from, err, sizeof(err)), 0);
+    assert_string_equal(out, "env-node");
+    assert_int_equal(unsetenv("NODE_NAME"), 0);
+    char host[HOST_NAME_MAX + 1] = "";
+    if (gethostname(host, sizeof(host)) == 0 && host[0]) {
+        assert_int_equal(gs_node_name(NULL, out, sizeof(out), &from, err, sizeof(err)), 0);
+        assert_string_equal(from, "the host name");
+        assert_int_equal(strcasecmp(out, host), 0);
+        for (const char *p = out; *p; p++)
+            assert_false(*p >= 'A' && *p <= 'Z');
+    }
+    if (saved)
+        assert_int_equal(setenv("NODE_NAME", keep, 1), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),
@@ -270,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_read_file_refuses_special_files),
         cmocka_unit_test(test_remove_tree_link_swapped_in),
+        cmocka_unit_test(test_node_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
