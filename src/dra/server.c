@@ -287,10 +287,8 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
         out->devices[i].mig = made[i];
     gs_strlcpy(out->guard_dir, guard_dir, sizeof(out->guard_dir));
     if (any_mig || guard_dir[0])
-        log_info("DRA: %.63s/%.200s: %s%s%s", c->ns, c->name, any_mig ? "its MIG devices are there" : "",
-                 any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "");
-    if (guard_dir[0])
-        log_info("DRA: %.63s/%.200s: guard files %s", c->ns, c->name, guard_dir);
+        log_info("DRA: %.63s/%.200s: %s%s%s%s", c->ns, c->name, any_mig ? "its MIG devices are there" : "",
+                 any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "", guard_dir);
 out:
     if (rc < 0 && guard_dir[0])
         gs_remove_tree(guard_dir);
