@@ -1037,6 +1037,11 @@ def test_extender_scheduler_config():
     assert fixed["Service"]["spec"]["clusterIP"] == "10.96.0.88"
     assert {r["name"]: r["ignoredByScheduler"] for r in e2["managedResources"]} == {
         "nvidia.com/gpu": False, "gpuslice.io/gpu-compute": True, "gpuslice.io/gpu-memory": True}
+    # claimPods: no managedResources, so claim-only pods reach the extender; the rest unchanged
+    claims, _ = extender_objects({"claimPods": True})
+    (e3,) = _scheduler_config(claims)["extenders"]
+    assert "managedResources" not in e3
+    assert {k: v for k, v in e3.items()} == {k: v for k, v in entry.items() if k != "managedResources"}
 
 
 def test_extender_lint_and_notes():
