@@ -86,3 +86,11 @@ def agent(cluster):
                 print(e)
         for a in agents:
             print(f"---- agent log {a.log_path}\n{a.log()[-4000:]}")
+        # an agent stopped keeps its ResourceSlices (a restart finds them; the kubelet deletes them
+        # about 30 s after the plugin is gone): deleted here, so that the next test's extender does
+        # not take the node's GPUs for the DRA driver's
+        drivers = {a.extra[a.extra.index("--dra-driver") + 1] if "--dra-driver" in a.extra[:-1] else "gpu.gpuslice.io"
+                   for a in agents if "--dra" in a.extra}
+        for d in sorted(drivers):
+            cluster.kubectl("delete", "resourceslices", "--wait=true", "--ignore-not-found", "--field-selector",
+                            f"spec.nodeName={cluster.node_name},spec.driver={d}", check=False, timeout=90)
