@@ -143,20 +143,6 @@ struct ex_api {
     char nodes_path[64], pods_path[64];
 };
 
-static bool grow(void **arr, size_t *cap, size_t want, size_t size) {
-    if (want <= *cap)
-        return true;
-    size_t c = *cap ? *cap * 2 : 64;
-    while (c < want)
-        c *= 2;
-    void *n = realloc(*arr, c * size);
-    if (!n)
-        return false;
-    *arr = n;
-    *cap = c;
-    return true;
-}
-
 static long find_pod(const struct ex_api *a, const char *uid) {
     for (size_t k = 0; k < a->n_pods; k++)
         if (strcmp(a->pods[k].pod.uid, uid) == 0)
@@ -263,7 +249,7 @@ static int pods_event(void *ctx, enum kube_event_type type, json_t *o) {
         if (k >= 0)
             a->pods[k] = a->pods[--a->n_pods];
         ex_release(a->cfg.model, cp.pod.uid);
-    } else if (bound == 1 && k < 0 && grow((void **)&a->pods, &a->cap_pods, a->n_pods + 1, sizeof(*a->pods))) {
+    } else if (bound == 1 && k < 0 && ex_grow((void **)&a->pods, &a->cap_pods, a->n_pods + 1, sizeof(*a->pods), 64)) {
         a->pods[a->n_pods++] = cp;
         commit_pod(a, &cp);
     }
@@ -346,7 +332,7 @@ static int nodes_event(void *ctx, enum kube_event_type type, json_t *o) {
     } else if (k >= 0) { /* a status heartbeat changes nothing here */
         changed = memcmp(&a->nodes[k], &s, sizeof(s)) != 0;
         a->nodes[k] = s;
-    } else if (grow((void **)&a->nodes, &a->cap_nodes, a->n_nodes + 1, sizeof(*a->nodes))) {
+    } else if (ex_grow((void **)&a->nodes, &a->cap_nodes, a->n_nodes + 1, sizeof(*a->nodes), 64)) {
         a->nodes[a->n_nodes++] = s;
         changed = true;
     }

@@ -442,10 +442,10 @@ void ex_dra_del_slice(struct ex_dra *d, const char *name) {
     recount(d);
 }
 
-static bool grow(void **arr, size_t *cap, size_t want, size_t size) {
+bool ex_grow(void **arr, size_t *cap, size_t want, size_t size, size_t first) {
     if (want <= *cap)
         return true;
-    size_t c = *cap ? *cap * 2 : 16;
+    size_t c = *cap ? *cap * 2 : first;
     while (c < want)
         c *= 2;
     void *n = realloc(*arr, c * size);
@@ -463,7 +463,7 @@ int ex_dra_set_slice(struct ex_dra *d, struct ex_dra_slice *s) {
         memmove(&d->slices[old], &d->slices[old + 1], (d->n_slices - (size_t)old - 1) * sizeof(*d->slices));
         d->n_slices--;
     }
-    if (!grow((void **)&d->slices, &d->cap_slices, d->n_slices + 1, sizeof(*d->slices))) {
+    if (!ex_grow((void **)&d->slices, &d->cap_slices, d->n_slices + 1, sizeof(*d->slices), 16)) {
         free(s->dev);
         recount(d);
         return -ENOMEM;
@@ -511,7 +511,7 @@ int ex_dra_set_claim(struct ex_dra *d, bool tmpl, const struct ex_dra_claim *c) 
     struct ex_dra_claim **arr = arr_of(d, tmpl, &cnt, &cap);
     long k = claim_index(*arr, *cnt, c->ns, c->name);
     if (k < 0) {
-        if (!grow((void **)arr, cap, *cnt + 1, sizeof(**arr)))
+        if (!ex_grow((void **)arr, cap, *cnt + 1, sizeof(**arr), 16))
             return -ENOMEM;
         k = (long)(*cnt)++;
     } else if (!tmpl) {

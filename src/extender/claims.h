@@ -142,4 +142,7 @@ int ex_dra_view(const struct ex_dra *d, const struct ex_pod *p, const char *node
  * true when the node's GPUs outside DRA are fewer than num_gpu. */
 bool ex_dra_plugin_short(const struct ex_dra *d, const char *node, int n_gpu, int num_gpu, char *why, size_t len);
 
+/* *arr grown (doubling from first) to hold want elements of size bytes; false when out of memory */
+bool ex_grow(void **arr, size_t *cap, size_t want, size_t size, size_t first);
+
 #endif
