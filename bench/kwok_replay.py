@@ -59,8 +59,9 @@ usage (root; from the repository root, after `meson setup build-kwok && ninja -C
   GS_E2E_PORT_BASE=17800 python3 bench/kwok_replay.py --build build-kwok [--workloads default,gpushare40]
       [--runs least,most,fgd,gpuslice] [--seed 42] [--max-pct 100] [--out DIR] [--json FILE]
 GS_E2E_DIR=DIR uses a cluster that is up (its real node is not cordoned; nodes it already has from
-an earlier run are reused); otherwise the script brings up its own in /tmp/gse2e.kwok and takes it
-down at the end (kept with GS_E2E_KEEP=1). Every process it starts is stopped by its pid; every
+an earlier run are reused); otherwise the script brings up its own in /tmp/gse2e.kwok-PORTBASE (one
+per GS_E2E_PORT_BASE, so that two runs on different port bases do not share a directory) and takes
+it down at the end (kept with GS_E2E_KEEP=1). Every process it starts is stopped by its pid; every
 wait is bounded; it fails loudly (exit 1) when a node never becomes Ready, a pod never gets an
 outcome, or a component dies."""
 import argparse
@@ -791,13 +792,14 @@ def main():
     own = not os.environ.get("GS_E2E_DIR")
     if a.lease_seconds is None:
         a.lease_seconds = 1200 if own else 120
-    cdir = os.environ.get("GS_E2E_DIR") or "/tmp/gse2e.kwok"
+    base = os.environ.get("GS_E2E_PORT_BASE", "17800")
+    cdir = os.environ.get("GS_E2E_DIR") or f"/tmp/gse2e.kwok-{base}"
     ok = False
     kwok = None
     results = []
     try:
         if own:
-            env = dict(os.environ, GS_E2E_PORT_BASE=os.environ.get("GS_E2E_PORT_BASE", "17800"),
+            env = dict(os.environ, GS_E2E_PORT_BASE=base,
                        GS_E2E_CONTROLLER_MANAGER_ARGS=GRACE)
             t0 = time.monotonic()
             r = subprocess.run(["bash", CLUSTER_SH, "up", cdir], capture_output=True, text=True, timeout=900, env=env)
