@@ -81,8 +81,17 @@ def test_second_guarded_claim_of_a_container_refused(cluster, agent):
         print(f"DRA two shared claims in one container: {ev[0]!r}")
         p = cluster.pod(PREFIX + "one")
         assert p["status"].get("phase") == "Pending", p["status"]
-        prepared = [n for n in ("a", "b") if _uid(cluster, n) in checkpoint(cluster)]
-        assert len(prepared) == 1, prepared        # the first prepared, the second refused
+        uids = {n: _uid(cluster, n) for n in ("a", "b")}
+
+        def one_prepared():  # the first prepared, the second refused
+            held = checkpoint(cluster)
+            got = [n for n in ("a", "b") if uids[n] in held]
+            return got if len(got) == 1 else E2EError(f"prepared {got}; the checkpoint holds {sorted(held)}")
+        try:
+            prepared = wait(one_prepared, 60, "one of the two claims prepared")
+        except E2EError as e:  # what the agent did with the two claims, for the failure's report
+            lines = [ln for ln in a.log().splitlines() if uids["a"] in ln or uids["b"] in ln or "also holds" in ln]
+            raise AssertionError(f"{e}\nclaims {uids}\nagent:\n" + "\n".join(lines[-40:])) from None
         guard = os.path.join(a.guard_root, f"claim-{_uid(cluster, prepared[0])}")
         assert os.path.isdir(guard)
         cluster.kubectl("delete", "pod", "-n", NS, PREFIX + "one", "--grace-period=1")
