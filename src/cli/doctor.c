@@ -34,6 +34,7 @@ struct doc {
     const char *containerd, *crio, *operator_dir;
     const char *kubeconfig, *node_name; /* the API server's checks (check_api) */
     const char *extender;               /* --extender URL: its /healthz and filter */
+    bool extender_warn;                 /* --extender-warn: its failures are warnings */
     bool dra;
     const char *scan[GS_DOC_MAX_DIRS];
     size_t n_scan;
@@ -605,13 +606,16 @@ static void usage(FILE *f) {
             "  --dra                       the agent serves the DRA driver (agent --dra): check DRA's API and RBAC\n"
             "  --extender URL              the scheduler extender's urlPrefix: its /healthz, and a filter for an\n"
             "                              empty pod on this node\n"
+            "  --extender-warn             with --extender: what it finds is at worst a warning (the node stays\n"
+            "                              ready), each request 2 s at most (the chart's init container)\n"
             "  --json                      schema gpuslice.doctor/v1 (docs/cli.md)\n"
             "  --termination-log FILE      also write the failures and warnings there (e.g. /dev/termination-log)\n");
 }
 
 int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_POD_RESOURCES, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CDI_DIR, OPT_CONTAINERD, OPT_CRIO,
-           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA, OPT_EXTENDER };
+           OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA, OPT_EXTENDER,
+           OPT_EXTENDER_WARN };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -629,6 +633,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         { "node-name", required_argument, NULL, OPT_NODE_NAME },
         { "dra", no_argument, NULL, OPT_DRA },
         { "extender", required_argument, NULL, OPT_EXTENDER },
+        { "extender-warn", no_argument, NULL, OPT_EXTENDER_WARN },
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -677,6 +682,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
             break;
         case OPT_DRA: d.dra = true; break;
         case OPT_EXTENDER: d.extender = optarg; break;
+        case OPT_EXTENDER_WARN: d.extender_warn = true; break;
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
@@ -684,6 +690,8 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     }
     if (cli_no_more_args("doctor", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;
+    if (d.extender_warn && !d.extender)
+        return cli_usage_error("doctor", "--extender-warn: without --extender URL there is no extender to check");
     check_policy(&d);
     check_nvml(&d);
     if (!d.node || !cli_node_path(d.node, "", NULL, d.root))
@@ -702,7 +710,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         const char *from;
         if (gs_node_name(d.node_name, host, sizeof(host), &from, why, sizeof(why)) < 0)
             fprintf(stderr, "gpuslice doctor: the extender's check without a Node: %s\n", why);
-        gs_doc_check_extender(&d.rep, d.extender, host);
+        gs_doc_check_extender(&d.rep, d.extender, host, d.extender_warn);
     }
     if (as_json) {
         char *s = gs_doc_json(&d.rep);

@@ -96,6 +96,7 @@ struct gs_doc_extender {
     int filter_r;             /* POST URL/filter: 0 (2xx, JSON), -errno */
     const char *filter_err;
     const struct json_t *filter_answer; /* its answer (jansson), when filter_r is 0 */
+    bool warn_only;           /* --extender-warn: what would fail is a warning (the node stays ready) */
 };
 
 /* base: scheme://host[:port] of an http:// or https:// URL (the extender serves /healthz there,
@@ -106,10 +107,14 @@ int gs_doc_extender_base(const char *url, char *base, size_t len, char *err, siz
  * without memory. */
 char *gs_doc_extender_args(const char *node);
 /* Adds `extender` (/healthz answered) and, when it did, `extender.filter` (the node passes the
- * filter: no Error, the node among NodeNames; else the extender's reason). */
+ * filter: no Error, the node among NodeNames; else the extender's reason). With warn_only each
+ * finding that would fail is a warning, its message ending GS_DOC_EXT_WARN_NOTE. */
 void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_extender *e);
-/* probe.c: GET /healthz and POST the filter (each 3 s to connect, 5 s in all), then the findings. */
-void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node);
+#define GS_DOC_EXT_WARN_NOTE " (--extender-warn: a warning, the agent starts)"
+/* probe.c: GET /healthz and POST the filter (each 3 s to connect and 5 s in all; warn_only, the
+ * chart's init container, which delays the agent: each 2 s in all, at most 4 s for both), then
+ * the findings. */
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only);
 
 /* ---- parsers (parse.c): hostile input, bounded ------------------------------------------------- */
 

@@ -109,7 +109,7 @@ static void filter_finding(struct gs_doc_report *r, const struct gs_doc_extender
                json_is_string(why) ? json_string_value(why) : "the node is not among its NodeNames");
 }
 
-void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_extender *e) {
+static void findings(struct gs_doc_report *r, const struct gs_doc_extender *e) {
     if (e->bad_url) {
         gs_doc_add(r, "extender", GS_DOC_FAIL, "give --extender the urlPrefix of the scheduler's extenders entry, "
                    "e.g. http://127.0.0.1:8888/gpuslice", "%s", e->bad_url);
@@ -122,4 +122,20 @@ void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_exten
     gs_doc_add(r, "extender", GS_DOC_OK, NULL, "%s/healthz answered (the extender of --extender %s)", S(e->base),
                S(e->url));
     filter_finding(r, e);
+}
+
+/* --extender-warn: the extender is not the node's (an extender that does not answer keeps GPU pods
+ * Pending, not the agent from starting), so each failure is a warning that says so, in whatever
+ * room the message has left. */
+void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_extender *e) {
+    unsigned first = r->n;
+    findings(r, e);
+    for (unsigned i = first; e->warn_only && i < r->n; i++) {
+        struct gs_doc_finding *f = &r->f[i];
+        if (f->status != GS_DOC_FAIL)
+            continue;
+        f->status = GS_DOC_WARN;
+        size_t n = strlen(f->message);
+        snprintf(f->message + n, sizeof(f->message) - n, "%s", GS_DOC_EXT_WARN_NOTE);
+    }
 }

@@ -117,12 +117,13 @@ int gs_doc_list_dir(const char *dir, unsigned max, gs_doc_entry_fn fn, void *ctx
 }
 
 /* A client of an extender's URL: the kube client over plain HTTP (or HTTPS with the system's CAs),
- * no credentials. */
-static struct kube_client *ext_client(const char *server, char *err, size_t errlen) {
+ * no credentials. Each request 3 s to connect and 5 s in all; warn_only (the chart's init
+ * container, which the agent waits for) 2 s in all, so both requests at most 4 s. */
+static struct kube_client *ext_client(const char *server, bool warn_only, char *err, size_t errlen) {
     struct kube_config cfg = { 0 };
     struct kube_limits lim = KUBE_DEFAULT_LIMITS;
-    lim.connect_timeout_ms = 3000;
-    lim.timeout_ms = 5000;
+    lim.connect_timeout_ms = warn_only ? 2000 : 3000;
+    lim.timeout_ms = warn_only ? 2000 : 5000;
     lim.max_response = (size_t)1 << 20;
     struct kube_client *c = NULL;
     if (!(cfg.server = strdup(server))) {
@@ -135,10 +136,11 @@ static struct kube_client *ext_client(const char *server, char *err, size_t errl
     return c;
 }
 
-void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node) {
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only) {
     char base[GS_DOC_TEXT_MAX], why[GS_DOC_TEXT_MAX], health_err[GS_DOC_TEXT_MAX], filter_err[GS_DOC_TEXT_MAX];
     struct gs_doc_extender e = { .url = url, .node = node, .base = base, .health_err = health_err,
-                                 .filter_err = filter_err, .health_r = -EIO, .filter_r = -EIO };
+                                 .filter_err = filter_err, .health_r = -EIO, .filter_r = -EIO,
+                                 .warn_only = warn_only };
     health_err[0] = filter_err[0] = '\0';
     size_t n = strlen(url);
     while (n && url[n - 1] == '/') /* the scheduler joins urlPrefix and the verb with one '/' */
@@ -151,8 +153,8 @@ void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char 
         return;
     }
     e.url = prefix;
-    struct kube_client *hc = ext_client(base, health_err, sizeof(health_err));
-    struct kube_client *fc = hc ? ext_client(prefix, filter_err, sizeof(filter_err)) : NULL;
+    struct kube_client *hc = ext_client(base, warn_only, health_err, sizeof(health_err));
+    struct kube_client *fc = hc ? ext_client(prefix, warn_only, filter_err, sizeof(filter_err)) : NULL;
     json_t *answer = NULL;
     char *args = gs_doc_extender_args(node);
     if (hc)

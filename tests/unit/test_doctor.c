@@ -375,13 +375,58 @@ static void test_extender(void **state) {
     json_decref(unresolvable);
 }
 
+/* --extender-warn: what would fail is a warning saying so (the node stays ready); ok stays ok, and
+ * a message with no room left keeps its text and is still a warning. */
+static void test_extender_warn_only(void **state) {
+    (void)state;
+    static struct gs_doc_report r;
+    json_t *refused = json_loads("{\"NodeNames\": [], \"FailedNodes\": {\"gpu-1\": \"no\"}}", 0, NULL);
+    struct gs_doc_extender e = { .url = "http://e:1/p", .base = "http://e:1", .node = "gpu-1",
+                                 .filter_answer = refused, .warn_only = true };
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.f[0].status, GS_DOC_OK);
+    assert_null(strstr(r.f[0].message, "--extender-warn"));
+    assert_int_equal(r.f[1].status, GS_DOC_WARN);
+    assert_string_equal(r.f[1].message, "http://e:1/p/filter refused gpu-1 for a pod that asks for no GPU: no"
+                                        GS_DOC_EXT_WARN_NOTE);
+    assert_true(r.f[1].fix[0]);
+    assert_int_equal(gs_doc_exit_code(&r), 0);
+    e.warn_only = false;
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.f[1].status, GS_DOC_FAIL);
+    assert_int_equal(gs_doc_exit_code(&r), 1);
+    /* an error that fills the message, a bad URL: warnings too */
+    char long_err[GS_DOC_TEXT_MAX + 8];
+    memset(long_err, 'x', sizeof(long_err) - 1);
+    long_err[sizeof(long_err) - 1] = '\0';
+    e = (struct gs_doc_extender){ .url = "http://e:1/p", .base = "http://e:1", .health_r = -ETIMEDOUT,
+                                  .health_err = long_err, .warn_only = true };
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.f[0].status, GS_DOC_WARN);
+    assert_int_equal(strlen(r.f[0].message), GS_DOC_TEXT_MAX - 1);
+    assert_true(!strncmp(r.f[0].message, "http://e:1: xxx", 15));
+    e = (struct gs_doc_extender){ .bad_url = "--extender e:1: not an http:// or https:// URL", .warn_only = true };
+    memset(&r, 0, sizeof(r));
+    gs_doc_extender_findings(&r, &e);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.f[0].status, GS_DOC_WARN);
+    assert_string_equal(r.f[0].message, "--extender e:1: not an http:// or https:// URL" GS_DOC_EXT_WARN_NOTE);
+    assert_int_equal(gs_doc_exit_code(&r), 0);
+    json_decref(refused);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_containerd_v2), cmocka_unit_test(test_containerd_v3), cmocka_unit_test(test_crio),
         cmocka_unit_test(test_config_errors), cmocka_unit_test(test_checkpoint), cmocka_unit_test(test_checkpoint_foreign_nvidia_resource),
         cmocka_unit_test(test_checkpoint_each),
         cmocka_unit_test(test_socket_kind_capeff), cmocka_unit_test(test_report), cmocka_unit_test(test_api_findings),
-        cmocka_unit_test(test_extender),
+        cmocka_unit_test(test_extender), cmocka_unit_test(test_extender_warn_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
