@@ -915,16 +915,59 @@ def _help_flags(*args):
     return set(re.findall(r"^\s+(--[\w-]+)", p.stdout, re.M))
 
 
+def _doctor_extender_args(objs):
+    """The doctor init container's `--extender URL --extender-warn`, taken out of objs (a copy);
+    returns (URL or None, the objects without them)."""
+    objs = json.loads(json.dumps(objs))
+    doctor = pod_spec(objs)["initContainers"][0]
+    assert doctor["name"] == "doctor"
+    args = doctor["args"]
+    if "--extender" not in args:
+        assert "--extender-warn" not in args, args
+        return None, objs
+    i = args.index("--extender")
+    assert args.count("--extender") == 1 and args[i + 2] == "--extender-warn" and i > args.index("doctor"), args
+    url = args[i + 1]
+    del args[i:i + 3]
+    return url, objs
+
+
 def test_extender_off_by_default():
     """Off by default: no object of the extender, and the rest of the render as without the block
-    (the plain manifests are compared byte for byte in test_plain_manifests_are_what_the_script_renders)."""
+    but for the doctor's check of the extender (test_doctor_checks_the_charts_extender); the plain
+    manifests are compared byte for byte in test_plain_manifests_are_what_the_script_renders."""
     assert helmchart.load_chart()[1]["extender"]["enabled"] is False
     default = default_objects()
     assert not [o for o in default if "extender" in o["metadata"]["name"]]
     _, objs = extender_objects()
     rest = [o for o in objs if o["metadata"]["labels"].get("app.kubernetes.io/component") != "extender"]
-    assert rest == default, "extender.enabled adds objects and changes none of the agent's"
+    url, rest = _doctor_extender_args(rest)
+    assert url and _doctor_extender_args(default)[0] is None
+    assert rest == default, "extender.enabled adds objects and changes none of the agent's but the doctor's args"
     assert "extender" not in helmchart.notes()
+
+
+def test_doctor_checks_the_charts_extender():
+    """With extender.enabled the doctor init container checks the extender at the scheduler's
+    urlPrefix (the Service's name, or extender.clusterIP and extender.port), warn-only: its
+    findings never fail the init container (docs/doctor.md). Not without the extender, and no doctor
+    with doctor.enabled false."""
+    for over in ({}, {"clusterIP": "10.96.0.88", "port": 9900}):
+        ext, objs = extender_objects(over)
+        (entry,) = _scheduler_config(ext)["extenders"]
+        url, _ = _doctor_extender_args(objs)
+        assert url == entry["urlPrefix"], (url, entry)
+    assert url == "http://10.96.0.88:9900/gpuslice"
+    svc = ext["Service"]
+    assert _doctor_extender_args(extender_objects()[1])[0] == \
+        f"http://{svc['metadata']['name']}.{helmchart.NAMESPACE}.svc:8888/gpuslice"
+    assert {"--extender", "--extender-warn"} <= _help_flags("doctor")
+    assert _doctor_extender_args(default_objects())[0] is None
+    assert _doctor_extender_args(objects(helmchart.render(DRA)))[0] is None
+    off = pod_spec(objects(helmchart.render({"extender": {"enabled": True}, "doctor": {"enabled": False}})))
+    assert all("--extender" not in c.get("args", []) for c in off["initContainers"] + off["containers"])
+    out = helmchart.lint({"extender": {"enabled": True, "clusterIP": "10.96.0.88"}})
+    assert "0 chart(s) failed" in out and "[WARNING]" not in out, out
 
 
 def test_extender_deployment():
@@ -971,6 +1014,36 @@ def test_extender_deployment():
     assert oc["containers"][0]["args"][-3:] == ["0.0.0.0:9900", "--policy", "fgd"]
     assert oc["nodeSelector"] == {"role": "ctl"} and oc["tolerations"] == [{"key": "ctl", "operator": "Exists"}]
     assert over["Service"]["spec"]["ports"][0]["port"] == 9900
+
+
+def test_rendered_doctor_warns_of_the_extender_and_passes(pods, monkeypatch, tmp_path):
+    """The rendered doctor on the simulated node with extender.enabled: the extender's Service does
+    not resolve here (as on a node whose extender is not up yet), a warning, the node ready; with
+    extender.clusterIP 127.0.0.1 and the port of a real `gpuslice extender`, both findings ok."""
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")  # no API server, not this machine's config
+    monkeypatch.setenv("NODE_NAME", "split")  # spec.nodeName (the env's valueFrom): a node of the snapshot
+    pod = pods(EXTENDER)
+    t0 = time.monotonic()
+    pod.run_init_containers()  # asserts the doctor's exit status 0
+    assert time.monotonic() - t0 < 30
+    lines = [ln for ln in pod.doctor.stdout.splitlines() if " extender" in ln.split(":")[0]]
+    assert len(lines) == 1 and lines[0].startswith(
+        "warn extender: http://gpuslice-extender.gpuslice-system.svc:8888: GET /healthz: "), pod.doctor.stdout
+    assert "(--extender-warn: a warning, the agent starts); fix: " in lines[0]
+    assert "node ready" in pod.doctor.stdout
+    assert "warn extender: " in read(os.path.join(pod.base, "termination-log"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "extender"))
+    from test_extender_http import Extender
+    e = Extender(tmp_path, policy="gpuslice")
+    try:
+        up = pods({"extender": {"enabled": True, "clusterIP": "127.0.0.1", "port": e.port}})
+        up.run_init_containers()
+    finally:
+        assert e.stop() == 0
+    lines = [ln for ln in up.doctor.stdout.splitlines() if " extender" in ln.split(":")[0]]
+    assert [ln.split(":")[0].split() for ln in lines] == [["ok", "extender"], ["ok", "extender.filter"]], \
+        up.doctor.stdout
+    assert f"http://127.0.0.1:{e.port}/gpuslice/filter passes a pod that asks for no GPU on split" in lines[1]
 
 
 def test_extender_policy_is_accepted():
