@@ -15,7 +15,9 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "kube"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 from emulator import Emulator, Handler, status  # noqa: E402
+from kubeconfig import write_kubeconfig  # noqa: E402
 from test_kube_emulator import pki  # noqa: E402,F401 (pki: fixture)
 from test_agent import H100X2, _mig_policy, _status, h  # noqa: E402,F401 (h: fixture)
 from test_doctor import node  # noqa: E402,F401 (node: fixture)
@@ -67,21 +69,8 @@ def api(pki, tmp_path):
     e = Emulator(pki, NodeHandler)
     e.httpd.nodes = {"gpu-1": {"kubernetes.io/hostname": "gpu-1"}}
     e.httpd.node_gets, e.httpd.dra, e.httpd.sar, e.httpd.reviews = 0, True, True, []
-    e.kubeconfig = str(tmp_path / "kubeconfig")
-    with open(e.kubeconfig, "w") as f:
-        f.write(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: emu
-  cluster: {{server: "https://127.0.0.1:{e.port}", certificate-authority: {os.path.join(pki, "ca.crt")}}}
-users:
-- name: u
-  user: {{token: new-token}}
-contexts:
-- name: emu
-  context: {{cluster: emu, user: u}}
-current-context: emu
-""")
+    e.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{e.port}", os.path.join(pki, "ca.crt"),
+                                    "{token: new-token}", None, cluster="emu", context="emu")
     yield e
     e.close()
 
