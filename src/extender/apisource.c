@@ -535,6 +535,8 @@ void ex_api_stop(struct ex_api *a) {
     free(a);
 }
 
+/* On the server's bind workers, several at once: the client is shared by threads (kube.h), the
+ * recent binds are under the model's lock. */
 int ex_api_bind(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err, size_t errlen) {
     struct ex_api *a = ctx;
     char path[EX_NAME_MAX * 2 + 64];

@@ -1,5 +1,12 @@
 /* server.c: the extender's endpoints (server.h). The handler runs on the HTTP server's thread;
- * the decision itself is pure (model.c, wire.c). */
+ * the decision itself is pure (model.c, wire.c). A bind with a bind_fn (the API server's Binding)
+ * is decided there too (the GPUs committed to the model), and its round trip is made by a small
+ * pool of bind workers: the handler defers the answer (httpd_defer) and queues the job, a worker
+ * calls bind_fn, gives the share back on an error (ex_release) and completes the answer
+ * (httpd_complete), while the HTTP thread answers the next filter and prioritize calls. At most
+ * bind_workers bindings are in flight, the others wait in the queue, which holds as many as
+ * httpd defers (HTTPD_MAX_DEFERRED); beyond that a bind is answered on the HTTP thread, as all
+ * were before. */
 #include "extender/server.h"
 
 #include <errno.h>
@@ -15,6 +22,8 @@
 #include "util/util.h"
 
 #define RECENT 1024 /* pods remembered from filter/prioritize for bind (which names the pod only) */
+#define BIND_WORKERS 4 /* bindings in flight at once, by default */
+#define BIND_QUEUE HTTPD_MAX_DEFERRED
 
 enum verb { V_FILTER, V_PRIORITIZE, V_BIND, V_COUNT };
 static const char *const verb_names[V_COUNT] = { "filter", "prioritize", "bind" };
@@ -22,10 +31,30 @@ static const char *const verb_names[V_COUNT] = { "filter", "prioritize", "bind" 
 static const double buckets[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25 };
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
+/* a bind whose Binding a worker writes */
+struct bind_job {
+    struct httpd_deferred *answer;
+    struct ex_bind_args b;
+    struct pl_choice ch;
+    char uid[EX_UID_MAX]; /* the pod's, as the model knows it */
+    bool fresh;           /* committed by this bind (not the scheduler's retry): released on an error */
+    uint64_t t0, cpu;     /* the request's arrival, the HTTP thread's CPU time on it */
+};
+
 struct ex_server {
     struct ex_server_config cfg;
     struct httpd *http;
-    /* counters: only the server's thread touches them */
+    /* the bind workers and their queue (under pool) */
+    pthread_mutex_t pool;
+    pthread_cond_t work;
+    pthread_t *workers;
+    unsigned n_workers;
+    struct bind_job *queue[BIND_QUEUE];
+    size_t q_head, q_len;
+    bool stopping;
+    /* counters: the bind workers touch errors, bound, hist and lat_sum, which are under counts
+     * (taken by both threads); requests and the filter's are the server's thread's alone */
+    pthread_mutex_t counts;
     uint64_t requests[V_COUNT], errors[V_COUNT];
     uint64_t fit, failed, unresolvable, bound;
     uint64_t hist[V_COUNT][N_BUCKETS + 1];
@@ -127,60 +156,155 @@ static void prioritize(struct ex_server *s, const struct ex_args *a, struct http
     json_answer(r, 200, body, len);
 }
 
-static void bind(struct ex_server *s, const struct httpd_request *req, struct httpd_response *r) {
+static void observe_latency(struct ex_server *s, enum verb v, double secs) {
+    size_t b = 0;
+    while (b < N_BUCKETS && secs > buckets[b])
+        b++;
+    pthread_mutex_lock(&s->counts);
+    s->hist[v][b]++;
+    s->lat_sum[v] += secs;
+    pthread_mutex_unlock(&s->counts);
+}
+
+static void count_error(struct ex_server *s, enum verb v) {
+    pthread_mutex_lock(&s->counts);
+    s->errors[v]++;
+    pthread_mutex_unlock(&s->counts);
+}
+
+/* The decision's time and the CPU time spent on it (W3C Server-Timing, milliseconds): what the
+ * bench reads, the CPU time being what a loaded machine does not inflate. */
+static void server_timing(char *to, size_t len, uint64_t wall_ns, uint64_t cpu_ns_) {
+    snprintf(to, len, "Server-Timing: decision;dur=%.3f, cpu;dur=%.3f\r\n", (double)wall_ns / 1e6,
+             (double)cpu_ns_ / 1e6);
+}
+
+/* The API server's round trip (bind_fn), outside the model's lock so that the sources keep the
+ * model current meanwhile; a binding refused gives the share back (uid: the pod's; fresh: the
+ * GPUs were committed by this bind, not by an earlier one the scheduler retries). */
+static int write_binding(struct ex_server *s, const struct ex_bind_args *b, const struct pl_choice *ch,
+                         const char *uid, bool fresh, char *err, size_t errlen) {
+    int e = s->cfg.bind(s->cfg.bind_ctx, b, ch, err, errlen);
+    if (e < 0 && fresh) {
+        pthread_mutex_lock(s->cfg.lock);
+        ex_release(s->cfg.model, uid);
+        pthread_mutex_unlock(s->cfg.lock);
+    }
+    return e;
+}
+
+/* A bind's ExtenderBindingResult into r (e: 0, or the error, its reason in err when there is
+ * one), counted and logged; on either thread. */
+static void bind_result(struct ex_server *s, const struct ex_bind_args *b, int e, char *err, size_t errlen,
+                        struct httpd_response *r) {
+    if (e < 0 && !err[0])
+        snprintf(err, errlen, "bind %s/%s to %s: %s", b->ns, b->name, b->node, strerror(-e));
+    pthread_mutex_lock(&s->counts);
+    if (e == 0)
+        s->bound++;
+    if (err[0])
+        s->errors[V_BIND]++;
+    pthread_mutex_unlock(&s->counts);
+    if (err[0])
+        log_warn("Extender bind: %s", err);
+    size_t len;
+    char *body = ex_bind_result_render(err, &len);
+    json_answer(r, 200, body, len);
+}
+
+static void run_job(struct ex_server *s, struct bind_job *j) {
+    uint64_t c0 = cpu_ns();
+    char err[1200] = "", timing[96];
+    int e = write_binding(s, &j->b, &j->ch, j->uid, j->fresh, err, sizeof(err));
+    struct httpd_response r = { 0 };
+    bind_result(s, &j->b, e, err, sizeof(err), &r);
+    uint64_t wall = gs_now_ns() - j->t0;
+    observe_latency(s, V_BIND, (double)wall / 1e9);
+    server_timing(timing, sizeof(timing), wall, j->cpu + cpu_ns() - c0);
+    r.extra = timing;
+    httpd_complete(j->answer, &r);
+    free(j);
+}
+
+static void *bind_worker(void *arg) {
+    struct ex_server *s = arg;
+    pthread_mutex_lock(&s->pool);
+    for (;;) {
+        while (!s->q_len && !s->stopping)
+            pthread_cond_wait(&s->work, &s->pool);
+        if (!s->q_len)
+            break;
+        struct bind_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % BIND_QUEUE;
+        s->q_len--;
+        pthread_mutex_unlock(&s->pool);
+        run_job(s, j);
+        pthread_mutex_lock(&s->pool);
+    }
+    pthread_mutex_unlock(&s->pool);
+    return NULL;
+}
+
+/* Hands the Binding's write to a worker, and the answer with it; false when there are no workers,
+ * the queue or httpd's deferred answers are full, or without memory (the caller writes it now). */
+static bool defer_bind(struct ex_server *s, const struct httpd_request *req, const struct ex_bind_args *b,
+                       const struct pl_choice *ch, const char *uid, bool fresh, uint64_t t0, uint64_t c0) {
+    if (!s->n_workers)
+        return false;
+    struct bind_job *j = malloc(sizeof(*j));
+    if (!j)
+        return false;
+    *j = (struct bind_job){ .b = *b, .ch = *ch, .fresh = fresh, .t0 = t0 };
+    snprintf(j->uid, sizeof(j->uid), "%s", uid);
+    pthread_mutex_lock(&s->pool);
+    if (s->q_len < BIND_QUEUE && !s->stopping)
+        j->answer = httpd_defer(req);
+    bool deferred = j->answer != NULL;
+    if (deferred) { /* the worker owns j from here on (it may be freed once the lock is let go) */
+        j->cpu = cpu_ns() - c0;
+        s->queue[(s->q_head + s->q_len) % BIND_QUEUE] = j;
+        s->q_len++;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->pool);
+    if (!deferred)
+        free(j);
+    return deferred;
+}
+
+/* The bind verb: the GPUs chosen and committed here, the Binding written by a worker (true: the
+ * answer is deferred) or, when none can take it, here. */
+static bool bind(struct ex_server *s, const struct httpd_request *req, struct httpd_response *r, uint64_t t0,
+                 uint64_t c0) {
     struct ex_bind_args b;
     char err[1200] = "";
-    size_t len;
     if (ex_bind_args_parse(req->body, req->body_len, &b, err, sizeof(err)) < 0) {
-        s->errors[V_BIND]++;
-        {
-            char *b_ = ex_bind_result_render(err, &len);
-            json_answer(r, 400, b_, len);
-        }
-        return;
+        count_error(s, V_BIND);
+        size_t len;
+        char *body = ex_bind_result_render(err, &len);
+        json_answer(r, 400, body, len);
+        return false;
     }
     const struct ex_pod *p = recall(s, b.uid, b.ns, b.name);
+    int e = -ENOENT;
     if (!p) {
         snprintf(err, sizeof(err), "pod %s/%s (uid %s): not seen by the extender's filter", b.ns, b.name, b.uid);
     } else {
         struct pl_choice ch;
         pthread_mutex_lock(s->cfg.lock);
-        int e = ex_bind(s->cfg.model, p, b.node, &ch, err, sizeof(err));
+        e = ex_bind(s->cfg.model, p, b.node, &ch, err, sizeof(err));
         pthread_mutex_unlock(s->cfg.lock);
         bool fresh = e == 0;
         if (e == -EALREADY) /* the scheduler's retry: the same GPUs, bound again */
             e = 0;
         if (e == 0 && s->cfg.bind) {
-            /* the API server's round trip outside the lock, so that the sources keep the model
-             * current meanwhile; a binding refused gives the share back */
-            e = s->cfg.bind(s->cfg.bind_ctx, &b, &ch, err, sizeof(err));
-            if (e < 0 && fresh) {
-                pthread_mutex_lock(s->cfg.lock);
-                ex_release(s->cfg.model, p->uid);
-                pthread_mutex_unlock(s->cfg.lock);
-            }
+            if (defer_bind(s, req, &b, &ch, p->uid, fresh, t0, c0))
+                return true;
+            e = write_binding(s, &b, &ch, p->uid, fresh, err, sizeof(err));
         }
-        if (e == 0)
-            s->bound++;
-        else if (!err[0])
-            snprintf(err, sizeof(err), "bind %s/%s to %s: %s", b.ns, b.name, b.node, strerror(-e));
     }
-    if (err[0]) {
-        s->errors[V_BIND]++;
-        log_warn("Extender bind: %s", err);
-    }
-    {
-        char *b_ = ex_bind_result_render(err, &len);
-        json_answer(r, 200, b_, len);
-    }
-}
-
-static void observe_latency(struct ex_server *s, enum verb v, double secs) {
-    size_t b = 0;
-    while (b < N_BUCKETS && secs > buckets[b])
-        b++;
-    s->hist[v][b]++;
-    s->lat_sum[v] += secs;
+    bind_result(s, &b, e, err, sizeof(err), r);
+    return false;
 }
 
 /* the Prometheus text, malloc'd */
@@ -189,6 +313,13 @@ static char *metrics_text(struct ex_server *s, size_t *len) {
     char *t = malloc(cap);
     if (!t)
         return NULL;
+    pthread_mutex_lock(s->cfg.lock);
+    size_t nodes = s->cfg.model->c.n_nodes, pods = s->cfg.model->n_bound;
+    double alloc = s->cfg.model->c.total_gpu_milli
+                       ? (double)s->cfg.model->c.alloc_gpu_milli / (double)s->cfg.model->c.total_gpu_milli
+                       : 0;
+    pthread_mutex_unlock(s->cfg.lock);
+    pthread_mutex_lock(&s->counts); /* not with the model's lock: the workers take that alone */
 #define OUT(...)                                                                                                       \
     do {                                                                                                               \
         int w_ = snprintf(t + o, cap - o, __VA_ARGS__);                                                                \
@@ -225,12 +356,6 @@ static char *metrics_text(struct ex_server *s, size_t *len) {
         OUT("gpuslice_extender_decision_seconds_sum{verb=\"%s\"} %.9f\n", verb_names[v], s->lat_sum[v]);
         OUT("gpuslice_extender_decision_seconds_count{verb=\"%s\"} %" PRIu64 "\n", verb_names[v], cum);
     }
-    pthread_mutex_lock(s->cfg.lock);
-    size_t nodes = s->cfg.model->c.n_nodes, pods = s->cfg.model->n_bound;
-    double alloc = s->cfg.model->c.total_gpu_milli
-                       ? (double)s->cfg.model->c.alloc_gpu_milli / (double)s->cfg.model->c.total_gpu_milli
-                       : 0;
-    pthread_mutex_unlock(s->cfg.lock);
     OUT("# HELP gpuslice_extender_nodes Nodes in the extender's model.\n# TYPE gpuslice_extender_nodes gauge\n"
         "gpuslice_extender_nodes %zu\n",
         nodes);
@@ -240,6 +365,7 @@ static char *metrics_text(struct ex_server *s, size_t *len) {
     OUT("# HELP gpuslice_extender_gpu_allocated_ratio GPU allocated over the model's GPU capacity.\n# TYPE "
         "gpuslice_extender_gpu_allocated_ratio gauge\ngpuslice_extender_gpu_allocated_ratio %.6f\n",
         alloc);
+    pthread_mutex_unlock(&s->counts);
 #undef OUT
     *len = o;
     return t;
@@ -292,7 +418,7 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
     uint64_t t0 = gs_now_ns(), c0 = cpu_ns();
     if (!req->body) { /* a POST without a body */
         size_t len;
-        s->errors[v]++;
+        count_error(s, v);
         {
             char *b_ = ex_filter_error_render("no request body (Content-Length)", &len);
             json_answer(r, 400, b_, len);
@@ -300,14 +426,15 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
         return;
     }
     if (v == V_BIND) {
-        bind(s, req, r);
+        if (bind(s, req, r, t0, c0))
+            return; /* a bind worker answers, counts and times it */
     } else {
         struct ex_args a;
         char err[512];
         int e = ex_args_parse(req->body, req->body_len, &a, err, sizeof(err));
         if (e < 0) {
             size_t len;
-            s->errors[v]++;
+            count_error(s, v);
             if (v == V_FILTER) /* the scheduler takes Error as this extender's failure for the pod */
             {
                 char *b_ = ex_filter_error_render(err, &len);
@@ -326,11 +453,27 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
     }
     uint64_t wall = gs_now_ns() - t0, cpu = cpu_ns() - c0;
     observe_latency(s, v, (double)wall / 1e9);
-    /* the decision's time and the thread's CPU time in it (W3C Server-Timing, milliseconds): what
-     * the bench reads, the CPU time being what a loaded machine does not inflate */
-    snprintf(s->timing, sizeof(s->timing), "Server-Timing: decision;dur=%.3f, cpu;dur=%.3f\r\n", (double)wall / 1e6,
-             (double)cpu / 1e6);
+    server_timing(s->timing, sizeof(s->timing), wall, cpu);
     r->extra = s->timing;
+}
+
+/* Joins the workers (the queue is empty: httpd_stop has waited for every deferred answer) and
+ * frees s. */
+static void stop_workers(struct ex_server *s) {
+    pthread_mutex_lock(&s->pool);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->pool);
+    for (unsigned k = 0; k < s->n_workers; k++)
+        pthread_join(s->workers[k], NULL);
+    pthread_mutex_destroy(&s->pool);
+    pthread_mutex_destroy(&s->counts);
+    pthread_cond_destroy(&s->work);
+    free(s->workers);
+    free(s->v);
+    free(s->why);
+    free(s->sc);
+    free(s);
 }
 
 struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err, size_t errlen) {
@@ -340,12 +483,30 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
         return NULL;
     }
     s->cfg = *cfg;
+    pthread_mutex_init(&s->pool, NULL);
+    pthread_mutex_init(&s->counts, NULL);
+    pthread_cond_init(&s->work, NULL);
+    unsigned want = cfg->bind ? (cfg->bind_workers ? cfg->bind_workers : BIND_WORKERS) : 0;
+    s->workers = want ? calloc(want, sizeof(*s->workers)) : NULL;
+    if (want && !s->workers) {
+        snprintf(err, errlen, "out of memory");
+        stop_workers(s);
+        return NULL;
+    }
+    for (; s->n_workers < want; s->n_workers++) {
+        int r = pthread_create(&s->workers[s->n_workers], NULL, bind_worker, s);
+        if (r) {
+            snprintf(err, errlen, "extender: bind workers: %s", strerror(r));
+            stop_workers(s);
+            return NULL;
+        }
+    }
     struct httpd_config hc = {
         .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body, .handler = handle, .ctx = s
     };
     s->http = httpd_start(&hc, err, errlen);
     if (!s->http) {
-        free(s);
+        stop_workers(s);
         return NULL;
     }
     return s;
@@ -358,9 +519,6 @@ unsigned ex_server_port(const struct ex_server *s) {
 void ex_server_stop(struct ex_server *s) {
     if (!s)
         return;
-    httpd_stop(s->http);
-    free(s->v);
-    free(s->why);
-    free(s->sc);
-    free(s);
+    httpd_stop(s->http); /* after the binds in flight and queued are answered (or dropped) */
+    stop_workers(s);
 }

@@ -20,8 +20,9 @@ struct ex_server;
 
 /* Makes the binding of a pod to b->node with the GPUs of ch (e.g. a Binding with the
  * gpuslice.io/gpu-index annotation); 0 or -errno with the reason in err. Called after the choice
- * is committed to the model, outside the model's lock; an error releases the choice (ex_release).
- * NULL: the model alone records it. */
+ * is committed to the model, outside the model's lock, on one of bind_workers threads (several at
+ * once), the scheduler's bind answered with its result; an error releases the choice
+ * (ex_release). NULL: the model alone records it, on the HTTP thread. */
 typedef int (*ex_bind_fn)(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err,
                           size_t errlen);
 
@@ -32,6 +33,7 @@ struct ex_server_config {
     pthread_mutex_t *lock; /* guards model */
     ex_bind_fn bind;
     void *bind_ctx;
+    unsigned bind_workers; /* bindings written at once, off the HTTP thread (0: 4; with bind only) */
 };
 
 struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err, size_t errlen);

@@ -5,15 +5,22 @@
  * server does that and no more, so the agent links no HTTP library (libmicrohttpd brought GnuTLS
  * and its dependencies into the agent's memory, about 2 MiB, for TLS it never used). Requests are
  * read with the pure parser in src/core/httphead.c (fuzzed); keep-alive and pipelining work; the
- * handler answers each request on this thread.
+ * handler answers each request on this thread, or defers the answer (httpd_defer): the connection
+ * waits in the DEFERRED state, which this thread polls only for the client's close, and the
+ * completing thread (httpd_complete) queues the answer and wakes this one through a pipe, which
+ * starts sending it. As with a blocked client of Redis' ae.c loop, a connection waiting for its
+ * answer costs this thread nothing.
  *
  * Limits, so that no client can keep the others out: each phase of a connection has a fixed
  * deadline that progress does not extend (10 s to send a request head and its body from the first
  * byte, or between requests; 10 s to take a response; 2 s of draining before a close); at most 16
  * connections, and a 17th makes room by evicting one (victim(): never a connection whose request
  * has arrived, a draining or half-sent one first, then idle ones, the oldest first; when all 16
- * are being answered, the 17th is closed instead). A body longer than the configured bound is
- * refused (413) before it is read. Responses hold their body by reference (the handler's release). */
+ * are being answered, the 17th is closed instead). At most 8 answers are deferred at once
+ * (HTTPD_MAX_DEFERRED), so that a slow round trip elsewhere cannot hold all 16 slots; a deferred
+ * connection gets 30 s for its answer (then it is closed and the answer dropped when it comes). A
+ * body longer than the configured bound is refused (413) before it is read. Responses hold their
+ * body by reference (the handler's release). */
 #include "httpd/httpd.h"
 
 #include <arpa/inet.h>
@@ -40,10 +47,16 @@
 #define PHASE_MS 10000         /* to send a head, to wait between requests, to take a response */
 #define LINGER_MS 2000         /* how long unread input is drained before a close */
 #define ACCEPT_PAUSE_MS 100    /* after accept failed for want of descriptors or memory */
+#define DEFER_MS 30000         /* for a deferred answer to come */
+#define EXTRA_MAX 256          /* a deferred answer's extra header fields */
 
 struct conn {
+    struct httpd *m;
     int fd; /* -1: free slot */
-    enum { READING, BODY, WRITING, DRAINING } state;
+    enum { READING, BODY, WRITING, DRAINING, DEFERRED } state;
+    unsigned gen; /* counts the slot's connections: a deferred answer finds its own or none */
+    struct httpd_deferred *deferred; /* the handler's httpd_defer, while it runs */
+    bool head_only, ka10; /* of the request being answered (a deferred answer's head) */
     long long since, deadline; /* when this phase started, when it must end */
     size_t in_len;
     char head[512]; /* the response's status line and header fields */
@@ -61,9 +74,23 @@ struct conn {
     char in[IN_MAX];
 };
 
+struct httpd_deferred {
+    struct httpd *m;
+    struct conn *c;
+    unsigned gen;
+    struct httpd_response r;
+    char extra[EXTRA_MAX];
+    struct httpd_deferred *next;
+};
+
 struct httpd {
     int lfd;
-    int wake[2]; /* written by httpd_stop */
+    int wake[2];  /* written by httpd_stop */
+    int ready[2]; /* written by httpd_complete */
+    pthread_mutex_t mu; /* guards done and outstanding (httpd_complete's threads and this one) */
+    pthread_cond_t drained;
+    struct httpd_deferred *done, **done_tail; /* answers completed, for the thread to send */
+    unsigned outstanding; /* deferred, not completed yet */
     pthread_t thread;
     struct httpd_config cfg;
     char what[32];
@@ -102,6 +129,7 @@ static void conn_close(struct conn *c) {
     release_response(c);
     free_request_body(c);
     c->fd = -1;
+    c->gen++; /* its deferred answer, if any, is dropped when it comes */
     c->in_len = 0;
     c->close_after = false;
     c->served = 0;
@@ -163,10 +191,85 @@ static void serve_request(struct httpd *m, struct conn *c, const struct gs_http_
     c->close_after = !h->keep_alive || (h->has_body && !body);
     bool ka10 = h->minor == 0 && h->keep_alive;
     c->served++;
-    struct httpd_request req = { h, body, body_len };
+    c->head_only = strcmp(h->method, "HEAD") == 0;
+    c->ka10 = ka10;
+    c->deferred = NULL;
+    struct httpd_request req = { h, body, body_len, c };
     struct httpd_response r = { 0 };
     m->cfg.handler(m->cfg.ctx, &req, &r);
-    respond(c, &r, strcmp(h->method, "HEAD") == 0, ka10);
+    if (c->deferred) { /* httpd_complete answers */
+        c->deferred = NULL;
+        phase(c, DEFERRED, DEFER_MS);
+        return;
+    }
+    respond(c, &r, c->head_only, ka10);
+}
+
+struct httpd_deferred *httpd_defer(const struct httpd_request *req) {
+    struct conn *c = req->conn;
+    struct httpd *m = c->m;
+    if (c->deferred)
+        return c->deferred;
+    struct httpd_deferred *d = calloc(1, sizeof(*d));
+    if (!d)
+        return NULL;
+    pthread_mutex_lock(&m->mu);
+    bool room = m->outstanding < HTTPD_MAX_DEFERRED;
+    m->outstanding += room;
+    pthread_mutex_unlock(&m->mu);
+    if (!room) {
+        free(d);
+        return NULL;
+    }
+    *d = (struct httpd_deferred){ .m = m, .c = c, .gen = c->gen };
+    c->deferred = d;
+    return d;
+}
+
+void httpd_complete(struct httpd_deferred *d, const struct httpd_response *r) {
+    struct httpd *m = d->m;
+    d->r = *r;
+    d->r.extra = NULL;
+    if (r->extra && strlen(r->extra) < sizeof(d->extra)) {
+        memcpy(d->extra, r->extra, strlen(r->extra) + 1);
+        d->r.extra = d->extra;
+    } else if (r->extra) {
+        log_warn("HTTP server (%s): a deferred answer's header fields (%zu bytes) left out", m->what,
+                 strlen(r->extra));
+    }
+    d->next = NULL;
+    pthread_mutex_lock(&m->mu);
+    *m->done_tail = d;
+    m->done_tail = &d->next;
+    m->outstanding--;
+    /* under the lock: httpd_stop frees m once outstanding is 0 and it holds the lock again */
+    ssize_t w = write(m->ready[1], "x", 1); /* full (EAGAIN): the thread is woken already */
+    (void)w;
+    pthread_cond_broadcast(&m->drained);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The answers completed since the last call: each sent on its connection if that is still the one
+ * that waits for it, else dropped. */
+static void send_completed(struct httpd *m) {
+    char buf[64];
+    while (read(m->ready[0], buf, sizeof(buf)) > 0) {
+    }
+    pthread_mutex_lock(&m->mu);
+    struct httpd_deferred *d = m->done;
+    m->done = NULL;
+    m->done_tail = &m->done;
+    pthread_mutex_unlock(&m->mu);
+    while (d) {
+        struct httpd_deferred *next = d->next;
+        struct conn *c = d->c;
+        if (c->fd >= 0 && c->gen == d->gen && c->state == DEFERRED)
+            respond(c, &d->r, c->head_only, c->ka10);
+        else if (d->r.release)
+            d->r.release(d->r.ref);
+        free(d);
+        d = next;
+    }
 }
 
 /* A request that cannot be served: answer with the error and close. */
@@ -246,12 +349,16 @@ static void on_readable(struct httpd *m, struct conn *c) {
     bool body = c->state == BODY;
     char *to = body ? c->req_body + c->req_len : c->in + c->in_len;
     size_t room = body ? (size_t)c->req.content_length - c->req_len : sizeof(c->in) - c->in_len;
+    if (room == 0) /* DEFERRED with a full buffer of pipelined input: read after the answer */
+        return;
     ssize_t n = recv(c->fd, to, room, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        conn_close(c);
+        conn_close(c); /* a deferred connection too: its answer is dropped when it comes */
         return;
     }
-    if (n > 0 && body) {
+    if (n > 0 && c->state == DEFERRED) {
+        c->in_len += (size_t)n; /* the next request, served after the answer */
+    } else if (n > 0 && body) {
         c->req_len += (size_t)n;
         if (c->req_len == c->req.content_length)
             body_done(m, c);
@@ -366,11 +473,12 @@ static void accept_one(struct httpd *m) {
 static void *serve(void *arg) {
     struct httpd *m = arg;
     for (;;) {
-        struct pollfd p[2 + MAX_CONNS];
+        struct pollfd p[3 + MAX_CONNS];
         int idx[MAX_CONNS];
         int np = 0, nc = 0;
         long long now = now_ms(), next = now + PHASE_MS;
         p[np++] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
+        p[np++] = (struct pollfd){ .fd = m->ready[0], .events = POLLIN };
         for (int i = 0; i < MAX_CONNS; i++) {
             struct conn *c = &m->conns[i];
             if (c->fd < 0)
@@ -382,7 +490,10 @@ static void *serve(void *arg) {
             if (c->deadline < next)
                 next = c->deadline;
             idx[nc++] = i;
-            p[np++] = (struct pollfd){ .fd = c->fd, .events = c->state == WRITING ? POLLOUT : POLLIN };
+            short events = c->state == WRITING                                   ? POLLOUT
+                           : c->state == DEFERRED && c->in_len == sizeof(c->in) ? 0
+                                                                                : POLLIN;
+            p[np++] = (struct pollfd){ .fd = c->fd, .events = events };
         }
         bool listening = m->accept_paused_until <= now;
         if (listening)
@@ -401,16 +512,20 @@ static void *serve(void *arg) {
             break;
         for (int k = 0; k < nc; k++) {
             struct conn *c = &m->conns[idx[k]];
-            short ev = p[1 + k].revents;
+            short ev = p[2 + k].revents;
             if (!ev || c->fd < 0)
                 continue;
-            if (c->state == WRITING)
+            if (c->state == DEFERRED && c->in_len == sizeof(c->in))
+                conn_close(c); /* POLLHUP or POLLERR: nothing to answer any more */
+            else if (c->state == WRITING)
                 on_writable(m, c);
             else
                 on_readable(m, c);
         }
         if (listening && p[np - 1].revents & POLLIN)
             accept_one(m);
+        if (p[1].revents)
+            send_completed(m);
     }
     for (int i = 0; i < MAX_CONNS; i++)
         if (m->conns[i].fd >= 0)
@@ -440,11 +555,16 @@ struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errl
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    m->wake[0] = m->wake[1] = -1;
+    m->wake[0] = m->wake[1] = m->ready[0] = m->ready[1] = -1;
     m->cfg = *cfg;
     snprintf(m->what, sizeof(m->what), "%s", what);
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < MAX_CONNS; i++) {
         m->conns[i].fd = -1;
+        m->conns[i].m = m;
+    }
+    m->done_tail = &m->done;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->drained, NULL);
     int one = 1;
     m->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (m->lfd < 0 || setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
@@ -453,7 +573,8 @@ struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errl
         goto fail;
     }
     socklen_t sl = sizeof(sin);
-    if (getsockname(m->lfd, (struct sockaddr *)&sin, &sl) < 0 || pipe2(m->wake, O_CLOEXEC) < 0) {
+    if (getsockname(m->lfd, (struct sockaddr *)&sin, &sl) < 0 || pipe2(m->wake, O_CLOEXEC) < 0 ||
+        pipe2(m->ready, O_CLOEXEC | O_NONBLOCK) < 0) {
         snprintf(err, errlen, "cannot serve %s on %s: %s", what, addr, strerror(errno));
         goto fail;
     }
@@ -467,10 +588,14 @@ struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errl
 fail:
     if (m->lfd >= 0)
         close(m->lfd);
-    if (m->wake[0] >= 0) {
-        close(m->wake[0]);
-        close(m->wake[1]);
+    for (int i = 0; i < 2; i++) {
+        if (m->wake[i] >= 0)
+            close(m->wake[i]);
+        if (m->ready[i] >= 0)
+            close(m->ready[i]);
     }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->drained);
     free(m);
     return NULL;
 }
@@ -485,8 +610,18 @@ void httpd_stop(struct httpd *m) {
     ssize_t w = write(m->wake[1], "x", 1);
     (void)w;
     pthread_join(m->thread, NULL);
+    /* every connection is closed: the answers still to come are dropped as they come */
+    pthread_mutex_lock(&m->mu);
+    while (m->outstanding)
+        pthread_cond_wait(&m->drained, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+    send_completed(m);
     close(m->lfd);
-    close(m->wake[0]);
-    close(m->wake[1]);
+    for (int i = 0; i < 2; i++) {
+        close(m->wake[i]);
+        close(m->ready[i]);
+    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->drained);
     free(m);
 }

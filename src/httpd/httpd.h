@@ -1,8 +1,10 @@
 /* httpd.h: a small HTTP/1.x server on one thread of its own (poll(2)), for the agent's /metrics and
  * the scheduler extender. Requests are read with the pure parser of src/core/httphead.c (fuzzed);
  * keep-alive and pipelining work; bodies with a Content-Length up to a bound are read whole and
- * handed to the handler with the head. Limits (fixed per-phase deadlines, 16 connections and who is
- * evicted for a 17th) are described in httpd.c. */
+ * handed to the handler with the head. A handler may defer its answer to another thread
+ * (httpd_defer, httpd_complete) while the thread serves the other connections. Limits (fixed
+ * per-phase deadlines, 16 connections and who is evicted for a 17th, 8 deferred answers) are
+ * described in httpd.c. */
 #ifndef GS_HTTPD_H
 #define GS_HTTPD_H
 
@@ -12,10 +14,12 @@
 
 struct httpd;
 
+/* Valid during the handler's call only. */
 struct httpd_request {
     const struct gs_http_head *head;
     const char *body; /* body_len bytes (not NUL-terminated); NULL when there is none or it was not read */
     size_t body_len;
+    void *conn; /* the server's, for httpd_defer */
 };
 
 /* What the handler fills; the server has zeroed it (status 0 is taken as 500). */
@@ -42,12 +46,30 @@ struct httpd_config {
     void *ctx;
 };
 
+/* Deferred answers, for a handler whose answer waits on a round trip elsewhere (the extender's
+ * Binding written to the API server): the handler calls httpd_defer(req) and leaves its response
+ * alone; the connection then waits for httpd_complete(), which any thread calls once with the
+ * answer, while the server's thread serves the other connections (input arriving meanwhile on
+ * that connection is kept for after the answer). At most HTTPD_MAX_DEFERRED answers are
+ * outstanding at once, so that most connection slots stay free for the others: beyond that (or
+ * without memory) httpd_defer returns NULL and the handler answers now. A connection that closed
+ * meanwhile (the client gone, or its 30 s to get the answer passed) drops the answer when it
+ * comes, its body released. httpd_stop waits for every outstanding answer to be completed. */
+#define HTTPD_MAX_DEFERRED 8
+struct httpd_deferred;
+/* On the server's thread, in the handler only. */
+struct httpd_deferred *httpd_defer(const struct httpd_request *req);
+/* From any thread, once per httpd_defer: r is copied (its extra fields up to 255 bytes; its body by
+ * reference, released after it is sent or dropped). */
+void httpd_complete(struct httpd_deferred *d, const struct httpd_response *r);
+
 /* Returns NULL with the reason in err ("WHAT address 'ADDR': expected HOST:PORT or :PORT",
  * "cannot serve WHAT on ADDR: ..."). */
 struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errlen);
 /* The port actually bound. */
 unsigned httpd_port(const struct httpd *h);
-/* Stops the thread and closes every connection (NULL: nothing). */
+/* Stops the thread, closes every connection and waits for the deferred answers outstanding (NULL:
+ * nothing). */
 void httpd_stop(struct httpd *h);
 
 #endif
