@@ -47,9 +47,16 @@ struct dra_publisher;
 /* Starts the thread; nothing is written before the first dra_publisher_set. */
 int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publisher **out, char *err, size_t errlen);
 /* What the slices say now (a JSON array of ResourceSlices as gs_dra_slices_build writes them; the
- * generation is the publisher's): the reference is taken over. A copy equal to the last one is
- * dropped; another wakes the thread. Any thread. */
-void dra_publisher_set(struct dra_publisher *p, json_t *slices);
+ * generation is the publisher's; [] deletes the node's slices of the driver): the reference is
+ * taken over. A copy equal to the last one is dropped; another wakes the thread. Returns the
+ * sequence number of what is in force after the call (1, 2, ...: one per accepted change; 0
+ * before the first). Any thread. */
+unsigned long long dra_publisher_set(struct dra_publisher *p, json_t *slices);
+/* The sequence number last synced: the API server had exactly those slices, the node's other
+ * slices of the driver deleted (0: none yet); *last_rc (optional): the last sync's 0 or -errno
+ * (-EPERM: forbidden), 1 before the first. A later number synced means every earlier one's
+ * slices are gone too. Any thread. */
+unsigned long long dra_publisher_synced(struct dra_publisher *p, int *last_rc);
 /* The pool generation last written or found (0 before the first sync). Any thread. */
 long long dra_publisher_generation(struct dra_publisher *p);
 /* Stops the thread (a request in flight is cancelled) and frees it; the slices stay in the API

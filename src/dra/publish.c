@@ -31,6 +31,8 @@ struct dra_publisher {
     pthread_cond_t cond;
     bool stop, changed;   /* changed: a new dra_publisher_set since the last sync began */
     json_t *desired;      /* the last dra_publisher_set, NULL before */
+    unsigned long long seq, synced; /* desired's sequence number; the last one synced (0: none) */
+    int last_rc;                    /* the last sync's result (1: none yet) */
     long long generation; /* last written or found */
     char last_error[512]; /* as last logged, so a retry that fails alike is not logged again */
 };
@@ -217,12 +219,17 @@ static void *publisher_thread(void *arg) {
         unsigned wait_ms = p->resync_ms;
         if (p->desired) {
             json_t *want = json_deep_copy(p->desired);
+            unsigned long long seq = p->seq;
             p->changed = false;
             pthread_mutex_unlock(&p->lock);
             char err[512] = "";
             int r = want ? sync_slices(p, want, err, sizeof(err)) : -ENOMEM;
             json_decref(want);
             pthread_mutex_lock(&p->lock);
+            if (!p->stop)
+                p->last_rc = r;
+            if (r == 0)
+                p->synced = seq;
             if (r < 0 && !p->stop) {
                 if (!err[0])
                     gs_strlcpy(err, strerror(-r), sizeof(err));
@@ -281,6 +288,7 @@ int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publis
     gs_strlcpy(p->driver, o->driver, sizeof(p->driver));
     snprintf(p->selector, sizeof(p->selector), "spec.nodeName=%s,spec.driver=%s", p->node, p->driver);
     p->resync_ms = o->resync_ms ? o->resync_ms : DRA_RESYNC_MS_DEFAULT;
+    p->last_rc = 1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -307,20 +315,30 @@ int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publis
     return 0;
 }
 
-void dra_publisher_set(struct dra_publisher *p, json_t *slices) {
-    if (!slices)
-        return;
+unsigned long long dra_publisher_set(struct dra_publisher *p, json_t *slices) {
     pthread_mutex_lock(&p->lock);
-    if (p->desired && json_equal(p->desired, slices)) {
+    if (!slices || (p->desired && json_equal(p->desired, slices))) {
+        unsigned long long seq = p->seq;
         pthread_mutex_unlock(&p->lock);
         json_decref(slices);
-        return;
+        return seq;
     }
     json_decref(p->desired);
     p->desired = slices;
+    unsigned long long seq = ++p->seq;
     p->changed = true;
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
+    return seq;
+}
+
+unsigned long long dra_publisher_synced(struct dra_publisher *p, int *last_rc) {
+    pthread_mutex_lock(&p->lock);
+    unsigned long long s = p->synced;
+    if (last_rc)
+        *last_rc = p->last_rc;
+    pthread_mutex_unlock(&p->lock);
+    return s;
 }
 
 long long dra_publisher_generation(struct dra_publisher *p) {
