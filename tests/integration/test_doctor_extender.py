@@ -9,6 +9,7 @@ Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
 import http.server
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -174,9 +175,18 @@ class HangingFilter(NotAnExtender):
         self.server.release.wait(30)
 
 
+def timed_out_ms(finding):
+    """How long the request waited, from libcurl's "timed out after N milliseconds"."""
+    m = re.search(r"timed out after (\d+) milliseconds", finding["message"])
+    assert m, finding
+    return int(m.group(1))
+
+
 def test_warn_only_bounds_an_extender_that_does_not_answer(node):
     """The init container delays the agent by at most 2 s a request: a socket that accepts and never
-    answers /healthz, then an extender whose filter never answers; the normal mode waits 5 s."""
+    answers /healthz, then an extender whose filter never answers; the normal mode waits 5 s. The
+    wait is libcurl's own count in the message; the doctor's whole run, beside one refused at once,
+    is only checked loosely (the machine is shared)."""
     base_got, base = timed_findings(node, "--extender", "http://127.0.0.1:1/x", "--extender-warn", "--node-name",
                                     "n1", expect_rc=0)  # refused at once: the rest of the doctor's time
     assert [f["status"] for f in base_got] == ["warn"], base_got
@@ -187,11 +197,10 @@ def test_warn_only_bounds_an_extender_that_does_not_answer(node):
         url = f"http://127.0.0.1:{mute.getsockname()[1]}/gpuslice"
         got, took = timed_findings(node, "--extender", url, "--extender-warn", "--node-name", "n1", expect_rc=0)
         assert [(f["check"], f["status"]) for f in got] == [("extender", "warn")], got
-        assert "timed out" in got[0]["message"].lower(), got[0]
-        assert 1.8 <= took - base < 4.5, (took, base)
+        assert 2000 <= timed_out_ms(got[0]) < 2500 and took - base < 5, (got, took, base)
         got, took = timed_findings(node, "--extender", url, "--node-name", "n1", expect_rc=1)
         assert [(f["check"], f["status"]) for f in got] == [("extender", "fail")], got
-        assert took - base >= 4.8, (took, base)  # the normal mode's 5 s
+        assert 5000 <= timed_out_ms(got[0]) < 5500  # the normal mode's 5 s
     finally:
         mute.close()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HangingFilter)
@@ -206,9 +215,9 @@ def test_warn_only_bounds_an_extender_that_does_not_answer(node):
         srv.shutdown()
         srv.server_close()
     assert [(f["check"], f["status"]) for f in got] == [("extender", "ok"), ("extender.filter", "warn")], got
-    assert "timed out" in got[1]["message"].lower() and got[1]["message"].endswith(WARN_NOTE), got[1]
+    assert got[1]["message"].endswith(WARN_NOTE), got[1]
+    assert 2000 <= timed_out_ms(got[1]) < 2500 and took - base < 5, (got, took, base)
     assert srv.bodies == ["/prefix/filter"]
-    assert 1.8 <= took - base < 4.5, (took, base)
 
 
 def test_extender_warn_needs_extender(node):
