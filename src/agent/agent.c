@@ -203,6 +203,7 @@ static int setup_jobs(struct agent *a) {
         { "MPS supervisor", LOOP_KICKED, 0, agent_mps_job, agent_mps_due },
         { "replan", LOOP_KICKED, 0, agent_replan_job, NULL }, /* kicked by the MPS supervisor's job */
         { "policy reload", LOOP_KICKED, 0, agent_policy_job, NULL },
+        { "DRA handover", LOOP_KICKED, 0, agent_dra_handover_job, agent_dra_handover_due }, /* dra_glue.c */
         { "guard GC", LOOP_TICK_INTERVAL, o->guard_gc_ms, agent_guard_gc_job, NULL },
         { "inventory refresh", LOOP_TICK, 0, agent_inventory_job, NULL },
         { "pod attribution", LOOP_TICK_INTERVAL, pod_resources ? o->pod_attribution_ms : 0, agent_attribution_job,
@@ -269,7 +270,7 @@ static int start_dra(struct agent *a) {
         return r;
     }
     agent_dra_devices(a);
-    agent_dra_publish(a);
+    agent_dra_publish(a, NULL);
     return 0;
 }
 
@@ -326,6 +327,7 @@ int agent_run(struct gpu_node *node, const struct agent_options *o) {
     struct dp_handlers h = agent_shared_handlers(&a->shared);
     if (dp_manager_new(o->kubelet_dir, &h, &a->dp) < 0)
         goto out;
+    agent_dra_slices_start(a); /* before the first plan: GPUs stale slices may offer are held back */
     agent_migmgr_start(a);
     agent_reconcile_mig(a); /* before serving: nothing to withdraw yet */
     if (agent_replan(a, true) < 0 || dp_manager_start(a->dp) < 0)

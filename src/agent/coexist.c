@@ -296,20 +296,19 @@ static void log_gpu_changes(const struct gs_inventory *inv, const struct agent_c
     }
 }
 
-/* Removes the devices of the other's GPUs from every resource; resources left empty go. */
-static void drop_gpus(const struct gs_inventory *inv, struct gs_plan *plan, const struct agent_coexist *c) {
+void agent_plan_drop_gpus(const struct gs_inventory *inv, struct gs_plan *plan, const bool gpu[GS_MAX_GPUS]) {
     for (unsigned i = plan->n_resources; i-- > 0;) {
         struct gs_resource *r = &plan->resources[i];
         unsigned k = 0;
         for (unsigned d = 0; d < r->n_devices; d++)
-            if (!(r->devices[d].gpu < GS_MAX_GPUS && c->gpu[r->devices[d].gpu]))
+            if (!(r->devices[d].gpu < GS_MAX_GPUS && gpu[r->devices[d].gpu]))
                 r->devices[k++] = r->devices[d];
         r->n_devices = k;
         if (!k)
             drop(plan, i);
     }
     for (unsigned i = 0; i < inv->n_gpus && i < plan->n_gpus; i++)
-        if (inv->gpus[i].index < GS_MAX_GPUS && c->gpu[inv->gpus[i].index])
+        if (inv->gpus[i].index < GS_MAX_GPUS && gpu[inv->gpus[i].index])
             plan->gpus[i].resource = NULL;
 }
 
@@ -336,5 +335,5 @@ void agent_coexist_apply(struct agent *a, struct gs_plan *plan) {
         if (conflict_of(&a->coexist, plan->resources[i].name))
             drop(plan, i);
     if (share)
-        drop_gpus(a->inv, plan, &a->coexist);
+        agent_plan_drop_gpus(a->inv, plan, a->coexist.gpu);
 }

@@ -32,4 +32,8 @@ struct agent_coexist {
  * resources from plan (a plan just built, not yet served). */
 void agent_coexist_apply(struct agent *a, struct gs_plan *plan);
 
+/* Removes the devices of the GPUs gpu[] names (NVML index) from every resource of plan, and the
+ * resources left empty (also the DRA handover's held GPUs, dra_glue.c). */
+void agent_plan_drop_gpus(const struct gs_inventory *inv, struct gs_plan *plan, const bool gpu[GS_MAX_GPUS]);
+
 #endif

@@ -157,7 +157,7 @@ int agent_replan(struct agent *a, bool log_warnings) {
     }
     agent_coexist_apply(a, &next); /* resources another plugin serves (refuse: left out) */
     agent_dra_devices(a);
-    agent_dra_publish(a); /* what the slices say; the publisher's thread writes a change */
+    agent_dra_publish(a, &next); /* what the slices say (the publisher's thread writes a change); GPUs held out */
     agent_mps_sync(a, &next);
     if (log_warnings)
         for (unsigned i = 0; i < next.n_warnings; i++)

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/coexist.h"
+#include "agent/dra_glue.h"
 #include "agent/loop.h"
 #include "agent/migmgr.h"
 #include "agent/mps_glue.h"
@@ -39,6 +40,7 @@ struct agent {
     struct dra_publisher *dra_pub;     /* the ResourceSlices' thread (NULL: none) */
     char dra_slices_error[512];        /* why the slices could not be built, as last logged */
     char dra_node[256];                /* the host name, when neither --node-name nor $NODE_NAME says */
+    struct agent_dra_switch dra_switch; /* dra_glue.c: GPUs held from the device plugins (handover) */
     unsigned long long poll_start_ns; /* when this inventory poll began (its reconcile_seconds) */
 
     /* fd sources (agent.c) */
