@@ -263,6 +263,42 @@ class HostProc:
         return ok
 
 
+def start_extender(cluster, name, addr, policy="gpuslice"):
+    """`gpuslice extender --kubeconfig` (its model from the cluster's API server) on ADDR: a
+    HostProc NAME."""
+    return HostProc(cluster, name, [GPUSLICE, "extender", "--kubeconfig", cluster.kubeconfig, "--listen", addr,
+                                    "--policy", policy])
+
+
+def write_sched_config(path, cluster, url, managed=()):
+    """Writes to PATH (returned) the KubeSchedulerConfiguration naming the extender at URL as
+    filter, prioritize and bind (nodeCacheCapable, not ignorable), for `cluster.sh
+    restart-scheduler`. MANAGED: the extended resources it manages (not ignored by the scheduler);
+    none: the scheduler sends it every pod."""
+    text = f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {cluster.dir}/scheduler.kubeconfig
+leaderElection:
+  leaderElect: false
+extenders:
+- urlPrefix: "{url}"
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  weight: 5
+  nodeCacheCapable: true
+  enableHTTPS: false
+  httpTimeout: 5s
+  ignorable: false
+"""
+    if managed:
+        text += "  managedResources:\n" + "".join(f"  - name: {r}\n    ignoredByScheduler: false\n" for r in managed)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 class Agent:
     """gpuslice's agent on a simulated node, a host process with the real kubelet's sockets.
     Its pid is in DIR/run/agent.pid, so `cluster.sh down` stops it too."""

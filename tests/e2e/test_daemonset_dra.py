@@ -26,29 +26,17 @@ import pytest
 import yaml
 
 import test_dra_twoclaims as two
-from dra_util import DRIVER, checkpoint, claim_pod_yaml, claim_spec_file, claim_yaml, slice_devices, slices, \
+from dra_util import DRIVER, SHARED, SHARED_GPU0, apply_objects, check_guard_quota, checkpoint, claim_pod, \
+    claim_spec_file, delete_prefixed, dra_policy, guard_script, h100_node, shared_claim, slice_devices, slices, \
     wait_gone
 from e2e import NS, E2EError, wait, written
 from test_daemonset import AGENT_IMAGE_SH, DS_NS, IMAGE, RELEASE, WAIT, Chart
-from test_guard import CUDA_ERROR_OUT_OF_MEMORY, IMAGE as GUARD_IMAGE, _image, _kv
-from test_pods import CDI
+from test_guard import IMAGE as GUARD_IMAGE, _image
 
 PREFIX = "dsdra-"
-GIB = 1 << 30
-NODE = """gpus:
-  - model: H100-SXM5-80GB
-  - model: H100-SXM5-80GB
-driver_version: "580.65.06"
-cuda_version: "13.0"
-"""
-POLICY = CDI + """gpuslice:
-  gpus:
-    - {index: "0", mode: time-slicing, replicas: 4, memoryPerReplica: auto}
-    - {index: "1", mode: whole}
-  dra:
-    gpus: all
-"""
-CLASSES = [DRIVER, f"shared.{DRIVER}", f"mps.{DRIVER}", f"mig.{DRIVER}"]
+NODE = h100_node()
+POLICY = dra_policy(SHARED_GPU0, '{index: "1", mode: whole}')
+CLASSES = [DRIVER, SHARED, f"mps.{DRIVER}", f"mig.{DRIVER}"]
 
 
 class Release(Chart):
@@ -92,11 +80,7 @@ def release(cluster):
         yield r
     finally:
         try:
-            names = cluster.kubectl("get", "pods,resourceclaims", "-n", NS, "-o", "name", check=False).stdout.split()
-            mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-            if mine:
-                cluster.kubectl("delete", "-n", NS, "--grace-period=1", "--wait=true", *mine, check=False,
-                                timeout=180)
+            delete_prefixed(cluster, PREFIX)
             r.uninstall()
         finally:
             cluster.kubectl("label", "node", cluster.node_name, "gpuslice.io/gpu-", check=False)
@@ -142,38 +126,19 @@ def test_shared_claim_pod_gets_the_guard_quota_and_is_unprepared(cluster, releas
     wait(lambda: "gpu-0" in _devices_by_sa(cluster), WAIT, "the shared GPU's slice")
     _image(cluster)
     name, gib = PREFIX + "m20", 20
-    claim = yaml.safe_load(claim_yaml(name, f"shared.{DRIVER}"))
-    claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": f"{gib}Gi"}}
-    script = ("{\nsed 's/^/preload /' /etc/ld.so.preload\n"
-              f"/opt/gs/guard_app alloc 1G {gib - 2} | sed 's/^/within /'\n"
-              f"/opt/gs/guard_app alloc 1G {gib + 2} | sed 's/^/past /'\n"
-              f"echo done\n}} > /out/{name} 2>&1\nsleep 3600")
-    pod = yaml.safe_load(claim_pod_yaml(cluster, name, name, script))
-    main = pod["spec"]["containers"][0]
-    main["image"] = GUARD_IMAGE
-    main["env"] = [{"name": "FAKE_CUDA_TOTAL_MIB", "value": str(80 * 1024)}]
-    main["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
-    pod["spec"]["volumes"] = [{"name": "out", "hostPath": {"path": release.out, "type": "Directory"}}]
+    pod = claim_pod(cluster, name, name, guard_script(name, gib), out=release.out, image=GUARD_IMAGE,
+                    env={"FAKE_CUDA_TOTAL_MIB": str(80 * 1024)})
     if os.path.exists(os.path.join(release.out, name)):
         os.unlink(os.path.join(release.out, name))
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([claim, pod]))
+    apply_objects(cluster, shared_claim(name, gib), pod)
     cluster.wait_phase(name, ("Running",), timeout=WAIT)
     c = cluster.get("resourceclaim", "-n", NS, name)
     (r,) = c["status"]["allocation"]["devices"]["results"]
     assert r["driver"] == DRIVER and r["device"] == "gpu-0" and r.get("shareID"), r
     assert r["consumedCapacity"]["memory"] == f"{gib}Gi", r
     uid = c["metadata"]["uid"]
-    msg = written(release.out, name)
-    preload = [line.split(" ", 1)[1] for line in msg.splitlines() if line.startswith("preload ")]
-    assert preload and preload[0].endswith("libgpuslice-guard.so"), msg
-    within, past = _kv(msg, "within"), _kv(msg, "past")
-    assert within.get("ok") == str(gib - 2) and within.get("first_err") == "0", msg
-    assert int(past.get("ok", "-1")) in (gib - 1, gib), msg
-    assert past.get("first_err") == str(CUDA_ERROR_OUT_OF_MEMORY), msg
     guard_dir = os.path.join(release.base, "guard", f"claim-{uid}")
-    with open(os.path.join(guard_dir, "limits")) as f:
-        limits = f.read()
-    assert f" {gib * GIB} 25\n" in limits, limits
+    past = check_guard_quota(written(release.out, name), gib, guard_dir)
     assert uid in checkpoint(cluster)
     print(f"DRA DaemonSet: {gib}Gi claim: {gib + 2} x 1 GiB asked, {past['ok']} allocated, then {past['first_err']}")
     cluster.kubectl("delete", "pod", "-n", NS, name, "--grace-period=1")

@@ -24,79 +24,37 @@ import re
 import pytest
 import yaml
 
-from dra_util import DRIVER, apply_classes, checkpoint, claim_pod_yaml, claim_spec_file, claim_yaml, dra_args, \
-    slice_devices, slices, wait_gone
+from dra_util import DRIVER, SHARED, SHARED_GPU0, allocation, apply_classes, apply_objects, case_dirs, \
+    check_guard_quota, checkpoint, claim, claim_pod, claim_spec_file, claim_uid, delete_prefixed, dra_args, \
+    dra_policy, guard_script, h100_node, slice_devices, slices, wait_gone
 from e2e import NS, ROOT, E2EError, wait, written
-from test_guard import CUDA_ERROR_OUT_OF_MEMORY, IMAGE, _image, _kv
+from test_guard import IMAGE, _image
 from test_pods import SHOW, parse
 
-NODE = """gpus:
-  - model: H100-SXM5-80GB
-  - model: H100-SXM5-80GB
-    mig: enabled
-driver_version: "580.65.06"
-cuda_version: "13.0"
-"""
-POLICY = """version: v1
-flags:
-  plugin:
-    deviceListStrategy: cdi-cri
-  migStrategy: mixed
-gpuslice:
-  gpus:
-    - index: "0"
-      mode: time-slicing
-      replicas: 4
-      memoryPerReplica: auto
-    - index: "1"
-      mode: mig
-  dra:
-    gpus: all
-"""
-SHARED = f"shared.{DRIVER}"
+NODE = h100_node(mig=(1,))
+POLICY = dra_policy(SHARED_GPU0, '{index: "1", mode: mig}', flags="  migStrategy: mixed\n")
 MIG = f"mig.{DRIVER}"
-GIB = 1 << 30
 PREFIX = "dra-share-"
 
 
 def _claim(name, cls, capacity=None, selector=None, config=None):
-    c = yaml.safe_load(claim_yaml(PREFIX + name, cls, selector))
-    if capacity:
-        c["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": capacity}
-    if config:
-        c["spec"]["devices"]["config"] = [{"requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": config}}]
-    return c
+    return claim(PREFIX + name, cls, capacity, selector, config)
 
 
 def _pod(cluster, name, script, out, image=None, env=None):
     """A pod with claim PREFIX+name whose script writes what it saw to OUT/NAME (a hostPath)."""
-    pod = yaml.safe_load(claim_pod_yaml(cluster, PREFIX + name, PREFIX + name, script))
-    main = pod["spec"]["containers"][0]
-    if image:
-        main["image"] = image
-    main["env"] = [{"name": k, "value": v} for k, v in (env or {}).items()]
-    main["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
-    pod["spec"]["volumes"] = [{"name": "out", "hostPath": {"path": out, "type": "Directory"}}]
-    return pod
-
-
-def _create(cluster, *objs):
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
+    return claim_pod(cluster, PREFIX + name, PREFIX + name, script, out=out, image=image, env=env)
 
 
 def _result(cluster, name):
-    a = cluster.get("resourceclaim", "-n", NS, PREFIX + name).get("status", {}).get("allocation")
-    assert a, f"claim {PREFIX + name} not allocated"
-    (r,) = a["devices"]["results"]
-    assert r["driver"] == DRIVER and r["pool"] == cluster.node_name, r
-    return r
+    return allocation(cluster, PREFIX + name)
 
 
 _written = written   # what pod PREFIX+NAME wrote to OUT/NAME (e2e.py)
 
 
 def _uid(cluster, name):
-    return cluster.get("resourceclaim", "-n", NS, PREFIX + name)["metadata"]["uid"]
+    return claim_uid(cluster, PREFIX + name)
 
 
 def _gis(a, gpu=1):
@@ -105,31 +63,12 @@ def _gis(a, gpu=1):
     return [(i["profile_id"], i["placement"]["start"]) for i in g["mig"]["gpu_instances"]], g["mig"]["devices"]
 
 
-def _cleanup(cluster):
-    names = cluster.kubectl("get", "pods", "-n", NS, "-o", "name", check=False).stdout.split()
-    mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-    if mine:
-        cluster.kubectl("delete", "-n", NS, "--grace-period=1", "--wait=true", *mine, check=False, timeout=180)
-    names = cluster.kubectl("get", "resourceclaims", "-n", NS, "-o", "name", check=False).stdout.split()
-    mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-    if mine:
-        cluster.kubectl("delete", "-n", NS, "--wait=false", *mine, check=False)
-
-
 @pytest.fixture
 def dra(cluster, agent):
     """The agent on the two-H100 node, its slices in the API server, the chart's classes; its pods
     and claims deleted after the test while it still serves (so they are unprepared)."""
     classes = apply_classes(cluster)
-    base = os.path.join(cluster.dir, "dra-share")
-    os.makedirs(base, exist_ok=True)
-    node = os.path.join(base, "node.yaml")
-    with open(node, "w") as f:
-        f.write(NODE)
-    out = os.path.join(base, "out")
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):
-        os.unlink(os.path.join(out, f))
+    node, out = case_dirs(cluster, "dra-share", NODE)
     a = agent(node, POLICY, dra_args(cluster) + ["--cdi-hook", ""])
     try:
         wait(lambda: "gpu-0" in slice_devices(slices(cluster)) and
@@ -137,16 +76,8 @@ def dra(cluster, agent):
              "the agent's ResourceSlices (the shared GPU and the MIG placements)")
         yield a, out
     finally:
-        _cleanup(cluster)
+        delete_prefixed(cluster, PREFIX)
         cluster.kubectl("delete", "deviceclass", *classes, "--ignore-not-found", check=False)
-
-
-def _guard_script(name, quota_gib):
-    """Within the quota (less one GiB: the context's share), then past it."""
-    return ("{\nsed 's/^/preload /' /etc/ld.so.preload\n"
-            f"/opt/gs/guard_app alloc 1G {quota_gib - 2} | sed 's/^/within /'\n"
-            f"/opt/gs/guard_app alloc 1G {quota_gib + 2} | sed 's/^/past /'\n"
-            f"echo done\n}} > /out/{name} 2>&1\nsleep 3600")
 
 
 def test_shared_gpu_memory_claims_enforced_by_the_guard(cluster, dra):
@@ -157,29 +88,17 @@ def test_shared_gpu_memory_claims_enforced_by_the_guard(cluster, dra):
     _image(cluster)
     env = {"FAKE_CUDA_TOTAL_MIB": str(80 * 1024)}  # the simulated CUDA driver: a whole H100 free
     for name, gib in (("m20", 20), ("m40", 40)):
-        _create(cluster, _claim(name, SHARED, {"memory": f"{gib}Gi"}),
-                _pod(cluster, name, _guard_script(name, gib), out, IMAGE, env))
+        apply_objects(cluster, _claim(name, SHARED, {"memory": f"{gib}Gi"}),
+                _pod(cluster, name, guard_script(name, gib), out, IMAGE, env))
     for name, gib in (("m20", 20), ("m40", 40)):
         cluster.wait_phase(PREFIX + name, ("Running",), timeout=180)
         r = _result(cluster, name)
         assert r["device"] == "gpu-0" and r.get("shareID"), r
-        msg = _written(out, name)
-        preload = [line.split(" ", 1)[1] for line in msg.splitlines() if line.startswith("preload ")]
-        assert preload and preload[0].endswith("libgpuslice-guard.so"), msg
-        within, past = _kv(msg, "within"), _kv(msg, "past")
-        assert within.get("ok") == str(gib - 2) and within.get("first_err") == "0", msg
-        # the quota is the claim's consumedCapacity.memory: GIB - 1 or GIB of the GIB + 2 asked (the
-        # context's share), though the simulated driver has 80 GiB free
-        assert int(past.get("ok", "-1")) in (gib - 1, gib), msg
-        assert past.get("first_err") == str(CUDA_ERROR_OUT_OF_MEMORY), msg
-        uid = _uid(cluster, name)
-        with open(os.path.join(a.guard_root, f"claim-{uid}", "limits")) as f:
-            limits = f.read()
-        assert f" {gib * GIB} 25\n" in limits, limits  # compute: one replica's share (not asked)
+        past = check_guard_quota(_written(out, name), gib, os.path.join(a.guard_root, f"claim-{_uid(cluster, name)}"))
         print(f"DRA shared {gib}Gi claim: {gib + 2} x 1 GiB asked, {past['ok']} allocated, then error "
               f"{past['first_err']}")
     # 60 GiB of the H100's 79.6 are taken: a third pod asking 30Gi stays Pending
-    _create(cluster, _claim("m30", SHARED, {"memory": "30Gi"}), _pod(cluster, "m30", "sleep 3600", out))
+    apply_objects(cluster, _claim("m30", SHARED, {"memory": "30Gi"}), _pod(cluster, "m30", "sleep 3600", out))
 
     def unschedulable():
         pod = cluster.pod(PREFIX + "m30")
@@ -205,7 +124,7 @@ def test_mig_claim_made_on_the_chosen_placement_and_destroyed(cluster, dra):
     assert _gis(a)[0] == []
     script = SHOW.replace("> /dev/termination-log", "> /out/mig") + "\necho done >> /out/mig\nsleep 3600"
     sel = f'device.attributes["{DRIVER}"].profile == "3g.40gb"'
-    _create(cluster, _claim("mig", MIG, selector=sel), _pod(cluster, "mig", script, out))
+    apply_objects(cluster, _claim("mig", MIG, selector=sel), _pod(cluster, "mig", script, out))
     cluster.wait_phase(PREFIX + "mig", ("Running",), timeout=180)
     r = _result(cluster, "mig")
     m = re.fullmatch(r"gpu-1-mig-3g40gb-9-([0-9]+)", r["device"])
@@ -236,7 +155,7 @@ def test_mig_claim_made_on_the_chosen_placement_and_destroyed(cluster, dra):
 def test_malformed_gpu_config_named_in_the_pods_events(cluster, dra):
     a, out = dra
     bad = {"apiVersion": "gpuslice.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "Fast"}}
-    _create(cluster, _claim("badcfg", SHARED, {"memory": "1Gi"}, config=bad),
+    apply_objects(cluster, _claim("badcfg", SHARED, {"memory": "1Gi"}, config=bad),
             _pod(cluster, "badcfg", "sleep 3600", out))
     want = "sharing.strategy: 'Fast' is not TimeSlicing or MPS"
     ev = wait(lambda: [e for e in cluster.events(PREFIX + "badcfg") if want in e], 180,

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from e2e import CLUSTER_SH, GPUSLICE, NS, terminate, wait
+from e2e import CLUSTER_SH, NS, start_extender, wait, write_sched_config
 
 H100X2 = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n"
 POLICY = ("version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n"
@@ -31,33 +31,6 @@ ANN = "gpuslice.io/gpu-index"
 # the container writes its GPU device nodes where the test reads them (a hostPath), then holds its
 # units (the e2e node has no address for `kubectl logs`)
 SCRIPT = "ls /dev | grep -E '^nvidia[0-9]+$' | tr '\\n' ' ' > /out/$NAME.tmp; mv /out/$NAME.tmp /out/$NAME; sleep 600"
-
-
-def sched_config(cluster, url):
-    return f"""apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {cluster.dir}/scheduler.kubeconfig
-leaderElection:
-  leaderElect: false
-extenders:
-- urlPrefix: "{url}"
-  filterVerb: filter
-  prioritizeVerb: prioritize
-  bindVerb: bind
-  weight: 5
-  nodeCacheCapable: true
-  enableHTTPS: false
-  httpTimeout: 5s
-  ignorable: false
-  managedResources:
-  - name: {MEM}
-    ignoredByScheduler: false
-  - name: {SM}
-    ignoredByScheduler: false
-  - name: nvidia.com/gpu
-    ignoredByScheduler: false
-"""
 
 
 def restart_scheduler(cluster, config):
@@ -90,21 +63,18 @@ def features(agent):
 
 @pytest.fixture
 def extender(cluster):
+    """The extender (a host process) and a scheduler configuration naming it, which manages the
+    fractional resources and nvidia.com/gpu; the scheduler's own configuration back after."""
     addr = f"127.0.0.1:{cluster.port_base + 410}"
-    log_path = os.path.join(cluster.dir, "logs", "extender.log")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([GPUSLICE, "extender", "--kubeconfig", cluster.kubeconfig, "--listen", addr,
-                                 "--policy", "gpuslice"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
-    conf = os.path.join(cluster.dir, "extender-scheduler.yaml")
-    with open(conf, "w") as f:
-        f.write(sched_config(cluster, f"http://{addr}/gpuslice"))
+    ext = start_extender(cluster, "extender", addr)
+    conf = write_sched_config(os.path.join(cluster.dir, "extender-scheduler.yaml"), cluster,
+                              f"http://{addr}/gpuslice", managed=(MEM, SM, "nvidia.com/gpu"))
     labelled = []
     try:
-        yield addr, conf, proc, log_path, labelled
+        yield addr, conf, ext.proc, ext.log_path, labelled
     finally:
         restart_scheduler(cluster, None)
-        terminate(proc, 10)
+        ext.stop(10)
         if labelled:
             cluster.kubectl("label", "node", cluster.node_name, *[k + "-" for k in labelled], check=False)
 

@@ -20,67 +20,25 @@ The scheduler is restarted with its own configuration afterwards, the labels rem
 and claims deleted while the agent still serves (so that they are unprepared)."""
 import json
 import os
-import subprocess
 import time
 import urllib.request
 
 import pytest
 import yaml
 
-from dra_util import DRIVER, apply_classes, claim_pod_yaml, claim_yaml, dra_args, slice_devices, slices
-from e2e import GPUSLICE, NS, E2EError, terminate, wait
+from dra_util import DRIVER, GIB, SHARED_GPU0, allocation, apply_classes, apply_objects, case_dirs, claim_pod, \
+    delete_prefixed, dra_args, dra_policy, h100_node, shared_claim, slice_devices, slices
+from e2e import NS, E2EError, start_extender, wait, write_sched_config
 from test_extender import features, metrics, restart_scheduler
 
-NODE = """gpus:
-  - model: H100-SXM5-80GB
-  - model: H100-SXM5-80GB
-driver_version: "580.65.06"
-cuda_version: "13.0"
-"""
-POLICY = """version: v1
-flags:
-  plugin:
-    deviceListStrategy: cdi-cri
-gpuslice:
-  gpus:
-    - index: "0"
-      mode: time-slicing
-      replicas: 4
-      memoryPerReplica: auto
-  dra:
-    gpus: ["0"]
-"""
-SHARED = f"shared.{DRIVER}"
+NODE = h100_node()
+POLICY = dra_policy(SHARED_GPU0, dra='["0"]')
 PREFIX = "ext-claims-"
 LABEL = "gpuslice.io/gpu."
 ANN = "gpuslice.io/gpu-index"
 MIB = 1 << 20
-GIB = 1 << 30
 SCRIPT = ("ls /dev | grep -E '^nvidia[0-9]+$' | tr '\\n' ' ' > /out/$NAME.tmp; mv /out/$NAME.tmp /out/$NAME; "
           "sleep 3600")
-
-
-def sched_config(cluster, url):
-    """filter, prioritize and bind for every pod (no managedResources: a pod with only claims asks
-    for no extended resource, and the scheduler sends an extender only pods asking for one of
-    its managedResources when it has any)."""
-    return f"""apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: {cluster.dir}/scheduler.kubeconfig
-leaderElection:
-  leaderElect: false
-extenders:
-- urlPrefix: "{url}"
-  filterVerb: filter
-  prioritizeVerb: prioritize
-  bindVerb: bind
-  weight: 5
-  nodeCacheCapable: true
-  enableHTTPS: false
-  httpTimeout: 5s
-  ignorable: false
-"""
 
 
 def _metrics(addr):
@@ -111,14 +69,11 @@ def fmt(b):
 
 
 def _claim(name, gib):
-    c = yaml.safe_load(claim_yaml(PREFIX + name, SHARED))
-    c["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": f"{gib}Gi"}}
-    return c
+    return shared_claim(PREFIX + name, gib)
 
 
-def _claim_pod(cluster, name, out):
-    pod = yaml.safe_load(claim_pod_yaml(cluster, PREFIX + name, PREFIX + name, "sleep 3600"))
-    return pod
+def _claim_pod(cluster, name):
+    return claim_pod(cluster, PREFIX + name, PREFIX + name, "sleep 3600")
 
 
 def _gpu_pod(cluster, name, count, out):
@@ -128,34 +83,14 @@ def _gpu_pod(cluster, name, count, out):
     return yaml.safe_load(y)
 
 
-def _create(cluster, *objs):
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
-
-
-def _cleanup(cluster):
-    for kind in ("pods", "resourceclaims"):
-        names = cluster.kubectl("get", kind, "-n", NS, "-o", "name", check=False).stdout.split()
-        mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-        if mine:
-            cluster.kubectl("delete", "-n", NS, "--grace-period=1", "--wait=true", *mine, check=False, timeout=180)
-
-
 @pytest.fixture
 def setup(cluster, agent):
     """The DeviceClasses, the agent (DRA driver on GPU 0, device plugin on GPU 1), the Node labelled
     from its features file, the extender, the scheduler with the extender; all undone after."""
     classes = apply_classes(cluster)
-    base = os.path.join(cluster.dir, "ext-claims")
-    out = os.path.join(base, "out")
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):
-        os.unlink(os.path.join(out, f))
-    node = os.path.join(base, "node.yaml")
-    with open(node, "w") as f:
-        f.write(NODE)
+    node, out = case_dirs(cluster, "ext-claims", NODE)
     addr = f"127.0.0.1:{cluster.port_base + 412}"
-    log_path = os.path.join(cluster.dir, "logs", "extender-claims.log")
-    labelled, proc, restarted = [], None, False
+    labelled, ext, restarted = [], None, False
     try:
         a = agent(node, POLICY, dra_args(cluster) + ["--cdi-hook", ""])
         wait(lambda: slice_devices(slices(cluster)) == ["gpu-0"] or E2EError(slice_devices(slices(cluster))), 120,
@@ -166,34 +101,29 @@ def setup(cluster, agent):
         assert labels[LABEL + "count"] == "1", labels  # the device plugin's GPU only
         labelled.extend(labels)
         cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen([GPUSLICE, "extender", "--kubeconfig", cluster.kubeconfig, "--listen", addr,
-                                     "--policy", "gpuslice"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    start_new_session=True)
+        ext = start_extender(cluster, "extender-claims", addr)
         wait(lambda: _metrics(addr).get("gpuslice_extender_nodes") == 1, 60, "the extender's model of the Node")
-        conf = os.path.join(base, "scheduler.yaml")
-        with open(conf, "w") as f:
-            f.write(sched_config(cluster, f"http://{addr}/gpuslice"))
+        # filter, prioritize and bind for every pod (no managedResources: a pod with only claims asks
+        # for no extended resource, and the scheduler sends an extender only pods asking for one of
+        # its managedResources when it has any)
+        conf = write_sched_config(os.path.join(os.path.dirname(node), "scheduler.yaml"), cluster,
+                                  f"http://{addr}/gpuslice")
         restarted = True
         restart_scheduler(cluster, conf)
-        yield a, addr, out, proc, log_path
+        yield a, addr, out, ext.proc, ext.log_path
     finally:
-        _cleanup(cluster)
+        delete_prefixed(cluster, PREFIX)
         if restarted:
             restart_scheduler(cluster, None)
-        if proc:
-            terminate(proc, 10)
+        if ext:
+            ext.stop(10)
         if labelled:
             cluster.kubectl("label", "node", cluster.node_name, *[k + "-" for k in labelled], check=False)
         cluster.kubectl("delete", "deviceclass", *classes, "--ignore-not-found", check=False)
 
 
 def _allocation(cluster, name):
-    a = cluster.get("resourceclaim", "-n", NS, PREFIX + name).get("status", {}).get("allocation")
-    assert a, f"claim {PREFIX + name} not allocated"
-    (r,) = a["devices"]["results"]
-    assert r["driver"] == DRIVER and r["pool"] == cluster.node_name, r
-    return r
+    return allocation(cluster, PREFIX + name)
 
 
 def _filter(cluster, addr, name):
@@ -210,14 +140,14 @@ def test_claims_in_the_extender(cluster, setup):
 
     # 20Gi and 40Gi claims: both on the shared GPU 0, placed through the extender
     for name, gib in (("m20", 20), ("m40", 40)):
-        _create(cluster, _claim(name, gib), _claim_pod(cluster, name, out))
+        apply_objects(cluster, _claim(name, gib), _claim_pod(cluster, name))
         cluster.wait_phase(PREFIX + name, ("Running",), timeout=180)
         r = _allocation(cluster, name)
         assert r["device"] == "gpu-0" and quantity_bytes(r["consumedCapacity"]["memory"]) == gib * GIB, r
     wait(lambda: metrics(addr).get("gpuslice_extender_binds_total", 0) >= 2, 30, "the extender's binds")
 
     # 30Gi: Pending; the extender's filter refuses the node per GPU (20 GiB free of 80, less 60 taken)
-    _create(cluster, _claim("m30", 30), _claim_pod(cluster, "m30", out))
+    apply_objects(cluster, _claim("m30", 30), _claim_pod(cluster, "m30"))
 
     def unschedulable():
         pod = cluster.pod(PREFIX + "m30")
@@ -236,9 +166,9 @@ def test_claims_in_the_extender(cluster, setup):
     print(f"extender on the 30Gi claim: {ans['FailedNodes'][node]}")
 
     # 15Gi: the extender passes the node, and the pod runs there
-    _create(cluster, _claim("m15", 15))
+    apply_objects(cluster, _claim("m15", 15))
     wait(lambda: cluster.get("resourceclaim", "-n", NS, PREFIX + "m15"), 30, "the 15Gi claim")
-    _create(cluster, _claim_pod(cluster, "m15", out))
+    apply_objects(cluster, _claim_pod(cluster, "m15"))
     ans = _filter(cluster, addr, "m15")
     assert ans.get("NodeNames") == [node] and not ans.get("FailedNodes"), ans
     cluster.wait_phase(PREFIX + "m15", ("Running",), timeout=180)
@@ -249,7 +179,7 @@ def test_claims_in_the_extender(cluster, setup):
          E2EError(_filter(cluster, addr, "m30")), 60, "the extender counting the 15Gi claim")
 
     # nvidia.com/gpu: 1 is bound by the extender to GPU 1, never the DRA GPU 0
-    _create(cluster, _gpu_pod(cluster, "g1", 1, out))
+    apply_objects(cluster, _gpu_pod(cluster, "g1", 1, out))
     cluster.wait_phase(PREFIX + "g1", ("Running",), timeout=120)
     pod = cluster.pod(PREFIX + "g1")
     assert pod["metadata"].get("annotations", {}).get(ANN) == "1", pod["metadata"]
