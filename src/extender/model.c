@@ -12,17 +12,22 @@ static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    /* the high bits into the low ones, which index the table: names that differ in their last
+     * digits only ("openb-node-0143") collided there */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ h >> 33;
 }
 
 long ex_model_find(const struct ex_model *m, const char *name) {
     if (!m->n_slots)
         return -1;
-    for (size_t k = hash_str(name) & (m->n_slots - 1);; k = (k + 1) & (m->n_slots - 1)) {
+    uint64_t h = hash_str(name);
+    for (size_t k = h & (m->n_slots - 1);; k = (k + 1) & (m->n_slots - 1)) {
         uint32_t v = m->slots[k];
         if (!v)
             return -1;
-        if (strcmp(m->names[v - 1], name) == 0)
+        if (m->name_hash[v - 1] == h && strcmp(m->names[v - 1], name) == 0)
             return (long)v - 1;
     }
 }
@@ -42,8 +47,9 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
     for (m->n_slots = 16; m->n_slots < 2 * n; m->n_slots *= 2)
         ;
     m->slots = calloc(m->n_slots, sizeof(*m->slots));
+    m->name_hash = calloc(n ? n : 1, sizeof(*m->name_hash));
     int r = -ENOMEM;
-    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->slots) {
+    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->slots || !m->name_hash) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -58,7 +64,8 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
             snprintf(err, errlen, "node %s: gpus %d: at most %d", s->name, s->n_gpu, PL_MAX_GPUS);
             goto fail;
         }
-        size_t k = hash_str(s->name) & (m->n_slots - 1);
+        m->name_hash[i] = hash_str(s->name);
+        size_t k = m->name_hash[i] & (m->n_slots - 1);
         for (; m->slots[k]; k = (k + 1) & (m->n_slots - 1))
             if (strcmp(m->names[m->slots[k] - 1], s->name) == 0) {
                 snprintf(err, errlen, "node %s: listed twice", s->name);
@@ -124,6 +131,7 @@ void ex_model_free(struct ex_model *m) {
     free(m->gpu_mem);
     free(m->replicas);
     free(m->slots);
+    free(m->name_hash);
     free(m->bound);
     free(m->seen);
     free(m->obs);
@@ -337,19 +345,57 @@ static int raw_score(struct ex_model *m, const struct ex_pod *p, size_t i, int64
     return pl_score_node(&m->c, m->policy, i, &q, s, NULL);
 }
 
+/* rep[k]: the first of the n nodes whose raw score is node idx[k]'s (-1: not known): the same
+ * node state, GPU memory and replicas (pl_node_groups). false: no groups, when memory is short or
+ * the pod's claims are judged on each node's DRA devices. */
+static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, size_t *rep) {
+    if ((m->dra && p->claims.n && !ex_pod_wants_gpu(p)) || !n)
+        return false;
+    size_t *at = malloc(n * sizeof(*at));
+    uint64_t *key = malloc(n * sizeof(*key));
+    bool ok = at && key;
+    for (size_t k = 0; ok && k < n; k++) {
+        long i = idx[k];
+        at[k] = i < 0 ? 0 : (size_t)i;
+        bool packs = i >= 0 && m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
+                     m->replicas[i] < 1 << 22;
+        /* a node not known, or one whose pair does not pack, in a group of its own */
+        key[k] = packs ? (uint64_t)m->gpu_mem[i] << 22 | (uint64_t)m->replicas[i] : (uint64_t)1 << 63 | k;
+    }
+    ok = ok && pl_node_groups(&m->c, at, key, n, rep) == 0;
+    free(at);
+    free(key);
+    return ok;
+}
+
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
-    /* raw scores first (INT64_MIN: no fit), then mapped onto 1..10 */
+    long *idx = malloc((n ? n : 1) * sizeof(*idx));
+    size_t *rep = malloc((n ? n : 1) * sizeof(*rep));
+    for (size_t k = 0; idx && k < n; k++)
+        idx[k] = ex_model_find(m, nodes[k]);
+    bool grouped = idx && rep && score_groups(m, p, idx, n, rep);
+    /* raw scores first (INT64_MIN: no fit), once per group of nodes in the same state, then mapped
+     * onto 1..10 */
     for (size_t k = 0; k < n; k++) {
-        long i = ex_model_find(m, nodes[k]);
+        long i = idx ? idx[k] : ex_model_find(m, nodes[k]);
         int64_t s;
+        if (grouped && rep[k] != k) {
+            scores[k] = scores[rep[k]];
+            continue;
+        }
         scores[k] = INT64_MIN;
         if (i < 0 || raw_score(m, p, (size_t)i, &s) < 0)
             continue;
         scores[k] = s;
-        lo = s < lo ? s : lo;
-        hi = s > hi ? s : hi;
     }
+    free(idx);
+    free(rep);
+    for (size_t k = 0; k < n; k++)
+        if (scores[k] != INT64_MIN) {
+            lo = scores[k] < lo ? scores[k] : lo;
+            hi = scores[k] > hi ? scores[k] : hi;
+        }
     /* exact ties of the best raw score (FGD's is an integer 0..100: hundreds of nodes tie) go to
      * the smallest node name, as in the FGD paper's simulator; the scheduler would pick among
      * them at random, and spreading a workload over the tied nodes fragments it (`replay`'s FGD

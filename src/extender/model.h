@@ -76,6 +76,7 @@ struct ex_model {
     int64_t *gpu_mem;
     int *replicas;
     uint32_t *slots; /* open addressing: node index + 1 (0: empty) */
+    uint64_t *name_hash; /* per node: its name's hash, compared before the name */
     size_t n_slots;
     struct ex_bound *bound;
     size_t n_bound, cap_bound;

@@ -55,32 +55,61 @@ static int invert(int m, double a[CS_MAX_SIZES][CS_MAX_SIZES], double inv[CS_MAX
     return 0;
 }
 
-/* max sum_i y_i a_i over integer a >= 0 with sum_i s_i a_i <= cap; the best a into a[] */
+static int gcd(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* max sum_i y_i a_i over integer a >= 0 with sum_i s_i a_i <= cap; the best a into a[].
+ * This DP is most of a refresh of gpuslice's plan, so it runs in units of g, the gcd of the sizes
+ * worth something (10 milli-GPU for the trace's): over the capacities v = u * g only, with sizes
+ * s_i / g, which gives the same best, the same ties and the same a as over every v. For v = u * g + r
+ * (0 < r < g) each item's candidate best[v - s_i] + y_i is, by induction, the one at u * g, none of
+ * which beat best[u * g] + EPS there (the scan below only raises the value it compares to), so
+ * best[v] = best[u * g] and nothing is taken at v: the walk back steps over such v one by one. */
 static double knapsack(const int *s, const double *y, int m, int cap, int *a) {
     double best[CS_MAX_CAP + 1]; /* 36 KiB of stack */
-    /* take[v]: the item whose addition gives best[v]; -1: best[v] is best[v - 1] (and at v = 0) */
+    /* take[u]: the item whose addition gives best[u]; -1: best[u] is best[u - 1] (and at u = 0) */
     signed char take[CS_MAX_CAP + 1];
+    /* the items worth something, in their order (the comparisons, in the same order, decide ties as
+     * a scan of all m would), in units of g */
+    int it[CS_MAX_SIZES], sg[CS_MAX_SIZES], n_it = 0, g = 0;
+    for (int i = 0; i < m; i++)
+        if (y[i] > EPS) {
+            it[n_it++] = i;
+            g = gcd(s[i], g);
+        }
+    g = g > 0 ? g : 1;
+    for (int j = 0; j < n_it; j++)
+        sg[j] = s[it[j]] / g;
+    int top = cap / g;
     best[0] = 0;
     take[0] = -1;
-    for (int v = 1; v <= cap; v++) {
-        best[v] = best[v - 1];
-        take[v] = -1;
-        for (int i = 0; i < m; i++)
-            if (y[i] > EPS && s[i] <= v && best[v - s[i]] + y[i] > best[v] + EPS) {
-                best[v] = best[v - s[i]] + y[i];
-                take[v] = (signed char)i;
+    for (int u = 1; u <= top; u++) {
+        double bv = best[u - 1];
+        int tv = -1;
+        for (int j = 0; j < n_it; j++)
+            if (sg[j] <= u && best[u - sg[j]] + y[it[j]] > bv + EPS) {
+                bv = best[u - sg[j]] + y[it[j]];
+                tv = j;
             }
+        best[u] = bv;
+        take[u] = (signed char)tv;
     }
     memset(a, 0, sizeof(int) * (size_t)m);
-    for (int v = cap; v > 0;) {
-        if (take[v] < 0) {
-            v--;
+    for (int u = top; u > 0;) {
+        if (take[u] < 0) {
+            u--;
         } else {
-            a[take[v]]++;
-            v -= s[take[v]];
+            a[it[take[u]]]++;
+            u -= sg[take[u]];
         }
     }
-    return best[cap];
+    return best[top];
 }
 
 int cs_solve(const int *sizes, const double *demand, int m, int cap, struct cs_plan *out) {

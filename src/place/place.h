@@ -118,4 +118,15 @@ void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_cho
 /* Tells gpuslice's policy that pod p arrived (placed or not): its online workload estimate. */
 void pl_observe(struct pl_cluster *c, const struct pl_pod *p);
 
+/* Nodes in the same state: everything a filter or a score reads (CPU, memory, GPUs free, model,
+ * pods, gpuslice's plan fields) equal; the rank and the cached fragmentation (frag, gfrag, gver:
+ * functions of the rest) aside. Any policy's score and fragmentation of two such nodes are equal,
+ * so a decision over many nodes computes them once per state (most of 1,213 trace nodes are a few
+ * kinds of idle node until the cluster fills). */
+int pl_node_same(const struct pl_node *a, const struct pl_node *b);
+/* Groups n nodes by state: rep[k] = the first k' <= k whose node c->nodes[idx[k']] (idx NULL: k')
+ * is in the same state as idx[k]'s and key[k'] == key[k] (key: the caller's own part of the state,
+ * NULL: none). Returns 0, or -ENOMEM (rep[k] = k then). */
+int pl_node_groups(const struct pl_cluster *c, const size_t *idx, const uint64_t *key, size_t n, size_t *rep);
+
 #endif

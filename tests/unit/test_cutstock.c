@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "place/cutstock.h"
@@ -160,6 +161,62 @@ static void test_top_sizes(void **state) {
     assert_int_equal(cs_top_sizes(count, 1000, s, d), 0);
 }
 
+static void assert_same_plan(const struct cs_plan *a, const struct cs_plan *b, int m) {
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->optimal, b->optimal);
+    assert_true(a->bins == b->bins);
+    for (int i = 0; i < m; i++)
+        assert_true(a->dual[i] == b->dual[i]);
+    for (int k = 0; k < a->n; k++) {
+        assert_true(a->pat[k].bins == b->pat[k].bins);
+        for (int i = 0; i < m; i++)
+            assert_int_equal(a->pat[k].count[i], b->pat[k].count[i]);
+    }
+}
+
+/* The pricing knapsack runs in units of the sizes' gcd (the trace's are multiples of 10): the plan
+ * of sizes g * s over a bin of g * cap + r (0 <= r < g) is the plan of sizes s over cap, solved at
+ * every capacity, bit for bit (the patterns, their bins, the duals: the pivots taken were the same).
+ * The trace's sizes with demands as gpuslice's refresh sees them, then random ones. */
+static void test_scaled(void **state) {
+    (void)state;
+    const int trace[] = { 810, 470, 230, 320, 550, 460, 370, 220, 590, 110, 160, 650, 480, 270, 50, 350, 440, 140 };
+    const double td[] = { 221, 125, 78, 66, 55, 39, 23, 20, 19, 13, 13, 13, 4, 3, 2, 2, 2, 1 };
+    int m = 18, s[CS_MAX_SIZES], big[CS_MAX_SIZES];
+    struct cs_plan a, b;
+    for (int i = 0; i < m; i++)
+        s[i] = trace[i] / 10;
+    assert_true(cs_solve(s, td, m, 100, &a) > 0);
+    for (int r = 0; r < 10; r += 9) {
+        assert_true(cs_solve(trace, td, m, 1000 + r, &b) > 0);
+        assert_same_plan(&a, &b, m);
+    }
+    unsigned seed = 7;
+    for (int t = 0; t < 60; t++) {
+        int g = 2 + t % 9, cap = 20 + (int)(seed % 80);
+        m = 2 + t % 10;
+        double d[CS_MAX_SIZES];
+        for (int i = 0; i < m; i++) {
+            int v;
+            bool dup;
+            do {
+                seed = seed * 1103515245u + 12345u;
+                v = 1 + (int)((seed >> 8) % (unsigned)(cap - 1));
+                dup = false;
+                for (int j = 0; j < i; j++)
+                    dup |= s[j] == v;
+            } while (dup);
+            s[i] = v;
+            big[i] = v * g;
+            d[i] = (double)(1 + (seed >> 4) % 40);
+        }
+        if (cs_solve(s, d, m, cap, &a) <= 0)
+            fail_msg("instance %d: no plan", t);
+        assert_true(cs_solve(big, d, m, cap * g + (t % g), &b) > 0);
+        assert_same_plan(&a, &b, m);
+    }
+}
+
 static void test_invalid(void **state) {
     (void)state;
     struct cs_plan plan;
@@ -186,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_nothing),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_top_sizes),
+        cmocka_unit_test(test_scaled),
         cmocka_unit_test(test_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

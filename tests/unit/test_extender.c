@@ -97,6 +97,16 @@ static void test_memory_share(void **state) {
 }
 
 /* prioritize orders the nodes as the engine's score does, best 10, unfit 0. */
+/* a workload for the policies to learn: n pods of half and quarter GPUs */
+static void learn_shares(struct ex_model *m, int n) {
+    for (int i = 0; i < n; i++) {
+        char uid[16];
+        snprintf(uid, sizeof(uid), "w%d", i);
+        struct ex_pod w = share_pod(uid, i % 2 ? 50 : 25);
+        ex_observe(m, &w);
+    }
+}
+
 static void test_prioritize_follows_engine(void **state) {
     (void)state;
     const int a[] = { 1000, 1000, 1000, 1000 }, b[] = { 500, 1000, 1000, 1000 }, c[] = { 250, 0, 0, 0 },
@@ -108,13 +118,7 @@ static void test_prioritize_follows_engine(void **state) {
         struct ex_model m;
         char err[256];
         assert_int_equal(ex_model_init(&m, pols[k], ns, 4, err, sizeof(err)), 0);
-        /* a workload for the policies to learn: half and quarter GPUs */
-        for (int i = 0; i < 200; i++) {
-            char uid[16];
-            snprintf(uid, sizeof(uid), "w%d", i);
-            struct ex_pod w = share_pod(uid, i % 2 ? 50 : 25);
-            ex_observe(&m, &w);
-        }
+        learn_shares(&m, 200);
         struct ex_pod p = share_pod("x", 50);
         const char *names[] = { "a", "b", "c", "d", "ghost" };
         int64_t sc[5];
@@ -149,6 +153,54 @@ static void test_prioritize_follows_engine(void **state) {
         struct pl_choice ch;
         assert_int_equal(pl_schedule(&m.c, pols[k], &q, NULL, &ch), 0);
         assert_int_equal(sc[ch.node], EX_MAX_PRIORITY);
+        ex_model_free(&m);
+    }
+}
+
+/* prioritize scores each state of node once (pl_node_groups): nodes alike in the engine but not
+ * in their GPUs' memory are scored apart (a 30 GiB share is 375 milli of an 80 GiB GPU, 750 of a
+ * 40 GiB one), identical ones alike, and every score is the one a list of that node alone beside
+ * the first would give. */
+static void test_prioritize_groups(void **state) {
+    (void)state;
+    struct ex_node_spec ns[8];
+    const char *names[8];
+    char nm[8][8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(nm[i], sizeof(nm[i]), "n%d", i);
+        ns[i] = node(nm[i], 4, NULL, i == 5 ? 40960 : 81920);
+        names[i] = nm[i];
+    }
+    enum pl_policy pols[] = { PL_FGD, PL_GPUSLICE };
+    for (size_t k = 0; k < 2; k++) {
+        struct ex_model m;
+        char err[256];
+        assert_int_equal(ex_model_init(&m, pols[k], ns, 8, err, sizeof(err)), 0);
+        learn_shares(&m, 100);
+        struct ex_pod p = { .cpu = 1000, .mem = 1024, .gpu_mem_mib = 30 * 1024 };
+        snprintf(p.uid, sizeof(p.uid), "x");
+        struct pl_choice ch;
+        char why[EX_REASON_MAX];
+        assert_int_equal(ex_bind(&m, &p, "n3", &ch, why, sizeof(why)), 0); /* n3 differs now */
+        struct ex_pod q = p;
+        snprintf(q.uid, sizeof(q.uid), "y");
+        int64_t raw[8], sc[8];
+        for (int i = 0; i < 8; i++) {
+            struct pl_pod e;
+            assert_int_equal(ex_pod_on_node(&m, (size_t)i, &q, &e, why, sizeof(why)), 0);
+            assert_int_equal(pl_score_node(&m.c, pols[k], (size_t)i, &e, &raw[i], NULL), 0);
+        }
+        assert_true(raw[5] != raw[0]); /* the test could fail if n5 were taken for n0 */
+        ex_prioritize(&m, &q, names, 8, sc);
+        for (int i = 1; i < 8; i++) {
+            int64_t pair[2];
+            const char *two[2] = { names[0], names[i] };
+            ex_prioritize(&m, &q, two, 2, pair);
+            if (raw[i] == raw[0])
+                assert_int_equal(sc[i], sc[1 + (i == 1)]); /* the tie's 9 (or its 10 at n0) */
+            else
+                assert_true((raw[i] > raw[0]) == (sc[i] > sc[0]) && (pair[1] > pair[0]) == (raw[i] > raw[0]));
+        }
         ex_model_free(&m);
     }
 }
@@ -964,6 +1016,7 @@ int main(void) {
         cmocka_unit_test(test_dra_parse_errors),
         cmocka_unit_test(test_prioritize_follows_engine),
         cmocka_unit_test(test_prioritize_only_best_is_top),
+        cmocka_unit_test(test_prioritize_groups),
         cmocka_unit_test(test_bind_commits),
         cmocka_unit_test(test_quantity),
         cmocka_unit_test(test_args_mapping),

@@ -250,6 +250,43 @@ static void observe_shares(struct pl_cluster *c, int n, int64_t cpu, const int *
         }
 }
 
+/* The estimate's refresh computes each node state's fragmentation once (pl_node_groups): a node
+ * that takes an earlier one's must hold what its own computation gives. 40 nodes of four kinds,
+ * some with pods, so that some states repeat and some do not; each cached value is checked
+ * against the node's own refresh (gver 0 makes the score recompute it). */
+static void test_gpuslice_refresh_by_state(void **state) {
+    (void)state;
+    struct pl_node nodes[40];
+    for (int i = 0; i < 40; i++)
+        nodes[i] = mknode(i % 4 == 3 ? 16000 : 96000, 1 << 19, i % 2 ? 8 : 2, i, NULL);
+    struct pl_cluster c;
+    assert_int_equal(pl_cluster_init(&c, nodes, 40), 0);
+    assert_int_equal(pl_node_same(&c.nodes[0], &c.nodes[4]), 1);
+    assert_int_equal(pl_node_same(&c.nodes[0], &c.nodes[1]), 0);
+    size_t rep[40];
+    assert_int_equal(pl_node_groups(&c, NULL, NULL, 40, rep), 0);
+    assert_true(rep[0] == 0 && rep[4] == 0 && rep[1] == 1 && rep[5] == 1 && rep[3] == 3 && rep[7] == 3);
+    const int milli[] = { 470, 320, 810, 230 };
+    struct pl_choice ch = { .node = 6, .n_gpus = 1, .gpus = { 1 } };
+    struct pl_pod busy = mkpod(8000, 1000, 1, 470);
+    pl_commit(&c, &busy, &ch); /* node 6 differs from 2, 10, ... now */
+    assert_int_equal(pl_node_same(&c.nodes[2], &c.nodes[6]), 0);
+    observe_shares(&c, 30, 6000, milli, 4);
+    int checked = 0;
+    for (int i = 0; i < 40; i++) {
+        double cached = c.nodes[i].gfrag;
+        assert_true(c.nodes[i].gver != 0);
+        c.nodes[i].gver = 0;
+        int64_t s;
+        struct pl_pod p = mkpod(1000, 1000, 1, 230);
+        assert_int_equal(pl_score_node(&c, PL_GPUSLICE, (size_t)i, &p, &s, NULL), 0);
+        assert_true(c.nodes[i].gfrag == cached);
+        checked += cached > 0;
+    }
+    assert_true(checked > 0); /* the fragmentation compared is not 0 everywhere */
+    pl_cluster_free(&c);
+}
+
 /* the full decision for pod p: observe, schedule with pol, commit; returns the choice */
 static struct pl_choice arrive(struct pl_cluster *c, enum pl_policy pol, struct pl_pod p) {
     struct pl_choice ch;
@@ -664,6 +701,7 @@ int main(void) {
         cmocka_unit_test(test_gpuslice_plan_kept_mem),
         cmocka_unit_test(test_gpuslice_plan_rest_kept),
         cmocka_unit_test(test_pressured),
+        cmocka_unit_test(test_gpuslice_refresh_by_state),
         cmocka_unit_test(test_gpuslice_pressured),
         cmocka_unit_test(test_power),
         cmocka_unit_test(test_policy_names),
