@@ -28,14 +28,15 @@ static const char *driver_name(const struct agent *a) {
     return a->o->dra_driver ? a->o->dra_driver : DRA_DRIVER_DEFAULT;
 }
 
-/* Without --dra and without API access: whether an earlier run with --dra left its plugin
- * directory (its checkpoint), i.e. whether its slices may well still be there. */
-static bool ran_dra_before(const struct agent *a) {
+/* How loud "stale slices may offer GPUs the device plugin serves" is: with --dra, or when an
+ * earlier run with --dra left its plugin directory (its checkpoint), a warning; else (a node that
+ * most likely never ran the DRA driver) information. */
+static enum gs_log_level stale_level(const struct agent *a) {
     char dir[4096];
     struct stat st;
     snprintf(dir, sizeof(dir), "%s/%s", a->o->dra_plugins_dir ? a->o->dra_plugins_dir : DRA_PLUGINS_DIR_DEFAULT,
              driver_name(a));
-    return stat(dir, &st) == 0;
+    return a->o->dra || stat(dir, &st) == 0 ? GS_LOG_WARN : GS_LOG_INFO;
 }
 
 void agent_dra_slices_start(struct agent *a) {
@@ -45,31 +46,32 @@ void agent_dra_slices_start(struct agent *a) {
     int r;
     a->dra_switch.next_check_ns = gs_now_ns();
     if (!o->dra && !o->kubeconfig && !getenv("KUBECONFIG") && !getenv("KUBERNETES_SERVICE_HOST")) {
-        if (ran_dra_before(a))
-            log_warn("DRA: no --kubeconfig, no KUBECONFIG and not in a cluster: ResourceSlices of driver %s that a run "
-                     "with --dra left for this node are not deleted; until the kubelet deletes them (about 30 s after "
-                     "the driver is gone) the scheduler may allocate DRA claims on GPUs the device plugin serves",
-                     driver);
-        else
-            log_info("DRA: no API access: ResourceSlices of driver %s an earlier run with --dra may have left for this "
-                     "node are not checked",
-                     driver);
+        gs_log(stale_level(a),
+               "DRA: no --kubeconfig, no KUBECONFIG and not in a cluster: ResourceSlices of driver %s that a run with "
+               "--dra may have left for this node are not deleted; until the kubelet deletes them (about 30 s after "
+               "the driver is gone) the scheduler may allocate DRA claims on GPUs the device plugin serves",
+               driver);
         return;
     }
     if (!node_name(a)[0]) {
-        log_error("DRA: no Node name: the ResourceSlices of driver %s are neither published nor checked: stale ones "
-                  "may offer GPUs the device plugin serves",
-                  driver);
+        gs_log(o->dra ? GS_LOG_ERROR : stale_level(a),
+               "DRA: no Node name: the ResourceSlices of driver %s are neither published nor checked: stale ones may "
+               "offer GPUs the device plugin serves",
+               driver);
         return;
     }
     const struct kube_limits lim = { DRA_API_CONNECT_MS, DRA_API_REQUEST_MS, 0, 0 };
     if ((r = kube_client_open(o->kubeconfig, NULL, o->dra ? NULL : &lim, &a->dra_kube_pub, err, sizeof(err))) < 0) {
-        log_error("DRA: no API server (%s): no ResourceSlice of driver %s is %s; stale ones may offer GPUs the device "
-                  "plugin serves until the kubelet deletes them",
-                  err, driver, o->dra ? "published" : "deleted");
+        gs_log(o->dra ? GS_LOG_ERROR : stale_level(a),
+               "DRA: no API server (%s): no ResourceSlice of driver %s is %s; stale ones may offer GPUs the device "
+               "plugin serves until the kubelet deletes them",
+               err, driver, o->dra ? "published" : "deleted");
         return;
     }
-    const struct dra_publisher_options po = { a->dra_kube_pub, node_name(a), driver, o->dra_resync_ms };
+    /* without --dra, on a node that most likely never ran the driver, a refusal (no RBAC for the
+     * slices) is no news: said once, as information, by the handover job */
+    const struct dra_publisher_options po = { a->dra_kube_pub, node_name(a), driver, o->dra_resync_ms,
+                                              !o->dra && stale_level(a) == GS_LOG_INFO };
     if ((r = dra_publisher_start(&po, &a->dra_pub, err, sizeof(err))) < 0) {
         log_error("DRA: %s: no ResourceSlice of driver %s is %s", err, driver, o->dra ? "published" : "deleted");
         kube_client_free(a->dra_kube_pub);
@@ -215,11 +217,11 @@ void agent_dra_handover_job(void *ctx, uint64_t now_ns) {
         /* not allowed to read or delete them: waiting cannot help */
         released = dra_handover_release_all(&sw->h);
         if (released)
-            log_warn(
-                "DRA: the API server refuses the ResourceSlices of driver %s on node %s to this agent (%s): GPU(s) "
-                "%s go to the device plugin, and a stale slice may still offer them to DRA claims until the kubelet "
-                "deletes it",
-                driver, node_name(a), strerror(-rc), gpu_list(was, list, sizeof(list)));
+            gs_log(stale_level(a),
+                   "DRA: the API server refuses the ResourceSlices of driver %s on node %s to this agent (%s): GPU(s) "
+                   "%s go to the device plugin, and a stale slice may still offer them to DRA claims until the kubelet "
+                   "deletes it",
+                   driver, node_name(a), strerror(-rc), gpu_list(was, list, sizeof(list)));
         memset(late, 0, sizeof(late));
     } else {
         released = dra_handover_settle(&sw->h, synced, now_ns, late);
