@@ -420,20 +420,31 @@ def deleter(api, to_delete, stop):
         api.json("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
 
 
-def delete_all_pods(api, timeout=600):
+def delete_all_pods(api, stall=300, timeout=3600):
     """Every pod of the namespace deleted (grace 0). A collection of 8,000 pods can take the API
-    server longer than its request timeout on a loaded machine (504): asked again until none is left."""
+    server longer than its request timeout on a loaded machine (504): asked again until none is left.
+    Bounded by progress: fails when the count left has not fallen for STALL seconds (or after
+    TIMEOUT in all); a fixed 600 s was too short for 8,883 pods at load average 20-30."""
     slow = Api(api.cdir, api.port, timeout=180)
+    last = {"left": None, "t": time.monotonic()}
 
     def gone():
         try:
             _, l = slow.json("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
             if not l["items"]:
                 return True
+            md = l["metadata"]
+            left = len(l["items"]) + int(md.get("remainingItemCount") or 0)
+            if md.get("continue") and "remainingItemCount" not in md:
+                pass  # a count the server did not give: only TIMEOUT bounds the wait
+            elif last["left"] is None or left < last["left"]:
+                last.update(left=left, t=time.monotonic())
+            elif time.monotonic() - last["t"] > stall:
+                raise BenchError(f"deleting the replay's pods: {left} left, none gone in {stall} s")
             slow.json("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
         except (OSError, http.client.HTTPException) as e:  # the server closed a request it took too long on
             return E2EError(f"delete the pods: {e}")
-        return False
+        return E2EError(f"{last['left']} pods left")
     wait(gone, timeout, "the replay's pods to be gone", 1)
 
 
