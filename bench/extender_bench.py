@@ -11,9 +11,13 @@ the decision, rendering and loopback included) and the extender's own histogram 
   bench/extender_bench.py BUILD/gpuslice [--pods N] [--policy gpuslice|fgd] [--cpu 0]
 (the extender pinned to --cpu; pin the client elsewhere, e.g. `taskset -c 0 ... --cpu 1`). Prints
 the load average at the start and the end: the wall figures are the machine's, not the decision's.
+--placements FILE writes each pod's decision (its name, the node bound, how many nodes filter
+passed, a SHA-1 of every node's prioritize score): two builds' files are equal when they decide
+alike.
 """
 import argparse
 import csv
+import hashlib
 import http.client
 import json
 import os
@@ -58,6 +62,7 @@ def main():
     ap.add_argument("--cpu", default="0")
     ap.add_argument("--nodes", default=os.path.join(TRACES, "openb_node_list_gpu_node.csv"))
     ap.add_argument("--pod-list", default=os.path.join(TRACES, "openb_pod_list_default.csv"))
+    ap.add_argument("--placements", help="write each pod's filter, scores and node here")
     a = ap.parse_args()
     load0 = open("/proc/loadavg").read().split()[:3]
     with open(a.nodes) as f:
@@ -80,6 +85,7 @@ def main():
         srv = {"filter": [], "prioritize": [], "bind": []}
         cpu = {"filter": [], "prioritize": [], "bind": []}
         passed = placed = 0
+        out = open(a.placements, "w") if a.placements else None
 
         def call(verb, obj):
             body = json.dumps(obj)
@@ -99,12 +105,20 @@ def main():
             fit = r["NodeNames"]
             passed += len(fit)
             if not fit:
+                if out:
+                    out.write("%s -\n" % pod["metadata"]["name"])
                 continue
             pr = call("prioritize", {"Pod": pod, "NodeNames": fit})
             best = max(pr, key=lambda h: h["Score"])["Host"]
             b = call("bind", {"PodName": pod["metadata"]["name"], "PodNamespace": "bench",
                               "PodUID": pod["metadata"]["uid"], "Node": best})
             placed += b["Error"] == ""
+            if out:
+                scores = ",".join("%s:%d" % (h["Host"], h["Score"]) for h in pr)
+                out.write("%s %s %s passed=%d scores=%s\n" % (pod["metadata"]["name"], best, b["Error"] or "bound",
+                                                           len(fit), hashlib.sha1(scores.encode()).hexdigest()))
+        if out:
+            out.close()
         conn.request("GET", "/metrics")
         metrics = conn.getresponse().read().decode()
         print("gpuslice extender, policy %s, %d nodes, %d pods (%d placed), one core (taskset -c %s)" %
