@@ -28,15 +28,13 @@ static const char *driver_name(const struct agent *a) {
     return a->o->dra_driver ? a->o->dra_driver : DRA_DRIVER_DEFAULT;
 }
 
-/* How loud "stale slices may offer GPUs the device plugin serves" is: with --dra, or when an
- * earlier run with --dra left its plugin directory (its checkpoint), a warning; else (a node that
- * most likely never ran the DRA driver) information. */
-static enum gs_log_level stale_level(const struct agent *a) {
-    char dir[4096];
+/* Whether the driver ran on this node: its directory under the kubelet's plugins directory (its
+ * socket's, and the prepared claims' checkpoint), which a run with --dra leaves; its path in dir. */
+static bool ran_dra(const struct agent *a, char *dir, size_t len) {
     struct stat st;
-    snprintf(dir, sizeof(dir), "%s/%s", a->o->dra_plugins_dir ? a->o->dra_plugins_dir : DRA_PLUGINS_DIR_DEFAULT,
+    snprintf(dir, len, "%s/%s", a->o->dra_plugins_dir ? a->o->dra_plugins_dir : DRA_PLUGINS_DIR_DEFAULT,
              driver_name(a));
-    return a->o->dra || stat(dir, &st) == 0 ? GS_LOG_WARN : GS_LOG_INFO;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 void agent_dra_slices_start(struct agent *a) {
@@ -45,33 +43,35 @@ void agent_dra_slices_start(struct agent *a) {
     char err[1024];
     int r;
     a->dra_switch.next_check_ns = gs_now_ns();
+    char dir[4096];
+    if (!o->dra && !ran_dra(a, dir, sizeof(dir))) {
+        /* a node that never ran the driver: no API client (nor libcurl) for slices it cannot have */
+        log_info("DRA: no %s: no run with --dra left ResourceSlices of driver %s to delete", dir, driver);
+        return;
+    }
     if (!o->dra && !o->kubeconfig && !getenv("KUBECONFIG") && !getenv("KUBERNETES_SERVICE_HOST")) {
-        gs_log(stale_level(a),
-               "DRA: no --kubeconfig, no KUBECONFIG and not in a cluster: ResourceSlices of driver %s that a run with "
-               "--dra may have left for this node are not deleted; until the kubelet deletes them (about 30 s after "
-               "the driver is gone) the scheduler may allocate DRA claims on GPUs the device plugin serves",
-               driver);
+        log_warn(
+            "DRA: %s shows a run with --dra, but without --kubeconfig, KUBECONFIG or a cluster the ResourceSlices "
+            "of driver %s it may have left for this node are not deleted: until the kubelet deletes them (about "
+            "30 s after the driver is gone) the scheduler may allocate DRA claims on GPUs the device plugin serves",
+            dir, driver);
         return;
     }
     if (!node_name(a)[0]) {
-        gs_log(o->dra ? GS_LOG_ERROR : stale_level(a),
-               "DRA: no Node name: the ResourceSlices of driver %s are neither published nor checked: stale ones may "
-               "offer GPUs the device plugin serves",
-               driver);
+        log_error(
+            "DRA: no Node name: the ResourceSlices of driver %s are neither published nor checked: stale ones may "
+            "offer GPUs the device plugin serves",
+            driver);
         return;
     }
     const struct kube_limits lim = { DRA_API_CONNECT_MS, DRA_API_REQUEST_MS, 0, 0 };
     if ((r = kube_client_open(o->kubeconfig, NULL, o->dra ? NULL : &lim, &a->dra_kube_pub, err, sizeof(err))) < 0) {
-        gs_log(o->dra ? GS_LOG_ERROR : stale_level(a),
-               "DRA: no API server (%s): no ResourceSlice of driver %s is %s; stale ones may offer GPUs the device "
-               "plugin serves until the kubelet deletes them",
-               err, driver, o->dra ? "published" : "deleted");
+        log_error("DRA: no API server (%s): no ResourceSlice of driver %s is %s; stale ones may offer GPUs the device "
+                  "plugin serves until the kubelet deletes them",
+                  err, driver, o->dra ? "published" : "deleted");
         return;
     }
-    /* without --dra, on a node that most likely never ran the driver, a refusal (no RBAC for the
-     * slices) is no news: said once, as information, by the handover job */
-    const struct dra_publisher_options po = { a->dra_kube_pub, node_name(a), driver, o->dra_resync_ms,
-                                              !o->dra && stale_level(a) == GS_LOG_INFO };
+    const struct dra_publisher_options po = { a->dra_kube_pub, node_name(a), driver, o->dra_resync_ms };
     if ((r = dra_publisher_start(&po, &a->dra_pub, err, sizeof(err))) < 0) {
         log_error("DRA: %s: no ResourceSlice of driver %s is %s", err, driver, o->dra ? "published" : "deleted");
         kube_client_free(a->dra_kube_pub);
@@ -213,15 +213,22 @@ void agent_dra_handover_job(void *ctx, uint64_t now_ns) {
     char list[256];
     memcpy(was, sw->h.held, sizeof(was));
     unsigned released;
-    if (rc == -EPERM || rc == -EACCES) {
+    if (sw->cleaner && rc == -ENOENT && !synced) {
+        /* the cleaner's list answered 404 (its deletes take a 404 for done): the API server does not
+         * serve resource.k8s.io/v1, so no slice of it offers a GPU */
+        released = dra_handover_release_all(&sw->h);
+        log_info("DRA: the API server does not serve resource.k8s.io/v1 ResourceSlices: none offers this node's GPUs");
+        synced = 1;
+        memset(late, 0, sizeof(late));
+    } else if (rc == -EPERM || rc == -EACCES) {
         /* not allowed to read or delete them: waiting cannot help */
         released = dra_handover_release_all(&sw->h);
         if (released)
-            gs_log(stale_level(a),
-                   "DRA: the API server refuses the ResourceSlices of driver %s on node %s to this agent (%s): GPU(s) "
-                   "%s go to the device plugin, and a stale slice may still offer them to DRA claims until the kubelet "
-                   "deletes it",
-                   driver, node_name(a), strerror(-rc), gpu_list(was, list, sizeof(list)));
+            log_warn(
+                "DRA: the API server refuses the ResourceSlices of driver %s on node %s to this agent (%s): GPU(s) "
+                "%s go to the device plugin, and a stale slice may still offer them to DRA claims until the kubelet "
+                "deletes it",
+                driver, node_name(a), strerror(-rc), gpu_list(was, list, sizeof(list)));
         memset(late, 0, sizeof(late));
     } else {
         released = dra_handover_settle(&sw->h, synced, now_ns, late);
@@ -240,7 +247,7 @@ void agent_dra_handover_job(void *ctx, uint64_t now_ns) {
     if (released)
         loop_kick(&a->loop, a->replan_job);
     if (sw->cleaner && a->dra_pub && (synced || rc == -EPERM || rc == -EACCES)) {
-        if (synced)
+        if (synced && rc != -ENOENT)
             log_info("DRA: no ResourceSlice of driver %s is left for node %s", driver, node_name(a));
         dra_publisher_stop(a->dra_pub); /* idle now (it synced): returns at once */
         a->dra_pub = NULL;

@@ -175,7 +175,9 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --kubelet-registry-dir DIR  the kubelet's plugin registration directory, where\n"
                    "                            NAME-reg.sock goes (default " DRA_REGISTRY_DIR_DEFAULT ")\n"
                    "  --kubelet-plugins-dir DIR the kubelet's plugins directory: NAME/dra.sock and the\n"
-                   "                            prepared claims' checkpoint (default " DRA_PLUGINS_DIR_DEFAULT ")\n"
+                   "                            prepared claims' checkpoint (default " DRA_PLUGINS_DIR_DEFAULT ");\n"
+                   "                            without --dra, where a run with it left NAME/: its stale\n"
+                   "                            ResourceSlices are deleted then (docs/dra.md)\n"
                    "  --dra-claims-dir DIR      read each ResourceClaim from DIR/NAMESPACE/NAME.json (as\n"
                    "                            kubectl get -o json prints it) instead of the API server\n"
                    "  --kubeconfig FILE         the API server, to read the agent's Node for NVIDIA's MIG\n"
@@ -200,9 +202,8 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     if (o.container_driver_root && o.container_driver_root[0] != '/') {
         return cli_usage_error("agent", "--container-driver-root: '%s' is not an absolute path", o.container_driver_root);
     }
-    if (!o.dra && (o.dra_driver || o.dra_registry_dir || o.dra_plugins_dir || o.dra_claims_dir)) {
-        return cli_usage_error("agent", "--dra-driver, --kubelet-registry-dir, --kubelet-plugins-dir and "
-                                        "--dra-claims-dir need --dra");
+    if (!o.dra && (o.dra_driver || o.dra_registry_dir || o.dra_claims_dir)) {
+        return cli_usage_error("agent", "--dra-driver, --kubelet-registry-dir and --dra-claims-dir need --dra");
     }
     if (cli_no_more_args("agent", argc, argv, optind) != GS_EXIT_OK)
         return GS_EXIT_USAGE;

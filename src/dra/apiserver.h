@@ -41,7 +41,6 @@ struct dra_publisher_options {
     const char *node;           /* spec.nodeName, the pool's name */
     const char *driver;
     unsigned resync_ms;         /* 0: DRA_RESYNC_MS_DEFAULT */
-    bool quiet;                 /* a failed sync logged as information, not a warning (the caller says more) */
 };
 struct dra_publisher;
 

@@ -23,7 +23,6 @@ struct dra_publisher {
     struct kube_client *client;
     char node[254], driver[254], selector[600];
     unsigned resync_ms;
-    bool quiet;
     struct kube_cancel *cancel;
     pthread_t thread;
     struct kube_informer *watch; /* the node's slices of this driver: one deleted is written again */
@@ -235,9 +234,8 @@ static void *publisher_thread(void *arg) {
                 if (!err[0])
                     gs_strlcpy(err, strerror(-r), sizeof(err));
                 if (strcmp(err, p->last_error) != 0)
-                    gs_log(p->quiet ? GS_LOG_INFO : GS_LOG_WARN,
-                           "DRA: the ResourceSlices of %s not published (%s); retrying in the background", p->node,
-                           err);
+                    log_warn("DRA: the ResourceSlices of %s not published (%s); retrying in the background", p->node,
+                             err);
                 gs_strlcpy(p->last_error, err, sizeof(p->last_error));
                 wait_ms = backoff;
                 backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
@@ -290,7 +288,6 @@ int dra_publisher_start(const struct dra_publisher_options *o, struct dra_publis
     gs_strlcpy(p->driver, o->driver, sizeof(p->driver));
     snprintf(p->selector, sizeof(p->selector), "spec.nodeName=%s,spec.driver=%s", p->node, p->driver);
     p->resync_ms = o->resync_ms ? o->resync_ms : DRA_RESYNC_MS_DEFAULT;
-    p->quiet = o->quiet;
     p->last_rc = 1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -11,9 +11,11 @@ API server may still offer it (the scheduler would allocate a claim on it: the s
   API server (the proxy paused): GPU 1 stays out of allocatable while the
   slices still offer gpu-1; the proxy resumed, the slices lose gpu-1 first, then GPU 1 is
   allocatable.
-- Started without --dra while the API server does not answer it: the GPUs are held for the
+- Restarted without --dra while the API server does not answer it: the GPUs are held for the
   bounded wait (30 s, a warning), then served; the slices are deleted once the API server
-  answers again.
+  answers again (if the kubelet has not deleted them by then).
+Without --dra the agent looks for the slices only where a run with --dra left the driver's
+directory under the kubelet's plugins directory (--kubelet-plugins-dir).
 The conftest's teardown deletes an agent's slices only after the test: none of these rely on it."""
 import os
 import socket
@@ -115,6 +117,13 @@ def with_kubeconfig(args, kubeconfig):
     return args
 
 
+def without_dra(cluster, kubeconfig):
+    """The agent's flags without --dra: the API server, the Node's name, and the kubelet's plugins
+    directory where the run with --dra left the driver's directory (the sign of that run)."""
+    return ["--kubeconfig", kubeconfig, "--node-name", cluster.node_name,
+            "--kubelet-plugins-dir", os.path.join(cluster.kubelet_dir, "plugins"), "--cdi-hook", ""]
+
+
 def allocatable(cluster):
     return cluster.resources().get(RES, 0)
 
@@ -171,7 +180,7 @@ def test_restart_without_dra_deletes_the_slices_before_the_device_plugin_serves(
         # restarted without --dra while it cannot reach the API server for a few seconds: the GPUs
         # are held (the Node's status is updated every 2 s), then the slices go first
         proxy.pause()
-        a.extra = ["--kubeconfig", kc, "--node-name", cluster.node_name, "--cdi-hook", ""]
+        a.extra = without_dra(cluster, kc)
         a.start()
         held_while_slices_offer(cluster, a, "0, 1", ["gpu-0", "gpu-1"], 8)
         proxy.resume()
@@ -210,15 +219,16 @@ def test_policy_change_republishes_before_the_device_plugin_serves(cluster, agen
 
 
 def test_api_server_down_at_start_holds_the_gpus_for_a_bounded_wait(cluster, agent):
-    port = cluster.port_base + 421
-    proxy = Proxy(port, ("127.0.0.1", cluster.port_base + 443))
-    kc = proxied_kubeconfig(cluster, port)
-    proxy.pause()
+    proxy, kc, a = dra_agent(cluster, agent, cluster.port_base + 421)
     try:
+        a.stop()
+        proxy.pause()
         wait(lambda: allocatable(cluster) == 0 or E2EError(f"allocatable {allocatable(cluster)}"), 120,
-             f"no {RES} allocatable before the agent starts")
+             f"no {RES} allocatable before the agent starts again")
         t0 = time.monotonic()
-        a = agent("t4x2.yaml", FLAGS, ["--kubeconfig", kc, "--node-name", cluster.node_name, "--cdi-hook", ""])
+        a.extra = without_dra(cluster, kc)
+        a.write_policy(FLAGS)
+        a.start()
         while time.monotonic() - t0 < HOLD_S - 10:
             assert allocatable(cluster) == 0, f"{RES} allocatable {time.monotonic() - t0:.1f} s after the start"
             time.sleep(0.5)
@@ -231,6 +241,9 @@ def test_api_server_down_at_start_holds_the_gpus_for_a_bounded_wait(cluster, age
         proxy.resume()
         wait(lambda: f"no ResourceSlice of driver {DRIVER} is left for node" in a.log(), 120,
              "the slices checked once the API server answers")
+        assert slices(cluster) == []
         assert allocatable(cluster) == 2
     finally:
+        a.stop()
         proxy.pause()
+        delete_slices(cluster)
