@@ -162,7 +162,7 @@ def test_two_shared_claims_in_one_container_refused_with_the_charts_rbac(cluster
                   "the pod's event naming both claims")
         print(f"DRA DaemonSet: two shared claims in one container: {ev[0][-200:]!r}")
     finally:
-        two._cleanup(cluster)
+        delete_prefixed(cluster, two.PREFIX)
 
 
 def test_uninstall_leaves_no_slices(cluster, release):

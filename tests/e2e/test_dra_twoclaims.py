@@ -13,26 +13,17 @@ import os
 
 import yaml
 
-from dra_util import DRIVER, apply_classes, checkpoint, claim_yaml, dra_args, slice_devices, slices, wait_gone
+from dra_util import GIB, apply_classes, checkpoint, claim_uid, delete_prefixed, dra_args, dra_policy, shared_claim, \
+    slice_devices, slices, wait_gone
 from e2e import NS, E2EError, wait
-from test_pods import CDI
 
 NODE = "gpus:\n  - model: H100-SXM5-80GB\n"
-POLICY = CDI + """gpuslice:
-  gpus:
-    - {index: "0", mode: time-slicing, replicas: 4}
-  dra:
-    gpus: all
-"""
-SHARED = f"shared.{DRIVER}"
+POLICY = dra_policy('{index: "0", mode: time-slicing, replicas: 4}')
 PREFIX = "dra-two-"
-GIB = 1 << 30
 
 
 def _claim(name, gib):
-    c = yaml.safe_load(claim_yaml(PREFIX + name, SHARED))
-    c["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": f"{gib}Gi"}}
-    return c
+    return shared_claim(PREFIX + name, gib)
 
 
 def _pod(cluster, name, containers):
@@ -50,15 +41,7 @@ def _pod(cluster, name, containers):
 
 
 def _uid(cluster, name):
-    return cluster.get("resourceclaim", "-n", NS, PREFIX + name)["metadata"]["uid"]
-
-
-def _cleanup(cluster):
-    for kind in ("pods", "resourceclaims"):
-        names = cluster.kubectl("get", kind, "-n", NS, "-o", "name", check=False).stdout.split()
-        mine = [n for n in names if n.split("/", 1)[1].startswith(PREFIX)]
-        if mine:
-            cluster.kubectl("delete", "-n", NS, "--grace-period=1", "--wait=true", *mine, check=False, timeout=180)
+    return claim_uid(cluster, PREFIX + name)
 
 
 def test_second_guarded_claim_of_a_container_refused(cluster, agent):
@@ -108,5 +91,5 @@ def test_second_guarded_claim_of_a_container_refused(cluster, agent):
             assert f" {gib * GIB} " in limits, limits
         print("DRA two shared claims in two containers of one pod: both prepared, the pod runs")
     finally:
-        _cleanup(cluster)
+        delete_prefixed(cluster, PREFIX)
         cluster.kubectl("delete", "deviceclass", *classes, "--ignore-not-found", check=False)
