@@ -37,8 +37,8 @@ since pods never leave, a retry could not succeed either). --ext-source api runs
 deployment runs it: `gpuslice extender --kubeconfig` takes the nodes from the labels above and the
 pods from the API server as they bind, and a second extender entry sends the scheduler's bind to
 its /bind, which records the GPU and writes the Binding; the script waits for its model to hold
-every node before it starts the scheduler (slow for now: the extender's one server thread waits on
-each Binding's POST, docs/benchmarks.md). --ext-source snapshot (the default): the extender on the
+every node before it starts the scheduler (the Bindings are written by the extender's bind
+workers, docs/extender.md). --ext-source snapshot (the default): the extender on the
 trace's node list (--snapshot), its model knowing the pods only from the scheduler's calls, and the
 bind through this script's shim (the extender's /bind, then the Binding created here).
 
