@@ -27,8 +27,7 @@ LABEL = "nvidia.com/mig.config"
 
 class NodeHandler(Handler):
     """Nodes from server.nodes {name: labels}; the names unauth, forbidden and hang answer 401,
-    403 and never; resource.k8s.io/v1 (no ResourceSlices) when server.dra; SelfSubjectAccessReviews say
-    server.sar."""
+    403 and never; resource.k8s.io/v1 when server.dra; SelfSubjectAccessReviews say server.sar."""
 
     def do_GET(self):
         srv = self.server
@@ -54,10 +53,6 @@ class NodeHandler(Handler):
                 return self.send_json(200, {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1",
                                             "resources": [{"name": "resourceslices", "kind": "ResourceSlice"}]})
             return self.send_json(404, status(404, "NotFound", "the server could not find the requested resource"))
-        if path == "/apis/resource.k8s.io/v1/resourceslices" and srv.dra:
-            # none (the agent without --dra looks for its driver's slices of the node to delete them)
-            return self.send_json(200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
-                                        "metadata": {"resourceVersion": "1"}, "items": []})
         return super().do_GET()
 
     def do_POST(self):
