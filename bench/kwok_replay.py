@@ -75,6 +75,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -805,6 +806,15 @@ def main():
         a.lease_seconds = 1200 if own else 120
     base = os.environ.get("GS_E2E_PORT_BASE", "17800")
     cdir = os.environ.get("GS_E2E_DIR") or f"/tmp/gse2e.kwok-{base}"
+    if own:  # an API server up on this port base is another run's: its pods and its `down` would be shared
+        try:
+            socket.create_connection(("127.0.0.1", int(base) + 443), timeout=2).close()
+            busy = True
+        except OSError:
+            busy = False
+        if busy:
+            raise BenchError(f"an API server answers on port {int(base) + 443} already (another run on "
+                             f"GS_E2E_PORT_BASE={base}?): another port base, or GS_E2E_DIR={cdir} to use it")
     ok = False
     kwok = None
     results = []
