@@ -148,7 +148,8 @@ static void entry_choice(const struct gs_ts_resource *t, unsigned i, bool rename
     c->compute = t->compute_per_replica;
     c->pinned = t->pinned_per_replica;
     char name[GS_RESOURCE_NAME_MAX + 8]; /* the parser made sure NAME.shared is a valid name */
-    snprintf(name, sizeof(name), "%s%s", t->name, rename_by_default ? ".shared" : "");
+    if (snprintf(name, sizeof(name), "%s%s", t->name, rename_by_default ? ".shared" : "") >= (int)sizeof(name))
+        name[0] = '\0'; /* not reached (the parser bounds the name); an -O3 build cannot see that */
     gs_strlcpy(c->resource, t->rename[0] ? t->rename : name, sizeof(c->resource));
 }
 

@@ -784,7 +784,7 @@ enum ex_verdict ex_dra_filter(const struct ex_dra *d, const struct ex_pod *p, co
         const struct ex_dra_req *q = dm[k].req;
         for (int c = 0; c < q->count; c++) {
             int best = -1;
-            int64_t use[EX_CAPS], best_use[EX_CAPS];
+            int64_t use[EX_CAPS], best_use[EX_CAPS] = { 0 };
             for (int i = 0; i < n; i++) /* best fit: the least memory free that grants it */
                 if (grants(&st[i], q, true, use) &&
                     (best < 0 || st[i].free_[EX_CAP_MEMORY] < st[best].free_[EX_CAP_MEMORY])) {

@@ -166,8 +166,8 @@ static int refuse_keys(struct parse *p, yaml_node_t *map, const char *mpath, con
 static int credential(struct parse *p, yaml_node_t *map, const char *mpath, const char *key, char **file, char **pem,
                       size_t *pem_len) {
     char dkey[64], fpath[GS_YAML_PATH_MAX], dpath[GS_YAML_PATH_MAX];
-    const char *f, *d;
-    yaml_node_t *fn, *dn;
+    const char *f = NULL, *d = NULL;
+    yaml_node_t *fn = NULL, *dn = NULL;
     snprintf(dkey, sizeof dkey, "%s-data", key);
     int r = opt_string(p, map, mpath, key, &f, &fn, fpath);
     if (r == 0)

@@ -350,7 +350,8 @@ static void assert_lines_in_order(const char *text, const char *const *lines) {
     const char *p = text;
     for (size_t i = 0; lines[i]; i++) {
         char want[600];
-        snprintf(want, sizeof(want), "%s\n", lines[i]);
+        if (snprintf(want, sizeof(want), "%s\n", lines[i]) >= (int)sizeof(want))
+            fail_msg("line too long for the test: '%s'", lines[i]);
         const char *at = strstr(p, want);
         if (!at)
             fail_msg("missing (or out of order) '%s' in:\n%s", lines[i], text);
