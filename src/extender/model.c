@@ -200,10 +200,29 @@ bool ex_pod_wants_gpu(const struct ex_pod *p) {
     return p->gpus > 0 || p->compute_pct > 0 || p->gpu_mem_mib > 0;
 }
 
+/* The models of the cluster's table that a pod's gpu_spec names (names no node has are left out;
+ * none known: 0, any, as the trace's replay does not either: the scheduler finds no node). */
+static uint32_t spec_models(const struct pl_cluster *c, const char *spec) {
+    uint32_t mask = 0;
+    for (const char *s = spec; *s;) {
+        size_t n = strcspn(s, "|");
+        for (int k = 0; k < c->n_models; k++)
+            if (strlen(c->models[k]) == n && strncmp(c->models[k], s, n) == 0)
+                mask |= 1u << k;
+        s += n + (s[n] == '|');
+    }
+    return mask;
+}
+
 int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, struct pl_pod *out, char *why,
                    size_t len) {
     const struct pl_node *n = &m->c.nodes[i];
-    *out = (struct pl_pod){ .cpu = p->cpu, .mem = p->mem };
+    *out = (struct pl_pod){ .cpu = p->cpu, .mem = p->mem, .models = p->gpu_spec[0] ? spec_models(&m->c, p->gpu_spec) : 0 };
+    if (out->models && ex_pod_wants_gpu(p) && (n->model < 0 || !(out->models & (1u << n->model)))) {
+        snprintf(why, len, "GPU model %s: the pod's node affinity on " EX_PRODUCT_LABEL " allows %.120s",
+                 n->model >= 0 ? m->c.models[n->model] : "(none)", p->gpu_spec);
+        return -EINVAL;
+    }
     if (p->compute_pct > 0 || p->gpu_mem_mib > 0) {
         if (p->gpus > 0) {
             snprintf(why, len,

@@ -25,6 +25,8 @@
 #define EX_NAME_MAX 254 /* a Kubernetes object name: at most 253 characters */
 #define EX_UID_MAX 64
 #define EX_REASON_MAX 200
+#define EX_SPEC_MAX 256 /* ex_pod.gpu_spec: longer lists are taken as any model */
+#define EX_PRODUCT_LABEL "gpuslice.io/gpu.product"
 #define EX_MAX_PRIORITY 10 /* the extender API's MaxExtenderPriority */
 #define EX_OBS_MAX 20000   /* pods kept for FGD's target workload */
 
@@ -58,6 +60,11 @@ struct ex_pod {
     int gpus;            /* nvidia.com/gpu: whole GPUs, or replicas of time-sliced GPUs */
     int compute_pct;     /* gpuslice.io/gpu-compute: percent of one GPU (0: none) */
     int64_t gpu_mem_mib; /* gpuslice.io/gpu-memory (0: none) */
+    /* the GPU models its required node affinity (or nodeSelector) allows on gpuslice.io/gpu.product,
+     * '|'-separated as the trace's gpu_spec; "": any. The scheduler enforces the affinity before the
+     * extender is asked; the policy needs it too (which GPUs a pod may take, in its estimate and
+     * scores) */
+    char gpu_spec[EX_SPEC_MAX];
     struct ex_pod_claims claims;
 };
 

@@ -162,6 +162,68 @@ static void copy_str(char *dst, size_t len, const json_t *v) {
     snprintf(dst, len, "%s", s ? s : "");
 }
 
+/* Appends name to the '|'-separated list (false: it does not fit, or the name is no label value). */
+static bool spec_add(char *spec, size_t len, const json_t *v) {
+    const char *s = json_string_value(v);
+    size_t o = strlen(spec), n = s ? strlen(s) : 0;
+    if (!n || strchr(s, '|') || o + (o > 0) + n + 1 > len)
+        return false;
+    if (o)
+        spec[o++] = '|';
+    memcpy(spec + o, s, n + 1);
+    return true;
+}
+
+/* The GPU models (EX_PRODUCT_LABEL's values) the pod's required node affinity allows: the union
+ * over its nodeSelectorTerms (ORed), each term's `In` expression on the label; a term without one
+ * allows any model, and so does anything not understood (NotIn, a list too long): the scheduler
+ * enforces the affinity itself, this only tells the policy. A nodeSelector on the label narrows it
+ * to its value. */
+static void pod_gpu_spec(const json_t *spec, char *out, size_t len) {
+    out[0] = '\0';
+    const json_t *terms = json_object_get(
+        json_object_get(json_object_get(json_object_get(spec, "affinity"), "nodeAffinity"),
+                        "requiredDuringSchedulingIgnoredDuringExecution"),
+        "nodeSelectorTerms");
+    size_t t, e;
+    const json_t *term, *ex;
+    bool any = !json_is_array(terms) || json_array_size(terms) == 0;
+    json_array_foreach(terms, t, term) {
+        bool constrained = false;
+        json_array_foreach(json_object_get(term, "matchExpressions"), e, ex) {
+            const char *key = json_string_value(json_object_get(ex, "key"));
+            const char *op = json_string_value(json_object_get(ex, "operator"));
+            if (!key || strcmp(key, EX_PRODUCT_LABEL) != 0 || !op || strcmp(op, "In") != 0 || constrained)
+                continue;
+            size_t k;
+            const json_t *v;
+            constrained = true;
+            json_array_foreach(json_object_get(ex, "values"), k, v)
+                if (!spec_add(out, len, v))
+                    any = true;
+        }
+        any |= !constrained;
+    }
+    const json_t *sel = json_object_get(json_object_get(spec, "nodeSelector"), EX_PRODUCT_LABEL);
+    if (json_is_string(sel)) {
+        char one[EX_SPEC_MAX] = "";
+        if (!spec_add(one, sizeof(one), sel))
+            return; /* as if none: any model */
+        bool in = any;
+        for (const char *p = out; !in && *p;) {
+            size_t n = strcspn(p, "|");
+            in = n == strlen(one) && strncmp(p, one, n) == 0;
+            p += n + (p[n] == '|');
+        }
+        if (in) { /* else no node takes the pod: the scheduler says so */
+            memcpy(out, one, strlen(one) + 1);
+            return;
+        }
+    }
+    if (any)
+        out[0] = '\0';
+}
+
 int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (!json_is_object(pod)) {
@@ -190,6 +252,7 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
     }
     out->gpus = (int)gpus;
     out->compute_pct = (int)compute;
+    pod_gpu_spec(spec, out->gpu_spec, sizeof(out->gpu_spec));
     return ex_pod_claims_from_json(pod, &out->claims, err, errlen); /* podclaims.h */
 }
 

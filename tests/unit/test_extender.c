@@ -65,6 +65,77 @@ static void test_filter_per_gpu_fit(void **state) {
     ex_model_free(&m);
 }
 
+/* A pod's node affinity on gpuslice.io/gpu.product (what kwok_replay.py writes for a trace pod's
+ * gpu_spec) reaches the policy: parsed into gpu_spec, refused on another model's node, and the
+ * estimate told the pod's models (a term without the label, NotIn or a too long list: any). */
+static void test_gpu_product_affinity(void **state) {
+    (void)state;
+    static const char pod_json[] =
+        "{\"metadata\":{\"uid\":\"u-aff\",\"name\":\"p\",\"namespace\":\"d\"},\"spec\":{"
+        "\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":["
+        "{\"matchExpressions\":[{\"key\":\"gpuslice.io/kwok-replay\",\"operator\":\"In\",\"values\":[\"true\"]},"
+        "{\"key\":\"gpuslice.io/gpu.product\",\"operator\":\"In\",\"values\":[\"V100M16\",\"P100\"]}]}]}}},"
+        "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{\"gpuslice.io/gpu-compute\":\"50\"}}}]}}";
+    char err[256], why[EX_REASON_MAX];
+    json_error_t je;
+    json_t *j = json_loads(pod_json, 0, &je);
+    assert_non_null(j);
+    struct ex_pod p;
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_string_equal(p.gpu_spec, "V100M16|P100");
+    /* a second term without the label: any model */
+    json_t *terms = json_object_get(json_object_get(json_object_get(json_object_get(json_object_get(j, "spec"),
+        "affinity"), "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution"), "nodeSelectorTerms");
+    json_array_append_new(terms, json_pack("{s:[{s:s,s:s,s:[s]}]}", "matchExpressions", "key", "zone", "operator",
+                                           "In", "values", "a"));
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_string_equal(p.gpu_spec, "");
+    json_array_remove(terms, 1);
+    /* a nodeSelector on the label narrows the set to its value */
+    json_object_set_new(json_object_get(j, "spec"), "nodeSelector", json_pack("{s:s}", "gpuslice.io/gpu.product", "P100"));
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_string_equal(p.gpu_spec, "P100");
+    json_object_del(json_object_get(j, "spec"), "nodeSelector");
+    /* NotIn: not understood, any */
+    json_t *ex = json_array_get(json_object_get(json_array_get(terms, 0), "matchExpressions"), 1);
+    json_object_set_new(ex, "operator", json_string("NotIn"));
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_string_equal(p.gpu_spec, "");
+    /* more names than EX_SPEC_MAX holds: any */
+    json_object_set_new(ex, "operator", json_string("In"));
+    json_t *vals = json_object_get(ex, "values");
+    for (int k = 0; k < 40; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "MODEL-%02d", k);
+        json_array_append_new(vals, json_string(name));
+    }
+    assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+    assert_string_equal(p.gpu_spec, "");
+    json_decref(j);
+
+    /* the filter: a node of another model refused, naming both; an allowed one fits */
+    struct ex_node_spec ns[] = { node("a100", 1, NULL, 81920), node("v100", 1, NULL, 16384) };
+    snprintf(ns[1].model, sizeof(ns[1].model), "V100M16");
+    struct ex_model m;
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 2, err, sizeof(err)), 0);
+    struct ex_pod q = share_pod("u-v100", 50);
+    snprintf(q.gpu_spec, sizeof(q.gpu_spec), "V100M16|P100");
+    assert_int_equal(ex_filter(&m, &q, "a100", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "GPU model A100"));
+    assert_non_null(strstr(why, "allows V100M16|P100"));
+    assert_int_equal(ex_filter(&m, &q, "v100", why, sizeof(why)), EX_FIT);
+    struct pl_pod pp;
+    assert_int_equal(ex_pod_on_node(&m, 1, &q, &pp, why, sizeof(why)), 0);
+    assert_int_not_equal(pp.models, 0u);
+    assert_int_equal(pp.models, 1u << m.c.nodes[1].model); /* P100: no node has it */
+    /* without a spec every node is the pod's */
+    struct ex_pod any = share_pod("u-any", 50);
+    assert_int_equal(ex_filter(&m, &any, "a100", why, sizeof(why)), EX_FIT);
+    assert_int_equal(ex_pod_on_node(&m, 0, &any, &pp, why, sizeof(why)), 0);
+    assert_int_equal(pp.models, 0u);
+    ex_model_free(&m);
+}
+
 /* Memory shares are fractions of the node's GPU size; impossible requests are unresolvable. */
 static void test_memory_share(void **state) {
     (void)state;
@@ -1009,6 +1080,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_per_gpu_fit),
         cmocka_unit_test(test_memory_share),
+        cmocka_unit_test(test_gpu_product_affinity),
         cmocka_unit_test(test_dra_pod_claims),
         cmocka_unit_test(test_dra_gpu_never_offered),
         cmocka_unit_test(test_dra_shared_claim_per_gpu),
