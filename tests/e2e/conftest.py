@@ -32,6 +32,19 @@ def _tails(dir, lines=40):
     return "\n".join(out)
 
 
+def _reaper(dir):
+    """A watcher outside this process group that takes the cluster down if this run ends without
+    doing it: meson's timeout sends SIGTERM to the group and SIGKILL half a second later, too soon
+    for the teardown, and the cluster's daemons (in sessions of their own) outlived the run and
+    held the ports of the next one. cluster.sh down stops by PID and start time, so the second
+    down after a normal teardown (its logs kept for a failure) stops nothing."""
+    subprocess.Popen(
+        ["bash", "-c", 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; '
+         '[ -d "$2/run" ] && exec bash "$3" down "$2" >>"$2/logs/reaper.log" 2>&1', "gs-e2e-reaper",
+         str(os.getpid()), dir, CLUSTER_SH],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 @pytest.fixture(scope="session")
 def cluster():
     assert os.geteuid() == 0, "the e2e cluster needs root (the kubelet and containerd make cgroups and mounts)"
@@ -46,6 +59,7 @@ def cluster():
         yield c
         return
     dir = tempfile.mkdtemp(prefix="gse2e.", dir="/tmp")  # short: unix socket paths live under it
+    _reaper(dir)
     p = subprocess.run(["bash", CLUSTER_SH, "up", dir], capture_output=True, text=True, timeout=1500)
     if p.returncode != 0:
         msg = f"cluster.sh up {dir}: exit {p.returncode}\n{p.stderr[-6000:]}\n{_tails(dir)}"
