@@ -158,9 +158,11 @@ static void test_race(void **state) {
         assert_int_equal(check_gpu(&inv->gpus[g]), 0);
         present += inv->gpus[g].n_gis;
     }
-    /* Every instance a writer still holds exists, and nothing else does. */
+    /* Every instance a writer still holds exists, and nothing else does. That the writers made
+     * instances at all is the reader's check (it exits 103 having seen none); at the end all of
+     * them may hold none (failed once in a fresh-clone run: each writer's last turns were
+     * destroys), so present > 0 is not asserted. */
     assert_int_equal(present, held_total);
-    assert_true(present > 0);
     free(inv);
     sim_fixture_close(&f);
 }
