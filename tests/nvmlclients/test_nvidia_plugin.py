@@ -11,7 +11,8 @@ The plugin loads the simulator as the stand-in driver root's libnvidia-ml.so.1 (
 host paths comes from the simulated root inside a private mount namespace (`unshare -m`, root
 needed; nothing outside it is touched): /proc/driver (nvidia-caps/mig-minors),
 /sys/bus/pci/devices (NUMA nodes), its socket directory /var/lib/kubelet/device-plugins (the
-emulator's directory, over a tmpfs /var/lib) and /var/run/cdi (a directory of the test). Before the
+emulator's directory, over a tmpfs /var/lib) and /var/run/cdi (a directory of the test, on a tmpfs over /run: the host needs none of these
+directories). Before the
 simulator had NVIDIA's topology calls its first whole-GPU GetPreferredAllocation ended it (exit
 127, undefined symbol nvmlDeviceGetTopologyCommonAncestor); without mig-minors it refused MIG
 devices; without the driver's libcuda.so.VERSION its CDI generator refused to start. No skip when
@@ -46,7 +47,10 @@ mount --bind "$SIM_ROOT/sys/bus/pci/devices" /sys/bus/pci/devices
 mount -t tmpfs -o mode=0755 gs-nvdp /var/lib
 mkdir -p /var/lib/kubelet/device-plugins
 mount --bind "$KUBELET_DIR" /var/lib/kubelet/device-plugins
-mount --bind "$CDI_DIR" /var/run/cdi
+# /var/run/cdi need not exist on the host: a tmpfs over /run (this namespace's alone) holds it
+mount -t tmpfs -o mode=0755 gs-nvdp-run /run
+mkdir -p /run/cdi
+mount --bind "$CDI_DIR" /run/cdi
 # the root's device files as character devices, numbered as the driver numbers them (NVIDIA's CDI
 # generator takes only character devices), on a tmpfs over ROOT/dev seen by the plugin alone
 major() { awk -v name="$1" '$2 == name { print $1 }' "$SIM_ROOT/proc/devices"; }
