@@ -20,9 +20,16 @@ for p in "${packages[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-echo "Installing Debian packages: ${missing[*]}"
+# apt's progress goes to a log, not the screen; on a failure its end is shown
+log=${GPUSLICE_DEPS_LOG:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gpuslice-deps.log}
+mkdir -p "$(dirname "$log")"
+echo "Installing Debian packages: ${missing[*]} (apt's output: $log)" >&2
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  echo "deps.sh: installing the Debian packages failed; the end of $log:" >&2
+  tail -n 30 "$log" >&2
+  exit 1
+fi
+echo "Installed." >&2
