@@ -23,7 +23,7 @@
 #define GS_GUARD_ANCHOR_NAME "gpuslice-limits" /* the memfd's name: /proc/PID/fd/N reads "/memfd:NAME (deleted)" */
 #define GS_GUARD_ANCHOR_MAX_DEPTH 4096         /* ancestors looked at, at most */
 
-/* The parent of pid from /proc/PID/stat (field 4), or -1 when unreadable. Async-signal-safe. */
+/* The parent of pid from /proc/PID/stat (field 4), or -1 when unreadable. */
 static inline pid_t gs_proc_ppid(pid_t pid) {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);

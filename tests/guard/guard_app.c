@@ -963,12 +963,13 @@ static int mode_exec_env_i(int argc, char **argv)
  * execve system call, which no wrapper sees; orphan: that from a grandchild whose parent has
  * exited), after setting
  * GPUSLICE_GUARD_CONFIG=CONFIG in its own environment (CONFIG "memfd:PATH": PATH's text in a sealed
- * memfd of its own at descriptor 40, named as /proc/self/fd/40) and, with nopreload, removing
+ * memfd of its own at descriptor 40, named as /proc/self/fd/40; "anchor:PATH": that memfd at
+ * descriptor 1000, where gpuslice exec keeps the limits, and no variable) and, with nopreload, removing
  * LD_PRELOAD: a program that tries to give its child other limits, or none. The child's key=value
  * lines reach stdout (through the pipe for popen). */
 
-/* PATH's content in a sealed memfd at descriptor 40 (inherited). */
-static int forged_memfd(const char *path)
+/* PATH's content in a sealed memfd at descriptor at (inherited). */
+static int forged_memfd(const char *path, int at)
 {
     char buf[4096];
     int in = open(path, O_RDONLY | O_CLOEXEC);
@@ -977,7 +978,7 @@ static int forged_memfd(const char *path)
         close(in);
     int fd = n <= 0 ? -1 : memfd_create("gpuslice-limits", MFD_ALLOW_SEALING);
     if (fd < 0 || write(fd, buf, (size_t)n) != n ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0 || dup2(fd, 40) < 0)
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0 || dup2(fd, at) < 0)
         return -1;
     close(fd);
     return 0;
@@ -1004,9 +1005,12 @@ static int mode_start_child(int argc, char **argv)
     self[n] = '\0';
     if (argc > 2 && strcmp(argv[2], "-") != 0) {
         if (!strncmp(argv[2], "memfd:", 6)) {
-            if (forged_memfd(argv[2] + 6) < 0)
+            if (forged_memfd(argv[2] + 6, 40) < 0)
                 return 3;
             setenv("GPUSLICE_GUARD_CONFIG", "/proc/self/fd/40", 1);
+        } else if (!strncmp(argv[2], "anchor:", 7)) { /* where gpuslice exec keeps its own */
+            if (forged_memfd(argv[2] + 7, 1000) < 0)
+                return 3;
         } else {
             setenv("GPUSLICE_GUARD_CONFIG", argv[2], 1);
         }
