@@ -276,6 +276,7 @@ def test_python_children_keep_the_limits(env, mine, how):
     assert leftovers(env) == []
 
 
+@pytest.mark.skipif(SANITIZED, reason="the preloaded guard cannot run inside a sanitizer runtime (tests/guard)")
 def test_nested_exec_is_refused(env):
     """gpuslice exec under gpuslice exec: the outer limits would apply anyway, so the inner one says
     so rather than seem to grant its own."""
