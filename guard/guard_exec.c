@@ -116,6 +116,9 @@ static void read_sealed(int fd) {
         snprintf(g_cfg.why, sizeof(g_cfg.why), "the descriptor is not a sealed memfd (its content could change)");
     else if (!(g_cfg.text = guard_read_all(fd, &g_cfg.len)))
         snprintf(g_cfg.why, sizeof(g_cfg.why), "%s", strerror(errno));
+    char *small = g_cfg.text ? realloc(g_cfg.text, g_cfg.len + 1) : NULL; /* kept for the process's life */
+    if (small)
+        g_cfg.text = small;
 }
 
 static void find_self(void) {
