@@ -284,3 +284,30 @@ def test_nested_exec_is_refused(env):
     assert p.returncode == 1
     assert "gpuslice exec: already under gpuslice exec (pid " in p.stderr, p.stderr
     assert leftovers(env) == []
+
+
+def test_descriptor_1000_and_a_low_open_files_limit(env, tmp_path):
+    """Descriptor 1000 is where gpuslice exec keeps the limits: one the caller passed there still
+    reaches the command, and under a soft open-files limit below 1000 exec works and the command
+    gets the caller's limit."""
+    data = tmp_path / "data"
+    data.write_text("passed-through")
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        os.dup2(fd, 1000)
+        p = subprocess.run([GPUSLICE, "exec", "--vram", "1GiB", "--", "sh", "-c", "cat /proc/self/fd/1000"],
+                           capture_output=True, text=True, env=env, timeout=60, pass_fds=(1000,))
+    finally:
+        os.close(1000)
+        os.close(fd)
+    assert p.returncode == 0 and p.stdout == "passed-through", (p.stdout, p.stderr)
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    p = subprocess.run([GPUSLICE, "exec", "--vram", "1GiB", "--", "sh", "-c", 'ulimit -n; cat "$GPUSLICE_GUARD_CONFIG"'],
+                       capture_output=True, text=True, env=env, timeout=60, preexec_fn=low_limit)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "256" and "gpuslice-guard 1" in p.stdout, p.stdout
+    assert leftovers(env) == []
