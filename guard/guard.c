@@ -12,9 +12,9 @@
  * back if the real allocation fails; frees of pointers the guard did not see go to the driver
  * untouched; the bytes of a process come back when it is dead, not at its exit. The limits come from
  * a read-only file (guard_limits.h: in a container the mounted one, whatever the environment says, or
- * gpuslice exec's sealed memfd) and survive `env -i`: exec'd programs get LD_PRELOAD and the guard's
- * own GPUSLICE_GUARD_CONFIG. This is cooperative isolation (docs/guard.md): a static binary or a
- * process that unmaps the guard escapes it; MIG is the hard boundary.
+ * gpuslice exec's sealed memfd, found through the process's ancestors) and every program a guarded
+ * process starts loads the guard again (guard_exec.c). This is cooperative isolation (docs/guard.md):
+ * a static binary or a process that unmaps the guard escapes it; MIG is the hard boundary.
  *
  * The kernel-launch path does one relaxed atomic load when no compute limit applies. */
 #include <dlfcn.h>
@@ -24,7 +24,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "guard_exec.h"
 #include "guard_limits.h"
 #include "guard_proc.h"
 #include "guard_region.h"
@@ -49,10 +49,8 @@
 #define GS_GUARD_DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
 #endif
 #define DEFAULT_CONFIG GS_GUARD_DEFAULT_CONFIG
-#define FD_CONFIG_PREFIX "/proc/self/fd/" /* gpuslice exec: a sealed memfd, see read_limits_fd */
 #define UNLIMITED_DEVICE (-1)
 
-extern char **environ;
 
 /* ---- real functions ------------------------------------------------------------------------- */
 
@@ -74,8 +72,6 @@ static cuEventQuery_fn real_cuEventQuery;
 static cuEventElapsedTime_fn real_cuEventElapsedTime;
 static cuEventDestroy_v2_fn real_cuEventDestroy;
 
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym;
 
 /* ---- state ---------------------------------------------------------------------------------- */
 
@@ -88,11 +84,6 @@ static struct gs_guard_region *g_region;
 static struct gs_guard_proc_slot *g_slot;
 static int g_dev_index[GS_GUARD_MAX_DEVICES]; /* CUDA ordinal -> index into g_limits.dev, or -1 */
 static void *g_libcuda;
-static char g_self_path[512];
-static char g_config_path[512]; /* captured at load: a later clearenv() must not lose it */
-static char g_ignored_config[512]; /* a GPUSLICE_GUARD_CONFIG that the mounted file overrode */
-static int g_config_fd = -1;     /* a sealed limits memfd: the guard's own copy (close-on-exec) */
-static int g_config_fd_num = -1; /* ... and the descriptor number children get it at */
 
 static void glog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void glog(const char *fmt, ...) {
@@ -107,15 +98,6 @@ static void glog(const char *fmt, ...) {
         buf[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, len);
     (void)w;
-}
-
-static void resolve_dlsym(void) {
-    if (real_dlsym)
-        return;
-    /* glibc >= 2.34 versions dlsym GLIBC_2.34 in libc; older ones GLIBC_2.2.5 (x86-64) or 2.17. */
-    static const char *const versions[] = { "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL };
-    for (const char *const *v = versions; *v && !real_dlsym; v++)
-        real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", *v);
 }
 
 static void *cuda_sym(const char *name) {
@@ -389,46 +371,19 @@ static bool says_fail_open(const char *text) {
 
 /* ---- initialisation ------------------------------------------------------------------------- */
 
-/* Reads up to GS_GUARD_LIMITS_MAX + 1 bytes at offset 0 of fd (one more than the parser takes, so
- * that a larger file is refused, not cut). NULL with errno on failure. */
-static char *read_all(int fd, size_t *len) {
-    char *text = calloc(1, GS_GUARD_LIMITS_MAX + 2);
-    size_t n = 0;
-    while (text && n <= GS_GUARD_LIMITS_MAX) {
-        ssize_t r = pread(fd, text + n, GS_GUARD_LIMITS_MAX + 1 - n, (off_t)n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(text);
-            errno = e;
-            return NULL;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    *len = n;
-    return text;
-}
-
-/* The limits text: from the sealed memfd `gpuslice exec` passes (its content cannot change, so a
- * child that swaps the descriptor gets the guard's copy back at exec), or from a regular file
- * (never a FIFO, which would block the program's first CUDA call). NULL with the reason in why. */
+/* The limits text: read at load from a sealed memfd (gpuslice exec's, or /proc/self/fd/N; see
+ * guard_exec.c), or from a regular file (never a FIFO, which would block the program's first CUDA
+ * call). NULL with the reason in why. */
 static char *read_limits(const char *path, size_t *len, char *why, size_t whylen) {
     char *text = NULL;
-    if (g_config_fd >= 0) {
-        int seals = fcntl(g_config_fd, F_GET_SEALS);
-        int need = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
-        if (seals < 0 || (seals & need) != need)
-            snprintf(why, whylen, "the descriptor is not a sealed memfd (its content could change)");
-        else if (!(text = read_all(g_config_fd, len)))
+    if (g_cfg.from_fd) {
+        if (!g_cfg.text)
+            snprintf(why, whylen, "%s", g_cfg.why);
+        else if ((text = malloc(g_cfg.len + 1)))
+            memcpy(text, g_cfg.text, g_cfg.len + 1), *len = g_cfg.len;
+        else
             snprintf(why, whylen, "%s", strerror(errno));
         return text;
-    }
-    if (!strncmp(path, FD_CONFIG_PREFIX, strlen(FD_CONFIG_PREFIX))) {
-        snprintf(why, whylen, "no such descriptor at load time");
-        return NULL;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
@@ -436,7 +391,7 @@ static char *read_limits(const char *path, size_t *len, char *why, size_t whylen
         snprintf(why, whylen, "%s", strerror(errno));
     else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         snprintf(why, whylen, "not a regular file");
-    else if (!(text = read_all(fd, len)))
+    else if (!(text = guard_read_all(fd, len)))
         snprintf(why, whylen, "%s", strerror(errno));
     if (fd >= 0)
         close(fd);
@@ -447,9 +402,9 @@ static void init_once(void) {
     resolve_driver();
     for (unsigned i = 0; i < GS_GUARD_MAX_DEVICES; i++)
         g_dev_index[i] = UNLIMITED_DEVICE;
-    const char *path = g_config_path[0] ? g_config_path : DEFAULT_CONFIG;
-    if (g_ignored_config[0])
-        glog("GPUSLICE_GUARD_CONFIG=%s ignored: the limits come from %s", g_ignored_config, DEFAULT_CONFIG);
+    const char *path = g_cfg.path[0] ? g_cfg.path : DEFAULT_CONFIG;
+    if (g_cfg.ignored[0])
+        glog("GPUSLICE_GUARD_CONFIG=%s ignored: the limits come from %s", g_cfg.ignored, g_cfg.source);
     size_t text_len = 0;
     char why[160] = "";
     char *text = read_limits(path, &text_len, why, sizeof(why));
@@ -1757,170 +1712,6 @@ EXPORT void *dlsym(void *handle, const char *name) {
     return p;
 }
 
-/* ---- keeping the guard in exec'd programs ------------------------------------------------------ */
-
-static void find_self(void) {
-    Dl_info info;
-    if (!g_self_path[0] && dladdr(FN(find_self), &info) && info.dli_fname)
-        snprintf(g_self_path, sizeof(g_self_path), "%s", info.dli_fname);
-}
-
-/* envp plus LD_PRELOAD (with the guard) when missing, and GPUSLICE_GUARD_CONFIG set to the limits
- * this process runs under, replacing whatever the caller put there: a program cannot start a
- * child under other limits by naming another file. A sealed-memfd config is put back at its
- * descriptor number first. The result is allocated once per exec (the image is replaced on
- * success). */
-static char **guarded_env(char *const envp[]) {
-    find_self();
-    if (g_config_fd >= 0 && g_config_fd_num >= 0)
-        dup2(g_config_fd, g_config_fd_num); /* without close-on-exec: the child reads it */
-    const char *cfg = g_config_path[0] ? g_config_path : NULL;
-    size_t n = 0, n_cfg = 0;
-    bool has_preload = false, cfg_ok = !cfg;
-    for (; envp && envp[n]; n++) {
-        if (!strncmp(envp[n], "LD_PRELOAD=", 11) && g_self_path[0] && strstr(envp[n], g_self_path))
-            has_preload = true;
-        if (!strncmp(envp[n], "GPUSLICE_GUARD_CONFIG=", 22)) {
-            n_cfg++;
-            cfg_ok = cfg && !strcmp(envp[n] + 22, cfg);
-        }
-    }
-    if (n_cfg > 1)
-        cfg_ok = false;
-    if ((has_preload || !g_self_path[0]) && cfg_ok)
-        return (char **)envp;
-    char **out = calloc(n + 3, sizeof(char *));
-    if (!out)
-        return (char **)envp;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (cfg && !strncmp(envp[i], "GPUSLICE_GUARD_CONFIG=", 22))
-            continue; /* ours is added below */
-        if (!has_preload && !strncmp(envp[i], "LD_PRELOAD=", 11)) {
-            size_t len = strlen(envp[i]) + strlen(g_self_path) + 2;
-            char *v = malloc(len);
-            if (v) {
-                snprintf(v, len, "LD_PRELOAD=%s:%s", g_self_path, envp[i] + 11);
-                out[k++] = v;
-                has_preload = true;
-                continue;
-            }
-        }
-        out[k++] = envp[i];
-    }
-    if (!has_preload && g_self_path[0]) {
-        size_t len = strlen(g_self_path) + 12;
-        char *v = malloc(len);
-        if (v) {
-            snprintf(v, len, "LD_PRELOAD=%s", g_self_path);
-            out[k++] = v;
-        }
-    }
-    if (cfg) {
-        size_t len = strlen(cfg) + 23;
-        char *v = malloc(len);
-        if (v) {
-            snprintf(v, len, "GPUSLICE_GUARD_CONFIG=%s", cfg);
-            out[k++] = v;
-        }
-    }
-    out[k] = NULL;
-    return out;
-}
-
-typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*posix_spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
-                              char *const[], char *const[]);
-
-EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-    resolve_dlsym();
-    execve_fn real = (execve_fn)real_dlsym(RTLD_NEXT, "execve");
-    if (!real) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return real(path, argv, guarded_env(envp));
-}
-
-EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    resolve_dlsym();
-    execve_fn real = (execve_fn)real_dlsym(RTLD_NEXT, "execvpe");
-    if (!real) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return real(file, argv, guarded_env(envp));
-}
-
-EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
-    resolve_dlsym();
-    int (*real)(int, char *const[], char *const[]) = (int (*)(int, char *const[], char *const[]))real_dlsym(RTLD_NEXT, "fexecve");
-    if (!real) {
-        errno = ENOSYS;
-        return -1;
-    }
-    return real(fd, argv, guarded_env(envp));
-}
-
-/* The variadic forms: argv collected (and envp for execle), then the execve family. */
-#define COLLECT_ARGS(first, argv, extra_after)                                                                \
-    size_t n_ = 1;                                                                                            \
-    va_list ap_;                                                                                              \
-    va_start(ap_, first);                                                                                     \
-    while (va_arg(ap_, char *))                                                                               \
-        n_++;                                                                                                 \
-    va_end(ap_);                                                                                              \
-    char **argv = calloc(n_ + 1, sizeof(char *));                                                             \
-    if (!argv) {                                                                                              \
-        errno = ENOMEM;                                                                                       \
-        return -1;                                                                                            \
-    }                                                                                                         \
-    va_start(ap_, first);                                                                                     \
-    argv[0] = (char *)first;                                                                                  \
-    for (size_t i_ = 1; i_ <= n_; i_++)                                                                       \
-        argv[i_] = va_arg(ap_, char *);                                                                       \
-    extra_after;                                                                                              \
-    va_end(ap_)
-
-EXPORT int execl(const char *path, const char *arg, ...) {
-    COLLECT_ARGS(arg, argv, (void)0);
-    int r = execve(path, argv, environ);
-    free(argv);
-    return r;
-}
-
-EXPORT int execlp(const char *file, const char *arg, ...) {
-    COLLECT_ARGS(arg, argv, (void)0);
-    int r = execvpe(file, argv, environ);
-    free(argv);
-    return r;
-}
-
-EXPORT int execle(const char *path, const char *arg, ...) {
-    char *const *envp;
-    COLLECT_ARGS(arg, argv, envp = va_arg(ap_, char *const *));
-    int r = execve(path, argv, envp);
-    free(argv);
-    return r;
-}
-
-EXPORT int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
-EXPORT int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
-
-EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
-                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    resolve_dlsym();
-    posix_spawn_fn real = (posix_spawn_fn)real_dlsym(RTLD_NEXT, "posix_spawn");
-    return real ? real(pid, path, fa, attr, argv, guarded_env(envp)) : ENOSYS;
-}
-
-EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
-                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    resolve_dlsym();
-    posix_spawn_fn real = (posix_spawn_fn)real_dlsym(RTLD_NEXT, "posix_spawnp");
-    return real ? real(pid, file, fa, attr, argv, guarded_env(envp)) : ENOSYS;
-}
-
 /* A forked child is a new process: it needs its own slot (claimed at its first reservation). */
 static void after_fork_child(void) {
     if (atomic_load(&g_state) == G_READY && g_region) {
@@ -1966,28 +1757,7 @@ static void release_slot(void) {
 }
 
 __attribute__((constructor)) static void guard_ctor(void) {
-    const char *cfg = getenv("GPUSLICE_GUARD_CONFIG");
-    struct stat st;
-    if (stat(DEFAULT_CONFIG, &st) == 0) {
-        /* In a container: the read-only file the agent mounted, whatever the environment says. */
-        snprintf(g_config_path, sizeof(g_config_path), "%s", DEFAULT_CONFIG);
-        if (cfg && strcmp(cfg, DEFAULT_CONFIG) != 0)
-            snprintf(g_ignored_config, sizeof(g_ignored_config), "%.500s", cfg);
-    } else if (cfg && strlen(cfg) < sizeof(g_config_path)) {
-        strcpy(g_config_path, cfg);
-    } else {
-        snprintf(g_config_path, sizeof(g_config_path), "%s", DEFAULT_CONFIG);
-    }
-    /* gpuslice exec's sealed memfd: kept at a descriptor of the guard's own, so that the program
-     * closing or replacing it changes nothing for itself or for the programs it executes. */
-    if (!strncmp(g_config_path, FD_CONFIG_PREFIX, strlen(FD_CONFIG_PREFIX))) {
-        char *end;
-        long n = strtol(g_config_path + strlen(FD_CONFIG_PREFIX), &end, 10);
-        if (*end == '\0' && n >= 0 && n < 65536) {
-            g_config_fd = fcntl((int)n, F_DUPFD_CLOEXEC, 512);
-            g_config_fd_num = g_config_fd >= 0 ? (int)n : -1;
-        }
-    }
+    guard_exec_init(DEFAULT_CONFIG); /* the limits' source, and the exec family (guard_exec.c) */
 #ifdef GS_GUARD_FAULT_POINTS
     const char *fault = getenv("GPUSLICE_GUARD_FAULT");
     if (fault && *fault) {
@@ -1999,8 +1769,6 @@ __attribute__((constructor)) static void guard_ctor(void) {
         }
     }
 #endif
-    find_self();
-    resolve_dlsym();
     pthread_atfork(NULL, NULL, after_fork_child);
     atexit(release_slot);
 }

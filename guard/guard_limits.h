@@ -1,7 +1,8 @@
 /* guard_limits.h: the guard's limits file, read-only in the container (mounted by the agent, or written
- * by `gpuslice exec` into a sealed memfd). A child cannot lose or swap its limits through its
- * environment: in a container the mounted file wins over GPUSLICE_GUARD_CONFIG, and the guard puts
- * LD_PRELOAD and its own GPUSLICE_GUARD_CONFIG into the environment of every program it executes.
+ * by `gpuslice exec` into a sealed memfd it keeps, guard_anchor.h). A child cannot lose or swap its
+ * limits through its environment: in a container the mounted file wins over GPUSLICE_GUARD_CONFIG,
+ * under `gpuslice exec` its memfd does, and the guard puts LD_PRELOAD and its own
+ * GPUSLICE_GUARD_CONFIG into the environment of every program it starts (guard_exec.c).
  * Format (one setting per line, '#' comments):
  *
  *   gpuslice-guard 1                       # magic and format version: first line

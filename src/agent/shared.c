@@ -197,9 +197,9 @@ static int write_guard_files(const struct agent_shared *s, const struct gs_resou
     /* The counters region, empty (the guard sizes and initialises it) and writable by the
      * container's processes whatever their user: the directory is root's. */
     snprintf(path, sizeof(path), "%s/state/region", dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    int fd = gs_open_write(path, 0, 0666, NULL, 0);
     if (fd < 0 || fchmod(fd, 0666) < 0) {
-        r = -errno;
+        r = fd < 0 ? fd : -errno;
         if (fd >= 0)
             close(fd);
         return io_failed(r, "create", path, err, errlen);

@@ -720,13 +720,20 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     } else {
         gs_doc_print_text(&d.rep, stdout);
     }
+    int rc = gs_doc_exit_code(&d.rep);
     if (termlog) {
-        char msg[4096];
+        char msg[4096], why[PATH_MAX + 64] = "";
         size_t n = gs_doc_summary(&d.rep, msg, sizeof(msg));
-        FILE *f = fopen(termlog, "w");
-        if (f) {
-            fwrite(msg, 1, n, f);
-            fclose(f);
+        /* Never blocks: a FIFO, a device or a link at the path is refused by its kind. */
+        FILE *f = gs_fopen_write(termlog, GS_WRITE_TRUNC, why, sizeof(why));
+        bool ok = f && fwrite(msg, 1, n, f) == n;
+        if (f && fclose(f) != 0)
+            ok = false;
+        if (!ok) {
+            if (f || !why[0])
+                snprintf(why, sizeof(why), "%s: %s", termlog, strerror(errno));
+            fprintf(stderr, "gpuslice doctor: --termination-log %s\n", why);
+            rc = GS_EXIT_FAILURE;
         }
     }
     if (d.plan_ok)
@@ -734,5 +741,5 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     free(d.inv);
     if (d.node)
         gpu_node_close(d.node);
-    return gs_doc_exit_code(&d.rep);
+    return rc;
 }

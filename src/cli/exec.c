@@ -1,6 +1,8 @@
 /* exec.c: `gpuslice exec --vram 8GiB [--compute 30%] [--device N] -- CMD...`: runs any command
- * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Passes the
- * limits in a sealed memfd (GPUSLICE_GUARD_CONFIG=/proc/self/fd/N), keeps the counters region in a
+ * under the guard with those limits, so the VRAM quota can be tried without Kubernetes. Keeps the
+ * limits in a sealed memfd at GS_GUARD_ANCHOR_FD of its own process and is the child subreaper of
+ * everything the command starts, so the guard in every descendant finds them through its ancestors
+ * whatever its environment and descriptors (guard/guard_anchor.h); keeps the counters region in a
  * private directory, preloads the guard, and removes the directory when the command ends. */
 #include <ctype.h>
 #include <errno.h>
@@ -12,11 +14,14 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "util/util.h"
+#include "../guard/guard_anchor.h"
 #include "../guard/guard_limits.h"
 
 #define VRAM_MIN (1ULL << 20) /* the smallest quota, as for the policy's memoryPerReplica */
@@ -69,6 +74,34 @@ static int device_uuid(const struct cli *cli, unsigned index, char *uuid, size_t
     return rc;
 }
 
+/* Puts the sealed limits memfd cfd at GS_GUARD_ANCHOR_FD, close-on-exec (the command finds it
+ * through /proc/PID/fd, not by inheritance). A descriptor the caller passed at that number is kept
+ * at *saved for the command (-1 if none). The descriptor number may lie above the soft limit on
+ * open files: the limit is raised for the dup and put back. 0 or -errno. */
+static int place_anchor(int cfd, int *saved) {
+    if (cfd == GS_GUARD_ANCHOR_FD) { /* memfd_create found every lower number taken */
+        *saved = -1;
+        return 0;
+    }
+    *saved = fcntl(GS_GUARD_ANCHOR_FD, F_GETFD) < 0 ? -1 : fcntl(GS_GUARD_ANCHOR_FD, F_DUPFD_CLOEXEC, 3);
+    if (fcntl(GS_GUARD_ANCHOR_FD, F_GETFD) >= 0 && *saved < 0)
+        return -errno;
+    struct rlimit rl, raised;
+    bool raise = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur <= GS_GUARD_ANCHOR_FD;
+    if (raise) {
+        raised = rl;
+        raised.rlim_cur = GS_GUARD_ANCHOR_FD + 1;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max <= GS_GUARD_ANCHOR_FD)
+            return -EMFILE;
+        if (setrlimit(RLIMIT_NOFILE, &raised) < 0)
+            return -errno;
+    }
+    int r = dup3(cfd, GS_GUARD_ANCHOR_FD, O_CLOEXEC) < 0 ? -errno : 0;
+    if (raise)
+        setrlimit(RLIMIT_NOFILE, &rl);
+    return r;
+}
+
 int cmd_exec(const struct cli *cli, int argc, char **argv) {
     static const struct option opts[] = {
         { "vram", required_argument, NULL, 'v' },   { "compute", required_argument, NULL, 'c' },
@@ -114,9 +147,12 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
                    "  --device N       run on GPU N only (CUDA_VISIBLE_DEVICES=N; its UUID is read from\n"
                    "                   NVML so that nvidia-smi inside shows the quota on that GPU)\n\n"
                    "SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are passed on to COMMAND; the exit status is\n"
-                   "COMMAND's (128+N when a signal N ended it). The limits are in a sealed memfd the command\n"
-                   "inherits; the counters live in a private directory under $XDG_RUNTIME_DIR (or /tmp),\n"
-                   "removed when COMMAND ends. Each CUDA context counts its estimated overhead per GPU.\n");
+                   "COMMAND's (128+N when a signal N ended it). The limits are in a sealed memfd that this\n"
+                   "process keeps (descriptor %d); the guard of every process COMMAND starts reads them\n"
+                   "there, whatever its environment. The counters live in a private directory under\n"
+                   "$XDG_RUNTIME_DIR (or /tmp), removed when COMMAND ends. Each CUDA context counts its\n"
+                   "estimated overhead per GPU.\n",
+                   GS_GUARD_ANCHOR_FD);
             return GS_EXIT_OK;
         default: return GS_EXIT_USAGE;
         }
@@ -126,6 +162,15 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     }
     if (optind >= argc) {
         return cli_usage_error("exec", "no command given (gpuslice exec --vram 8GiB -- python train.py)");
+    }
+    /* Under another gpuslice exec, the guard would give the command that one's limits anyway. */
+    pid_t outer = gs_guard_anchor_find();
+    if (outer > 0) {
+        fprintf(stderr,
+                "gpuslice exec: already under gpuslice exec (pid %d): its limits apply to every process it starts; "
+                "run the command directly, or outside it\n",
+                (int)outer);
+        return GS_EXIT_FAILURE;
     }
     char lib_path[PATH_MAX];
     const char *lib = cli_guard_lib_path(lib_path);
@@ -160,10 +205,10 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     int len = gs_guard_limits_format(&l, text, sizeof(text));
     snprintf(conf, sizeof(conf), "%s/limits", dir);
     int rc = GS_EXIT_FAILURE;
-    /* The limits in a sealed memfd, at a descriptor the command inherits: its content cannot be
-     * changed by anyone, and the guard hands its own copy on to every program it executes
+    /* The limits in a sealed memfd, at GS_GUARD_ANCHOR_FD of this process: its content cannot be
+     * changed by anyone, and the guard of every process this one starts reads it there
      * (docs/guard.md, "Limits a child cannot swap"). */
-    int cfd = len < 0 ? -1 : memfd_create("gpuslice-limits", MFD_ALLOW_SEALING);
+    int cfd = len < 0 ? -1 : memfd_create(GS_GUARD_ANCHOR_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (cfd < 0 || write(cfd, text, (size_t)len) != len ||
         fcntl(cfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
         fprintf(stderr, "gpuslice exec: cannot write the limits: %s\n", len < 0 ? strerror(-len) : strerror(errno));
@@ -171,23 +216,38 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
             close(cfd);
         goto out;
     }
-    snprintf(conf, sizeof(conf), "/proc/self/fd/%d", cfd);
+    int saved = -1, pr = place_anchor(cfd, &saved);
+    if (cfd != GS_GUARD_ANCHOR_FD)
+        close(cfd);
+    if (pr < 0) {
+        fprintf(stderr, "gpuslice exec: cannot keep the limits at descriptor %d: %s\n", GS_GUARD_ANCHOR_FD,
+                strerror(-pr));
+        goto out;
+    }
+    /* Orphans (a daemonised worker, a launcher that exits before its workers) stay below this
+     * process, so their guard still finds the limits; they are reaped below. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+        fprintf(stderr, "gpuslice exec: cannot become the command's subreaper: %s\n", strerror(errno));
+        goto out;
+    }
+    snprintf(conf, sizeof(conf), "/proc/%d/fd/%d", (int)getpid(), GS_GUARD_ANCHOR_FD);
     /* Forwarding is set up before the fork, with the signals blocked until the pid is known. */
-    sigset_t fwd, saved;
+    sigset_t fwd, old_mask;
     sigemptyset(&fwd);
     int forwarded[] = { SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
     for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
         sigaddset(&fwd, forwarded[i]);
-    sigprocmask(SIG_BLOCK, &fwd, &saved);
+    sigprocmask(SIG_BLOCK, &fwd, &old_mask);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "gpuslice exec: fork: %s\n", strerror(errno));
-        sigprocmask(SIG_SETMASK, &saved, NULL);
-        close(cfd);
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
         goto out;
     }
     if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &saved, NULL);
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
+        if (saved >= 0) /* the caller's descriptor at that number, for the command */
+            dup2(saved, GS_GUARD_ANCHOR_FD);
         const char *old = getenv("LD_PRELOAD");
         char preload[PATH_MAX * 2];
         snprintf(preload, sizeof(preload), "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
@@ -202,7 +262,6 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: %s: %s\n", argv[optind], strerror(errno));
         _exit(127);
     }
-    close(cfd);
     /* The command owns the terminal's signals (the terminal sends them to the whole group). */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
@@ -211,10 +270,19 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
         sigaction(forwarded[i], &sa, NULL);
-    sigprocmask(SIG_SETMASK, &saved, NULL);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    /* Until the command ends; orphaned descendants re-parented here are reaped meanwhile. */
+    int status = 0;
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, 0);
+        if (w == pid) {
+            status = st;
+            break;
+        }
+        if (w < 0 && errno != EINTR)
+            break;
+    }
     rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 out:
     unlink(l.region);

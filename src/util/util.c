@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -166,14 +167,77 @@ int gs_read_file(const char *path, size_t max, char **out, size_t *len) {
     return gs_read_file_ex(path, max, 0, out, len, NULL, 0);
 }
 
+int gs_open_write(const char *path, unsigned flags, unsigned mode, char *err, size_t errlen) {
+    struct stat st;
+    /* Looked at before it is opened (an O_EXCL open never opens what is there). */
+    if (!(flags & GS_WRITE_EXCL)) {
+        if (lstat(path, &st) == 0) {
+            int r = check_regular(path, &st, SIZE_MAX, err, errlen);
+            if (r < 0)
+                return r;
+        } else if (errno != ENOENT) {
+            return io_error(path, -errno, 0, err, errlen);
+        }
+    }
+    int oflags = O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+    if (flags & GS_WRITE_APPEND)
+        oflags |= O_APPEND;
+    if (flags & GS_WRITE_EXCL)
+        oflags |= O_EXCL;
+    int fd = open(path, oflags, (mode_t)mode);
+    if (fd < 0) {
+        int e = errno;
+        /* Swapped in after the lstat: a link (ELOOP), a FIFO without a reader or a socket (ENXIO). */
+        if (e == ELOOP || e == ENXIO) {
+            if (err)
+                snprintf(err, errlen, "%s: %s, not a regular file", path,
+                         e == ELOOP ? "a symbolic link (not followed)" : "a FIFO or a socket");
+            return e == ELOOP ? -ELOOP : -EINVAL;
+        }
+        return io_error(path, -e, 0, err, errlen);
+    }
+    /* And again on what was opened: the name may have been replaced in between. */
+    int r = fstat(fd, &st) < 0 ? io_error(path, -errno, 0, err, errlen) : check_regular(path, &st, SIZE_MAX, err, errlen);
+    if (r == 0 && (flags & GS_WRITE_TRUNC) && ftruncate(fd, 0) < 0)
+        r = io_error(path, -errno, 0, err, errlen);
+    int fl = r == 0 ? fcntl(fd, F_GETFL) : -1;
+    if (r == 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+        r = io_error(path, -errno, 0, err, errlen);
+    if (r < 0) {
+        close(fd);
+        return r;
+    }
+    return fd;
+}
+
+FILE *gs_fopen_write(const char *path, unsigned flags, char *err, size_t errlen) {
+    int fd = gs_open_write(path, flags, 0666, err, errlen);
+    if (fd < 0) {
+        errno = -fd;
+        return NULL;
+    }
+    FILE *f = fdopen(fd, flags & GS_WRITE_APPEND ? "a" : "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        io_error(path, -e, 0, err, errlen);
+        errno = e;
+    }
+    return f;
+}
+
 int gs_write_file_atomic(const char *path, const void *data, size_t len, bool sync) {
     char tmp[PATH_MAX];
     int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof(tmp))
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    /* A leftover (or something planted) at the temporary name is removed as what it is (a link as
+     * a link), and the file is made afresh: never written through. */
+    if (unlink(tmp) < 0 && errno != ENOENT && errno != EISDIR)
         return -errno;
+    int fd = gs_open_write(tmp, GS_WRITE_EXCL, 0644, NULL, 0);
+    if (fd < 0)
+        return fd;
     const char *p = data;
     size_t left = len;
     while (left > 0) {

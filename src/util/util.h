@@ -49,7 +49,26 @@ int gs_read_file(const char *path, size_t max, char **out, size_t *len);
  * file"; err may be NULL). */
 int gs_read_file_ex(const char *path, size_t max, unsigned flags, char **out, size_t *len, char *err, size_t errlen);
 
-/* Writes data to path atomically: temp file in the same directory, fsync optional, rename. */
+/* gs_open_write flags. */
+#define GS_WRITE_TRUNC 1u  /* empty the file (after it is known to be a regular file) */
+#define GS_WRITE_APPEND 2u /* O_APPEND */
+#define GS_WRITE_EXCL 4u   /* O_EXCL: the file must not exist yet */
+
+/* Opens path for writing (O_WRONLY, created with mode if missing) without ever blocking or
+ * following a link: a FIFO, socket, device or directory is refused by its kind, from lstat before
+ * the open (opening a device can have effects of its own) and from fstat after it (the name may
+ * have been replaced in between); the open itself is O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
+ * O_CLOEXEC, so a FIFO swapped in at the last moment fails at once (ENXIO) instead of waiting for
+ * a reader. O_NONBLOCK is cleared again before the descriptor is returned. Returns the descriptor,
+ * or -errno with "PATH: why" in err (may be NULL): -ELOOP for a symbolic link, -EISDIR for a
+ * directory, -EINVAL for any other kind ("PATH: a FIFO, not a regular file"). */
+int gs_open_write(const char *path, unsigned flags, unsigned mode, char *err, size_t errlen);
+/* The same as a stdio stream ("w" or "a" by flags); NULL with errno set and err filled. */
+FILE *gs_fopen_write(const char *path, unsigned flags, char *err, size_t errlen);
+
+/* Writes data to path atomically: temp file in the same directory (created afresh with
+ * gs_open_write and GS_WRITE_EXCL: whatever was planted at its name is never written through),
+ * fsync optional, rename. */
 int gs_write_file_atomic(const char *path, const void *data, size_t len, bool sync);
 
 /* Creates dir and its parents (mode 0755 for parents, mode for the last). */

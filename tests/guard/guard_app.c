@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -956,6 +957,135 @@ static int mode_exec_env_i(int argc, char **argv)
     return 3;
 }
 
+/* ---- start-child HOW SIZE [CONFIG|-] [nopreload] ----------------------------------------------------------
+ * Starts `guard_app alloc SIZE` the way launchers do (HOW: system, popen, posix_spawn, posix_spawnp,
+ * execve, execveat, fexecve, closefrom: every descriptor from 3 closed, then execv; syscall: the
+ * execve system call, which no wrapper sees; orphan: that from a grandchild whose parent has
+ * exited), after setting
+ * GPUSLICE_GUARD_CONFIG=CONFIG in its own environment (CONFIG "memfd:PATH": PATH's text in a sealed
+ * memfd of its own at descriptor 40, named as /proc/self/fd/40; "anchor:PATH": that memfd at
+ * descriptor 1000, where gpuslice exec keeps the limits, and no variable) and, with nopreload, removing
+ * LD_PRELOAD: a program that tries to give its child other limits, or none. The child's key=value
+ * lines reach stdout (through the pipe for popen). */
+
+/* PATH's content in a sealed memfd at descriptor at (inherited). */
+static int forged_memfd(const char *path, int at)
+{
+    char buf[4096];
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = in < 0 ? -1 : read(in, buf, sizeof(buf));
+    if (in >= 0)
+        close(in);
+    int fd = n <= 0 ? -1 : memfd_create("gpuslice-limits", MFD_ALLOW_SEALING);
+    if (fd < 0 || write(fd, buf, (size_t)n) != n ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0 || dup2(fd, at) < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return 3;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+}
+
+static int mode_start_child(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    const char *how = argv[0], *size = argv[1];
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 3;
+    self[n] = '\0';
+    if (argc > 2 && strcmp(argv[2], "-") != 0) {
+        if (!strncmp(argv[2], "memfd:", 6)) {
+            if (forged_memfd(argv[2] + 6, 40) < 0)
+                return 3;
+            setenv("GPUSLICE_GUARD_CONFIG", "/proc/self/fd/40", 1);
+        } else if (!strncmp(argv[2], "anchor:", 7)) { /* where gpuslice exec keeps its own */
+            if (forged_memfd(argv[2] + 7, 1000) < 0)
+                return 3;
+        } else {
+            setenv("GPUSLICE_GUARD_CONFIG", argv[2], 1);
+        }
+    }
+    if (argc > 3 && !strcmp(argv[3], "nopreload"))
+        unsetenv("LD_PRELOAD");
+    char *child_argv[] = { self, (char *)"alloc", (char *)size, NULL };
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "'%s' alloc %s", self, size);
+    fflush(stdout);
+    if (!strcmp(how, "system")) {
+        int st = system(cmd);
+        return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+    }
+    if (!strcmp(how, "popen")) {
+        FILE *f = popen(cmd, "r");
+        if (!f)
+            return 3;
+        char line[512];
+        while (fgets(line, sizeof(line), f))
+            fputs(line, stdout);
+        int st = pclose(f);
+        return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+    }
+    if (!strcmp(how, "posix_spawn") || !strcmp(how, "posix_spawnp")) {
+        pid_t pid;
+        int e = !strcmp(how, "posix_spawn") ? posix_spawn(&pid, self, NULL, NULL, child_argv, environ)
+                                            : posix_spawnp(&pid, self, NULL, NULL, child_argv, environ);
+        return e ? 3 : wait_child(pid);
+    }
+    if (!strcmp(how, "execve"))
+        execve(self, child_argv, environ);
+    else if (!strcmp(how, "execveat"))
+        execveat(AT_FDCWD, self, child_argv, environ, 0);
+    else if (!strcmp(how, "fexecve")) {
+        int fd = open(self, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            fexecve(fd, child_argv, environ);
+    } else if (!strcmp(how, "closefrom")) {
+        closefrom(3);
+        execv(self, child_argv);
+    } else if (!strcmp(how, "syscall")) { /* no wrapper sees it: only where the guard looks counts */
+        syscall(SYS_execve, self, child_argv, environ);
+    } else if (!strcmp(how, "orphan")) { /* the same from a grandchild whose parent is gone */
+        int pfd[2];
+        if (pipe(pfd) < 0)
+            return 3;
+        pid_t middle = fork();
+        if (middle == 0) {
+            pid_t me = getpid();
+            if (fork() == 0) {
+                close(pfd[0]);
+                while (getppid() == me)
+                    usleep(10000);
+                dup2(pfd[1], STDOUT_FILENO);
+                closefrom(3);
+                syscall(SYS_execve, self, child_argv, environ);
+                _exit(3);
+            }
+            _exit(0);
+        }
+        close(pfd[1]);
+        int rc = wait_child(middle);
+        char buf[4096];
+        ssize_t r;
+        while ((r = read(pfd[0], buf, sizeof(buf))) > 0)
+            fwrite(buf, 1, (size_t)r, stdout);
+        return rc;
+    } else {
+        return 2;
+    }
+    perror("guard_app: exec");
+    return 3;
+}
+
 /* ---- race THREADS COUNT SIZE [gate] ----------------------------------------------------------------- */
 
 struct race_arg {
@@ -1197,7 +1327,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         fprintf(stderr, "usage: guard_app MODE ARGS... (alloc, alloc-all-paths, meminfo, dlsym, procaddr, "
-                        "procaddr2, free-unknown, hold, exec-env-i, race, launch, pace, churn, repl, "
+                        "procaddr2, free-unknown, hold, exec-env-i, start-child, race, launch, pace, churn, repl, "
                         "cross-device, fork, exec-swap, nvml, vmm)\n");
         return 2;
     }
@@ -1223,6 +1353,8 @@ int main(int argc, char **argv)
         rc = mode_hold(rest, args);
     else if (strcmp(mode, "exec-env-i") == 0)
         rc = mode_exec_env_i(rest, args);
+    else if (strcmp(mode, "start-child") == 0)
+        rc = mode_start_child(rest, args);
     else if (strcmp(mode, "race") == 0)
         rc = mode_race(rest, args);
     else if (strcmp(mode, "launch") == 0)

@@ -1548,8 +1548,9 @@ static void test_child_cannot_swap_config(void **state)
     unlink(mine);
 }
 
-/* gpuslice exec's way: the limits in a sealed memfd (GPUSLICE_GUARD_CONFIG=/proc/self/fd/N). A
- * child that puts another file at that descriptor gets the guard's copy back; an unsealed one is
+/* The limits in a sealed memfd named by GPUSLICE_GUARD_CONFIG=/proc/self/fd/N (without gpuslice
+ * exec, whose memfd the guard finds through the process's ancestors: tests/integration/test_exec.py).
+ * A child that puts another file at that descriptor gets the guard's copy back; an unsealed one is
  * refused (fail closed). */
 static int sealed_limits_fd(const char *text, bool seal)
 {
@@ -1579,6 +1580,13 @@ static void test_sealed_fd_config(void **state)
     c = run_env(f, env, "exec-swap", "100M", mine, "fd", (const char *)NULL);
     expect_eq(c, "ok", 0);
     expect_eq(c, "held_total", 64 * MIB);
+    /* every descriptor closed before the exec (the guard's copy too): made again from what the
+     * guard read at load, so the child is refused as the parent and works within the quota */
+    c = run_env(f, env, "start-child", "closefrom", "100M", (const char *)NULL);
+    expect_eq(c, "ok", 0);
+    expect_eq(c, "held_total", 64 * MIB);
+    c = run_env(f, env, "start-child", "closefrom", "32M", (const char *)NULL);
+    expect_eq(c, "ok", 1);
     close(fd);
     fd = sealed_limits_fd(text, false);
     snprintf(var, sizeof(var), "GPUSLICE_GUARD_CONFIG=/proc/self/fd/%d", fd);

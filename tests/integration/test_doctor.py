@@ -225,6 +225,25 @@ def test_no_kubelet_dir_and_termination_log(node, tmp_path):
     assert text.startswith("fail kubelet.dir:") and len(text) <= 4096
 
 
+
+def test_termination_log_at_a_fifo_or_link_is_refused(node, tmp_path):
+    """A FIFO nobody reads at --termination-log used to hang the doctor in fopen for ever; it, a
+    symbolic link and a device are refused by kind, at once, and the doctor exits 1."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    for path, kind in ((fifo, "a FIFO"), (link, "a symbolic link (not followed)"),
+                       ("/dev/null", "a character device")):
+        proc = node.run("--termination-log", str(path), json_out=False)   # 60 s timeout: a hang fails
+        assert proc.returncode == 1, proc.stderr
+        assert f"gpuslice doctor: --termination-log {path}: {kind}, not a regular file" in proc.stderr, proc.stderr
+        assert "node ready" in proc.stdout                               # the report itself was printed
+    assert victim.read_text() == "keep"                                  # nothing written through the link
+
+
 def test_usage_errors(node):
     assert node.run("--no-such-option", json_out=False).returncode == 2
     assert node.run("extra", json_out=False).returncode == 2

@@ -100,24 +100,31 @@ static void test_files(void **state) {
     assert_int_equal(gs_read_file(path, 100, &text, &len), -ENOENT);
 }
 
-/* A FIFO, a socket or a device where a file is expected is refused at once (a FIFO's open used to
- * wait for a writer for ever: alarm() turns that hang into a failure), with the kind named; a
- * symbolic link is followed unless GS_READ_NOFOLLOW. */
-static void test_read_file_refuses_special_files(void **state) {
-    (void)state;
-    char dir[] = "/tmp/gs-util-XXXXXX";
+/* In a fresh directory (dir, a mkdtemp template): a FIFO, a bound socket (its descriptor is
+ * returned) and the names of a file and a link to make. Each name has 64 bytes. */
+static int special_files(char *dir, char *fifo, char *sock, char *file, char *link) {
     assert_non_null(mkdtemp(dir));
-    char fifo[64], sock[64], file[64], link[64], err[256];
-    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
-    snprintf(sock, sizeof(sock), "%s/sock", dir);
-    snprintf(file, sizeof(file), "%s/file", dir);
-    snprintf(link, sizeof(link), "%s/link", dir);
+    snprintf(fifo, 64, "%s/fifo", dir);
+    snprintf(sock, 64, "%s/sock", dir);
+    snprintf(file, 64, "%s/file", dir);
+    snprintf(link, 64, "%s/link", dir);
     assert_int_equal(mkfifo(fifo, 0644), 0);
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_true(s >= 0);
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     gs_strlcpy(sa.sun_path, sock, sizeof(sa.sun_path));
     assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return s;
+}
+
+/* A FIFO, a socket or a device where a file is expected is refused at once (a FIFO's open used to
+ * wait for a writer for ever: alarm() turns that hang into a failure), with the kind named; a
+ * symbolic link is followed unless GS_READ_NOFOLLOW. */
+static void test_read_file_refuses_special_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/gs-util-XXXXXX";
+    char fifo[64], sock[64], file[64], link[64], err[256];
+    int s = special_files(dir, fifo, sock, file, link);
     assert_int_equal(gs_write_file_atomic(file, "data", 4, false), 0);
     assert_int_equal(symlink("file", link), 0);
     char *text = NULL;
@@ -155,6 +162,88 @@ static void test_read_file_refuses_special_files(void **state) {
     snprintf(missing, sizeof(missing), "%s/missing", dir);
     assert_int_equal(gs_read_file_ex(missing, 100, 0, &text, &len, err, sizeof(err)), -ENOENT);
     assert_non_null(strstr(err, "No such file or directory"));
+    close(s);
+    char cmd[100];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Every file opened for writing goes through gs_open_write: a FIFO (even one with a reader, which
+ * an O_NONBLOCK open would accept), a character device, a socket, a directory and a symbolic link
+ * are refused by kind without blocking and without touching what a link points to; a regular
+ * file is created, truncated or appended to, and comes back blocking and close-on-exec. alarm()
+ * turns a hang into a failure. */
+static void test_open_write_refuses_special_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/gs-util-XXXXXX";
+    char fifo[64], sock[64], file[64], link[64], victim[64], newf[64], err[256];
+    int s = special_files(dir, fifo, sock, file, link);
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    snprintf(newf, sizeof(newf), "%s/new", dir);
+    assert_int_equal(gs_write_file_atomic(victim, "keep", 4, false), 0);
+    assert_int_equal(symlink("victim", link), 0);
+    alarm(10);
+    assert_int_equal(gs_open_write(fifo, GS_WRITE_TRUNC, 0644, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, fifo));
+    assert_non_null(strstr(err, "a FIFO, not a regular file"));
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    assert_true(reader >= 0);
+    assert_int_equal(gs_open_write(fifo, 0, 0644, err, sizeof(err)), -EINVAL);
+    assert_null(gs_fopen_write(fifo, GS_WRITE_TRUNC, err, sizeof(err)));
+    assert_int_equal(errno, EINVAL);
+    assert_non_null(strstr(err, "a FIFO, not a regular file"));
+    close(reader);
+    assert_int_equal(gs_open_write("/dev/null", GS_WRITE_TRUNC, 0644, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "/dev/null: a character device, not a regular file");
+    assert_int_equal(gs_open_write(sock, 0, 0644, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "a socket, not a regular file"));
+    assert_int_equal(gs_open_write(dir, 0, 0644, err, sizeof(err)), -EISDIR);
+    assert_non_null(strstr(err, "a directory, not a regular file"));
+    assert_int_equal(gs_open_write(link, GS_WRITE_TRUNC, 0644, err, sizeof(err)), -ELOOP);
+    assert_non_null(strstr(err, "a symbolic link (not followed)"));
+    assert_int_equal(gs_open_write(link, GS_WRITE_EXCL, 0644, err, sizeof(err)), -EEXIST);
+    alarm(0);
+    char *text = NULL;
+    assert_int_equal(gs_read_file(victim, 100, &text, NULL), 0);
+    assert_string_equal(text, "keep"); /* nothing written through the link */
+    free(text);
+    /* a regular file: created, then truncated or appended to; blocking and close-on-exec */
+    int fd = gs_open_write(newf, 0, 0600, err, sizeof(err));
+    assert_true(fd >= 0);
+    assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    assert_int_equal(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    assert_int_equal(write(fd, "hello", 5), 5);
+    close(fd);
+    static const struct { unsigned flags; const char *put, *then; } steps[] = {
+        { GS_WRITE_APPEND, " world", "hello world" },
+        { GS_WRITE_TRUNC, "x", "x" },
+    };
+    for (size_t i = 0; i < GS_ARRAY_SIZE(steps); i++) {
+        FILE *f = gs_fopen_write(newf, steps[i].flags, err, sizeof(err));
+        assert_non_null(f);
+        fputs(steps[i].put, f);
+        assert_int_equal(fclose(f), 0);
+        assert_int_equal(gs_read_file(newf, 100, &text, NULL), 0);
+        assert_string_equal(text, steps[i].then);
+        free(text);
+    }
+    assert_int_equal(gs_open_write(newf, GS_WRITE_EXCL, 0644, err, sizeof(err)), -EEXIST);
+    /* the atomic writer's temporary name: a link or a FIFO planted there is replaced, not used */
+    char tmp[96];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", file, (long)getpid());
+    assert_int_equal(symlink("victim", tmp), 0);
+    assert_int_equal(gs_write_file_atomic(file, "new", 3, false), 0);
+    unlink(tmp);
+    assert_int_equal(mkfifo(tmp, 0644), 0);
+    alarm(10);
+    assert_int_equal(gs_write_file_atomic(file, "newer", 5, false), 0);
+    alarm(0);
+    assert_int_equal(gs_read_file(file, 100, &text, NULL), 0);
+    assert_string_equal(text, "newer");
+    free(text);
+    assert_int_equal(gs_read_file(victim, 100, &text, NULL), 0);
+    assert_string_equal(text, "keep");
+    free(text);
     close(s);
     char cmd[100];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
@@ -361,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_strlcpy),
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_read_file_refuses_special_files),
+        cmocka_unit_test(test_open_write_refuses_special_files),
         cmocka_unit_test(test_remove_tree_link_swapped_in),
         cmocka_unit_test(test_node_name),
     };
