@@ -29,7 +29,7 @@ static bool parse_bus_id(const char *s, unsigned *domain, unsigned *bus, unsigne
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevice_t *device) {
     READ_BEGIN;
     unsigned domain, bus, dev, fn;
-    if (!busId || !device || strlen(busId) > 32 || !parse_bus_id(busId, &domain, &bus, &dev, &fn))
+    if (!busId || !device || strnlen(busId, 33) > 32 || !parse_bus_id(busId, &domain, &bus, &dev, &fn))
         READ_END(NVML_ERROR_INVALID_ARGUMENT);
     for (unsigned i = 0; i < sim_st->n_gpus; i++) {
         unsigned di, bi;
@@ -97,7 +97,8 @@ static bool on_cpu_node(unsigned i, const void *arg) {
     return (unsigned)sim_numa_node(i) == *(const unsigned *)arg / SIM_CPUS_PER_NODE && !sim_st->gpus[i].lost;
 }
 
-EXPORT nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray) {
+EXPORT nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count,
+                                                nvmlDevice_t *deviceArray) {
     READ_BEGIN;
     if (!count || cpuNumber >= SIM_HOST_CPUS)
         READ_END(NVML_ERROR_INVALID_ARGUMENT);

@@ -107,7 +107,8 @@ static int health_from_json(json_t *jh, struct sim_health *h) {
     }
     size_t i;
     json_array_foreach(retired, i, jr) {
-        json_t *a = json_object_get(jr, "address"), *ts = json_object_get(jr, "timestamp"), *c = json_object_get(jr, "cause");
+        json_t *a = json_object_get(jr, "address"), *ts = json_object_get(jr, "timestamp");
+        json_t *c = json_object_get(jr, "cause");
         if (!json_is_integer(a) || !json_is_integer(ts) || !json_is_integer(c) || json_integer_value(a) < 0 ||
             json_integer_value(ts) < 0 || json_integer_value(c) < 0 || json_integer_value(c) > 1)
             return -EINVAL;

@@ -68,7 +68,7 @@ struct gs_board {
     unsigned long long bar1_mib;
     unsigned fans;                                         /* 0: passively cooled (every data-center board) */
     const char *vbios;
-    bool verified;                                         /* false: some figures are not from a capture */
+    bool verified;                                         /* true: clocks and power from a capture */
 };
 const struct gs_board *gs_model_board(const struct gs_model *m);
 

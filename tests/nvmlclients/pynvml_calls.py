@@ -135,7 +135,8 @@ def monitoring(h):
     pci = N.nvmlDeviceGetPciInfo_v3(h)
     m["by_bus_id"] = [addr(N.nvmlDeviceGetHandleByPciBusId(b)) == addr(h)
                       for b in (s(pci.busId), s(pci.busIdLegacy).lower())]
-    m["driver_model_v1"] = raw("nvmlDeviceGetDriverModel", h, ctypes.byref(ctypes.c_int()), ctypes.byref(ctypes.c_int()))
+    m["driver_model_v1"] = raw("nvmlDeviceGetDriverModel", h, ctypes.byref(ctypes.c_int()),
+                               ctypes.byref(ctypes.c_int()))
     return m
 
 
@@ -256,7 +257,8 @@ out["ci_capacity"] = [N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, c
 ci = N.nvmlGpuInstanceCreateComputeInstance(gi, cprof.id)
 ci2 = N.nvmlGpuInstanceCreateComputeInstance(gi2, cprof.id)
 out["ci_capacity"] += [N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, cprof.id),
-                       N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi0, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE),
+                       N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+                           gi0, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE),
                        err(N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity, gi, 4)]
 cinfo = N.nvmlComputeInstanceGetInfo_v2(ci)
 c1 = N.c_nvmlComputeInstanceInfo_t()
@@ -274,7 +276,8 @@ out["mig_device"] = {"uuid": s(N.nvmlDeviceGetUUID(mig)), "name": s(N.nvmlDevice
                      "parent": s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig))),
                      "by_index": sorted(s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, k)))
                                         for k in range(2)),
-                     "bar1": [N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Total, N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Used],
+                     "bar1": [N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Total,
+                              N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Used],
                      "clock_error": err(N.nvmlDeviceGetClockInfo, mig, N.NVML_CLOCK_SM),
                      "ecc_error": err(N.nvmlDeviceGetEccMode, mig)}
 # an Xid through an event set, injected by the test before this ran is not seen (sets see later

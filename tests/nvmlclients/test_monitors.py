@@ -96,7 +96,8 @@ def test_gpustat_text(node):
     lines = text.splitlines()
     assert "580.65.06" in lines[0] and len(lines) == 8, text
     for i, (line, want) in enumerate(zip(lines[1:], node["inv"]["gpus"])):
-        m = re.match(r"\[(\d)\] (.+?) +\| +(\d+)°C, +(\?\?|\d+) %, +(\d+) / +(\d+) W \| +(\d+) / (\d+) MB \|(.*)", line)
+        m = re.match(r"\[(\d)\] (.+?) +\| +(\d+)°C, +(\?\?|\d+) %, +(\d+) / +(\d+) W \| +(\d+) / (\d+) MB \|",
+                     line)
         assert m, line
         assert (int(m[1]), m[2], int(m[3])) == (i, want["name"], want["temperature_c"])
         assert int(m[7]) == want["memory"]["used_mib"] and int(m[8]) == want["memory"]["total_mib"]

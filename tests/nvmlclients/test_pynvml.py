@@ -64,8 +64,8 @@ def test_every_exported_function_through_nvidia_ml_py():
                        LD_LIBRARY_PATH=os.path.join(state, "root", LIB_DIR))
             if os.environ.get("GS_SANITIZER_PRELOAD"):   # a sanitized simulator: its runtimes first
                 env.update(LD_PRELOAD=os.environ["GS_SANITIZER_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
-            r = subprocess.run([sys.executable, os.path.join(HERE, "pynvml_calls.py"), str(sleeper.pid)], capture_output=True,
-                               text=True, timeout=120, env=env)
+            r = subprocess.run([sys.executable, os.path.join(HERE, "pynvml_calls.py"), str(sleeper.pid)],
+                               capture_output=True, text=True, timeout=120, env=env)
         finally:
             sleeper.kill()
             sleeper.wait()
