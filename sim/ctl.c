@@ -105,6 +105,7 @@ EXPORT int gpusliceSimProcessAdd(unsigned gpu, int gi_id, int ci_id, unsigned pi
                  (total - used) >> 20);
         CTL_END(-ENOMEM);
     }
+    sim_energy_settle(g); /* the power it draws changes from now */
     struct sim_proc *p = &g->procs[g->n_procs++];
     *p = (struct sim_proc){ .pid = pid, .mem = mem_bytes, .gi = g->mig_current ? gi_id : -1, .ci = ci_id };
     gs_strlcpy(p->name, name ? name : "", sizeof(p->name));
@@ -120,6 +121,7 @@ EXPORT int gpusliceSimProcessRemove(unsigned pid, int gpu, char *err, size_t err
         struct sim_gpu *g = &sim_st->gpus[i];
         for (unsigned k = 0; k < g->n_procs;) {
             if (g->procs[k].pid == pid) {
+                sim_energy_settle(g);
                 g->procs[k] = g->procs[--g->n_procs];
                 removed++;
             } else {
@@ -148,6 +150,7 @@ EXPORT int gpusliceSimResetGpu(unsigned gpu, char *err, size_t errlen) {
     }
     g->mig_current = g->mig_pending;
     g->lost = false;
+    sim_health_reset(g);
     memset(g->gis, 0, sizeof(g->gis));
     CTL_END(0);
 }

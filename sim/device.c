@@ -17,6 +17,7 @@ static nvmlReturn_t copy_string(char *dst, unsigned len, const char *src) {
     memcpy(dst, src, strlen(src) + 1);
     return NVML_SUCCESS;
 }
+nvmlReturn_t sim_copy_string(char *dst, unsigned len, const char *src) { return copy_string(dst, len, src); }
 
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     READ_BEGIN;
@@ -285,7 +286,8 @@ EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, unsigned int mode) 
 }
 
 /* Temperature and power are synthetic (no thermal model): a GPU with processes is warm and draws
- * more. MIG device handles have neither, as with the driver. */
+ * more (power.c: within the board's power limit). MIG device handles have neither, as with the
+ * driver. */
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, unsigned int sensor, unsigned int *temp) {
     READ_BEGIN;
     struct dev_ref ref;
@@ -302,13 +304,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
     struct dev_ref ref;
     nvmlReturn_t r = with_out(resolve_gpu(d, &ref), power);
     if (r == NVML_SUCCESS)
-        *power = ref.gpu->n_procs ? 240000 : 60000;
+        *power = sim_power_mw(ref.gpu);
     READ_END(r);
 }
 
-/* Processes: GPU handle = every process on the GPU; MIG handle = those on its GPU instance. */
+/* Processes: GPU handle = every process on the GPU; MIG handle = those on its GPU instance.
+ * Simulated processes are compute processes: the graphics and MPS lists are empty (`none`). */
 static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t d, unsigned int *count, void *infos, size_t stride,
-                                   bool with_ids) {
+                                   bool with_ids, bool none) {
     nvmlReturn_t ret_ = lock_state(false, fn);
     if (ret_ != NVML_SUCCESS)
         return ret_;
@@ -317,7 +320,7 @@ static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t d, unsigned int 
     if (r != NVML_SUCCESS)
         READ_END(r);
     unsigned n = 0;
-    for (unsigned i = 0; i < ref.gpu->n_procs; i++)
+    for (unsigned i = 0; i < ref.gpu->n_procs && !none; i++)
         if (!ref.ci || ref.gpu->procs[i].gi == (int)ref.gi_id)
             n++;
     if (n > 0 && (!infos || *count < n)) {
@@ -325,7 +328,7 @@ static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t d, unsigned int 
         READ_END(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     unsigned k = 0;
-    for (unsigned i = 0; i < ref.gpu->n_procs; i++) {
+    for (unsigned i = 0; i < ref.gpu->n_procs && n; i++) {
         const struct sim_proc *p = &ref.gpu->procs[i];
         if (ref.ci && p->gi != (int)ref.gi_id)
             continue;
@@ -345,13 +348,21 @@ static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t d, unsigned int 
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
                                                            nvmlProcessInfo_t *infos) {
-    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true);
+    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true, false);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count,
                                                            nvmlProcessInfo_t *infos) {
-    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true);
+    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true, false);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count,
                                                         nvmlProcessInfo_v1_t *infos) {
-    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_v1_t), false);
+    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_v1_t), false, false);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                            nvmlProcessInfo_t *infos) {
+    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true, true);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                              nvmlProcessInfo_t *infos) {
+    return list_processes(__func__, d, count, infos, sizeof(nvmlProcessInfo_t), true, true);
 }

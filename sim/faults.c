@@ -33,6 +33,23 @@ static const char *const functions[] = {
     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion",
     "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    /* monitoring: power.c, ecc.c, board.c, affinity.c, samples.c, device.c, mig_ci.c */
+    "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetApplicationsClock",
+    "nvmlDeviceGetDefaultApplicationsClock", "nvmlDeviceGetClock", "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetFanSpeed", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetSerial", "nvmlDeviceGetVbiosVersion", "nvmlDeviceGetBoardId", "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetAccountingMode", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetHandleByPciBusId_v2",
+    "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetCpuAffinity", "nvmlSystemGetTopologyGpuSet",
+    "nvmlDeviceGetTopologyNearestGpus", "nvmlDeviceGetP2PStatus", "nvmlSystemGetProcessName", "nvmlDeviceGetSamples",
+    "nvmlDeviceGetFieldValues", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
+    "nvmlDeviceGetDisplayActive", "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDriverModel_v2",
 };
 
 /* Older names whose calls run the newer function: one function, one counter. */
@@ -45,6 +62,7 @@ static const struct {
     { "nvmlComputeInstanceGetInfo", "nvmlComputeInstanceGetInfo_v2" },
     { "nvmlEventSetWait", "nvmlEventSetWait_v2" },
     { "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemotePciInfo_v2" },
+    { "nvmlDeviceGetDriverModel", "nvmlDeviceGetDriverModel_v2" },
 };
 
 #define E(x) { x, #x }

@@ -350,14 +350,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profi
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r != NVML_SUCCESS)
         READ_END(r);
+    /* *count is output only (nvml.h: "the count of returned GPU instances"): the buffer must hold
+     * the profile's instanceCount, which the instances of the profile never exceed. */
     unsigned n = 0;
-    for (unsigned i = 0; i < SIM_MAX_GI; i++) {
-        if (!ref.gpu->gis[i].used || ref.gpu->gis[i].profile_id != profileId)
-            continue;
-        if (n >= *count)
-            READ_END(NVML_ERROR_INSUFFICIENT_SIZE);
-        gpuInstances[n++] = gi_handle(ref.index, i);
-    }
+    for (unsigned i = 0; i < SIM_MAX_GI && n < p->max_instances; i++)
+        if (ref.gpu->gis[i].used && ref.gpu->gis[i].profile_id == profileId)
+            gpuInstances[n++] = gi_handle(ref.index, i);
     *count = n;
     READ_END(NVML_SUCCESS);
 }

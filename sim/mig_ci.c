@@ -182,14 +182,42 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t g, unsi
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r != NVML_SUCCESS)
         READ_END(r);
+    /* *count is output only, as for GPU instances: the buffer must hold the CI profile's
+     * instanceCount (at most SIM_MAX_CI), which its instances never exceed. */
     unsigned n = 0;
+    for (unsigned i = 0; i < SIM_MAX_CI; i++)
+        if (ref.gi->cis[i].used && ref.gi->cis[i].profile == profileId)
+            cis[n++] = ci_handle(ref.index, ref.gi_id, i);
+    *count = n;
+    READ_END(NVML_SUCCESS);
+}
+
+/* How many more compute instances of profileId fit in the GPU instance: free aligned slots of the
+ * profile's size, up to its instance count (the order nvmlGpuInstanceCreateComputeInstance fills). */
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t g, unsigned int profileId,
+                                                                      unsigned int *count) {
+    READ_BEGIN;
+    struct dev_ref ref;
+    unsigned c = 0;
+    nvmlReturn_t r = with_out(resolve_gi(g, &ref), count);
+    if (r == NVML_SUCCESS && !ci_profile_spec(ref.gpu, ref.gi, profileId, &c))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r != NVML_SUCCESS)
+        READ_END(r);
+    const struct gs_profile_spec *gp = gs_model_profile_by_id(ref.gpu->model, ref.gi->profile_id);
+    unsigned used_mask = 0, same = 0, free_ids = 0, n = 0;
     for (unsigned i = 0; i < SIM_MAX_CI; i++) {
-        if (!ref.gi->cis[i].used || ref.gi->cis[i].profile != profileId)
-            continue;
-        if (n >= *count)
-            READ_END(NVML_ERROR_INSUFFICIENT_SIZE);
-        cis[n++] = ci_handle(ref.index, ref.gi_id, i);
+        const struct sim_ci *ci = &ref.gi->cis[i];
+        if (ci->used) {
+            used_mask |= ((1u << ci->size) - 1) << ci->start;
+            same += ci->profile == profileId;
+        } else {
+            free_ids++;
+        }
     }
+    unsigned left = same < gp->slices / c ? gp->slices / c - same : 0;
+    for (unsigned start = 0; start + c <= gp->slices && n < left && n < free_ids; start += c)
+        n += !(used_mask & (((1u << c) - 1) << start));
     *count = n;
     READ_END(NVML_SUCCESS);
 }

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/util.h"
 
@@ -65,6 +66,62 @@ static void reset_header(struct sim_state *s) {
     memset(s, 0, offsetof(struct sim_state, gpus));
 }
 
+unsigned long long sim_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000ULL + (unsigned long long)ts.tv_nsec / 1000000ULL;
+}
+
+static json_t *health_to_json(const struct sim_health *h) {
+    json_t *retired = json_array();
+    for (unsigned i = 0; i < h->n_retired; i++)
+        json_array_append_new(retired, json_pack("{s:I,s:I,s:i}", "address", (json_int_t)h->retired[i].address,
+                                                 "timestamp", (json_int_t)h->retired[i].timestamp, "cause",
+                                                 (int)h->retired[i].cause));
+    return json_pack("{s:[[I,I],[I,I]],s:o,s:b,s:I,s:I}", "ecc", (json_int_t)h->ecc[0][0], (json_int_t)h->ecc[0][1],
+                     (json_int_t)h->ecc[1][0], (json_int_t)h->ecc[1][1], "retired", retired, "retire_pending",
+                     h->retire_pending, "energy_mj", (json_int_t)h->energy_mj, "energy_ms",
+                     (json_int_t)h->energy_ms);
+}
+
+/* A GPU's "health" member; absent in state files of older versions: no errors, energy from now. */
+static int health_from_json(json_t *jh, struct sim_health *h) {
+    memset(h, 0, sizeof(*h));
+    h->energy_ms = sim_now_ms();
+    if (!jh)
+        return 0;
+    json_t *ecc = json_object_get(jh, "ecc"), *retired = json_object_get(jh, "retired"), *jr;
+    json_t *mj = json_object_get(jh, "energy_mj"), *ms = json_object_get(jh, "energy_ms");
+    if (!json_is_array(ecc) || json_array_size(ecc) != 2 || !json_is_array(retired) ||
+        json_array_size(retired) > SIM_MAX_RETIRED || !json_is_boolean(json_object_get(jh, "retire_pending")) ||
+        !json_is_integer(mj) || !json_is_integer(ms) || json_integer_value(mj) < 0 || json_integer_value(ms) < 0)
+        return -EINVAL;
+    for (size_t t = 0; t < 2; t++) {
+        json_t *row = json_array_get(ecc, t);
+        for (size_t c = 0; c < 2; c++) {
+            json_t *v = json_array_get(row, c);
+            if (!json_is_array(row) || json_array_size(row) != 2 || !json_is_integer(v) || json_integer_value(v) < 0)
+                return -EINVAL;
+            h->ecc[t][c] = (unsigned long long)json_integer_value(v);
+        }
+    }
+    size_t i;
+    json_array_foreach(retired, i, jr) {
+        json_t *a = json_object_get(jr, "address"), *ts = json_object_get(jr, "timestamp");
+        json_t *c = json_object_get(jr, "cause");
+        if (!json_is_integer(a) || !json_is_integer(ts) || !json_is_integer(c) || json_integer_value(a) < 0 ||
+            json_integer_value(ts) < 0 || json_integer_value(c) < 0 || json_integer_value(c) > 1)
+            return -EINVAL;
+        h->retired[h->n_retired++] = (struct sim_retired){ (unsigned long long)json_integer_value(a),
+                                                           (unsigned long long)json_integer_value(ts),
+                                                           (unsigned)json_integer_value(c) };
+    }
+    h->retire_pending = json_is_true(json_object_get(jh, "retire_pending"));
+    h->energy_mj = (unsigned long long)json_integer_value(mj);
+    h->energy_ms = (unsigned long long)json_integer_value(ms);
+    return 0;
+}
+
 void sim_state_init(struct sim_state *s, const struct gs_nodedesc *nd, unsigned long long seed) {
     reset_header(s);
     sim_state_fingerprint(nd, s->fingerprint, sizeof(s->fingerprint));
@@ -77,6 +134,7 @@ void sim_state_init(struct sim_state *s, const struct gs_nodedesc *nd, unsigned 
         memset(&s->gpus[i], 0, sizeof(s->gpus[i]));
         s->gpus[i].model = nd->gpus[i].model;
         s->gpus[i].mig_current = s->gpus[i].mig_pending = nd->gpus[i].mig_enabled ? 1 : 0;
+        s->gpus[i].health.energy_ms = sim_now_ms();
     }
 }
 
@@ -132,6 +190,7 @@ char *sim_state_to_json(const struct sim_state *s) {
                                                     (json_int_t)g->events[e].xid, "gi",
                                                     (json_int_t)g->events[e].gi));
         json_object_set_new(jg, "events", events);
+        json_object_set_new(jg, "health", health_to_json(&g->health));
         json_array_append_new(gpus, jg);
     }
     json_object_set_new(root, "gpus", gpus);
@@ -237,6 +296,10 @@ static int parse_gpu(json_t *jg, struct sim_gpu *g, unsigned idx, const char *pa
         GET(je, "seq", 0, LLONG_MAX, ev->seq);
         GET(je, "xid", 0, LLONG_MAX, ev->xid);
         GET(je, "gi", 0, 0xFFFFFFFFLL, ev->gi);
+    }
+    if (health_from_json(json_object_get(jg, "health"), &g->health) < 0) {
+        snprintf(err, errlen, "%s: %s.health: malformed ECC counters, retired pages or energy", path, ctx);
+        return -EINVAL;
     }
     return 0;
 bad:

@@ -46,6 +46,24 @@ struct sim_event {
     unsigned gi;               /* 0xFFFFFFFF when not tied to a GPU instance */
 };
 
+/* Memory health and energy (health.c reads them; `gpuslice sim ecc` and `sim retire-page` set
+ * them through ctl_health.c). */
+#define SIM_MAX_RETIRED 64   /* pages (rows) per GPU */
+struct sim_retired {
+    unsigned long long address;   /* page address (Turing) or row (Ampere and newer) */
+    unsigned long long timestamp; /* seconds since the epoch */
+    unsigned cause;               /* 0 multiple single-bit errors, 1 a double-bit error */
+};
+
+struct sim_health {
+    unsigned long long ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] error counts */
+    unsigned n_retired;
+    struct sim_retired retired[SIM_MAX_RETIRED];
+    bool retire_pending;          /* a page or row waits for the next GPU reset */
+    unsigned long long energy_mj; /* energy used up to energy_ms (CLOCK_REALTIME, milliseconds) */
+    unsigned long long energy_ms;
+};
+
 struct sim_gpu {
     const struct gs_model *model;
     unsigned mig_current, mig_pending;
@@ -56,6 +74,7 @@ struct sim_gpu {
     struct sim_proc procs[SIM_MAX_PROCS];
     unsigned n_events;
     struct sim_event events[SIM_EVENT_RING]; /* oldest first */
+    struct sim_health health;
 };
 
 struct sim_state {
@@ -77,6 +96,9 @@ void sim_state_fingerprint(const struct gs_nodedesc *nd, char *buf, size_t len);
 /* Serialise to JSON text (malloc'd) / parse and validate JSON text. Parse errors name `path`. */
 char *sim_state_to_json(const struct sim_state *s);
 int sim_state_from_json(const char *path, const char *text, struct sim_state *s, char *err, size_t errlen);
+
+/* Milliseconds since the epoch (the energy counter's clock). */
+unsigned long long sim_now_ms(void);
 
 /* Deterministic UUIDs. */
 void sim_gpu_uuid(const struct gs_model *m, unsigned index, char *buf, size_t len);

@@ -29,6 +29,13 @@ int gpusliceSimSetFaults(const char *spec, char *err, size_t errlen);
  * docs/simulator.md#the-nodes-root), which `--sim` gives commands as their /proc, /dev, /sys and
  * driver root. */
 int gpusliceSimRoot(char *buf, size_t len, char *err, size_t errlen);
+/* Memory errors on GPU `gpu`: count (1..SIM_ECC_MAX_ADD) corrected or uncorrected ECC errors,
+ * added to its volatile and aggregate counters; a retired page (before Ampere) or remapped row
+ * (Ampere and newer) at `address`, caused by a double-bit error (double_bit != 0) or by repeated
+ * single-bit errors, pending until the next GPU reset. A reset clears the volatile counters. */
+#define SIM_ECC_MAX_ADD 1000000000ULL
+int gpusliceSimEccError(unsigned gpu, int uncorrected, unsigned long long count, char *err, size_t errlen);
+int gpusliceSimRetirePage(unsigned gpu, unsigned long long address, int double_bit, char *err, size_t errlen);
 /* NVML calls that reached the library in this process (tests: proves calls go through it). */
 unsigned long long gpusliceSimCallCount(void);
 
@@ -40,5 +47,7 @@ typedef __typeof__(&gpusliceSimSetLost) gs_sim_set_lost_fn;
 typedef __typeof__(&gpusliceSimSetFaults) gs_sim_set_faults_fn;
 typedef __typeof__(&gpusliceSimCallCount) gs_sim_call_count_fn;
 typedef __typeof__(&gpusliceSimRoot) gs_sim_root_fn;
+typedef __typeof__(&gpusliceSimEccError) gs_sim_ecc_error_fn;
+typedef __typeof__(&gpusliceSimRetirePage) gs_sim_retire_page_fn;
 
 #endif

@@ -11,6 +11,12 @@
  * topology.c  PCIe topology between GPUs, NVLink
  * root.c      the node's root (proc, dev, sys, the stand-in driver root); ldcache_write.c its
  *             linker cache
+ * power.c     clocks, power limits and energy, fans, P-state, persistence mode
+ * ecc.c       ECC mode and counters, retired pages, remapped rows; their controls
+ * board.c     BAR1, serial, VBIOS, board ID, PCIe link and throughput, encoder/decoder,
+ *             accounting, fabric
+ * affinity.c  handles by PCI bus ID, NUMA node and CPU affinity, nearest GPUs, P2P, process names
+ * samples.c   nvmlDeviceGetSamples and nvmlDeviceGetFieldValues
  * ctl.c       the gpusliceSim* controls (simctl.h)
  * sim_state.c the shared state file; faults.c the fault schedule's parser */
 #ifndef GS_SIM_SIMLIB_H
@@ -84,6 +90,7 @@ unsigned long long used_bytes(const struct sim_gpu *g, int gi, int ci);
 /* pci.c: GPU `index`'s PCI domain and bus, and NUMA node (pure: root.c and topology.c use them). */
 void sim_pci_location(unsigned index, unsigned *domain, unsigned *bus);
 int sim_numa_node(unsigned index);
+nvmlGpuTopologyLevel_t sim_topology_level(unsigned a, unsigned b);
 /* topology.c: a PCI info struct for a device at DOMAIN:BUS:00.0; the number of NVLinks of a model
  * (0: a PCIe board). */
 void sim_fill_pci(unsigned domain, unsigned bus, unsigned device_id, nvmlPciInfo_t *pci);
@@ -97,6 +104,18 @@ void sim_root_dir(const char *state_dir, char *buf, size_t len);
 unsigned sim_cap_minor(unsigned gpu_minor, unsigned gi, int ci);
 int sim_root_create(const struct sim_state *st, const char *state_dir);
 int sim_root_sync(const struct sim_state *st, const char *state_dir);
+
+/* power.c: the power GPU g draws now (milliwatts); its energy counter at now_ms (millijoules);
+ * sim_energy_settle, before the processes of g change, folds the energy so far into the state. */
+unsigned sim_power_mw(const struct sim_gpu *g);
+unsigned long long sim_energy_mj(const struct sim_gpu *g, unsigned long long now_ms);
+void sim_energy_settle(struct sim_gpu *g);
+/* power.c: the clock of NVML type `type` (0 graphics, 1 SM, 2 memory, 3 video) GPU g runs at now (MHz). */
+unsigned sim_current_clock_mhz(const struct sim_gpu *g, unsigned type);
+/* ecc.c: a GPU reset clears the volatile ECC counters and what was pending retirement. */
+void sim_health_reset(struct sim_gpu *g);
+/* device.c: copies src to dst (len bytes), INSUFFICIENT_SIZE when it does not fit. */
+nvmlReturn_t sim_copy_string(char *dst, unsigned len, const char *src);
 
 /* mig.c: whether processes run on GPU instance gi (and compute instance ci, -1: any) of g. */
 bool gi_has_processes(const struct sim_gpu *g, unsigned gi, int ci);

@@ -53,21 +53,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t d1, nvmlDev
     nvmlReturn_t r = resolve_gpu(d1, &a);
     if (r == NVML_SUCCESS)
         r = with_out(resolve_gpu(d2, &b), level);
-    if (r == NVML_SUCCESS) {
-        unsigned da, ba, db, bb;
-        sim_pci_location(a.index, &da, &ba);
-        sim_pci_location(b.index, &db, &bb);
-        if (a.index == b.index)
-            *level = NVML_TOPOLOGY_INTERNAL;
-        else if (da != db)
-            *level = NVML_TOPOLOGY_SYSTEM;
-        else if (a.index / 2 == b.index / 2)
-            *level = NVML_TOPOLOGY_SINGLE;
-        else if (sim_numa_node(a.index) == sim_numa_node(b.index))
-            *level = NVML_TOPOLOGY_NODE;
-        else
-            *level = NVML_TOPOLOGY_SYSTEM;
-    }
+    if (r == NVML_SUCCESS)
+        *level = sim_topology_level(a.index, b.index);
     READ_END(r);
 }
 

@@ -58,6 +58,20 @@ const struct gs_model *gs_catalog_find_pci(unsigned pci_device_id);
 /* Comma-separated list of every key, for error messages ("A30, A100-SXM4-40GB, ..."). */
 const char *gs_catalog_keys(void);
 
+/* A model's board as the driver reports it (src/catalog/board.c cites the sources). Every model of
+ * the catalogue has one. */
+struct gs_board {
+    unsigned max_graphics_mhz, max_mem_mhz, max_video_mhz; /* Max Clocks (the SM clock is the graphics clock) */
+    unsigned app_graphics_mhz, app_mem_mhz;                /* Default Applications Clocks */
+    unsigned power_default_mw, power_min_mw, power_max_mw; /* power management limit and its bounds */
+    unsigned pcie_gen, pcie_width;                         /* maximum PCIe link generation and width */
+    unsigned long long bar1_mib;
+    unsigned fans;                                         /* 0: passively cooled (every data-center board) */
+    const char *vbios;
+    bool verified;                                         /* true: clocks and power from a capture */
+};
+const struct gs_board *gs_model_board(const struct gs_model *m);
+
 /* Profile lookups within one model; NULL if absent. */
 const struct gs_profile_spec *gs_model_profile_by_id(const struct gs_model *m, unsigned id);
 const struct gs_profile_spec *gs_model_profile_by_nvml(const struct gs_model *m, unsigned nvml_profile);

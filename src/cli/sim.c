@@ -10,11 +10,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../sim/simctl.h"
 #include "cli/cli.h"
 #include "util/util.h"
+
+static void sim_memory_usage(FILE *f);
 
 static void sim_usage(FILE *f) {
     fprintf(f, "Usage: gpuslice --sim NODE.yaml [--sim-state DIR] sim SUBCOMMAND\n\n"
@@ -34,6 +37,7 @@ static void sim_usage(FILE *f) {
                "                            instance; prints the MIG device UUID\n"
                "  mig-destroy --gpu N --gi ID\n"
                "                            destroy GPU instance ID and its compute instances\n");
+    sim_memory_usage(f);
 }
 
 static int parse_index(const char *what, const char *s, unsigned long long max, unsigned long long *out) {
@@ -57,6 +61,71 @@ static int finish(int r, const char *err) {
         return GS_EXIT_FAILURE;
     }
     return GS_EXIT_OK;
+}
+
+/* ---- memory errors: `sim ecc`, `sim retire-page` ---------------------------------------------- */
+
+static void sim_memory_usage(FILE *f) {
+    fprintf(f, "  ecc GPU corrected|uncorrected [--count N]\n"
+               "                            add N (default 1) ECC errors to GPU's volatile and aggregate\n"
+               "                            counters (a GPU reset clears the volatile ones)\n"
+               "  retire-page GPU ADDRESS [--double-bit]\n"
+               "                            retire the page at ADDRESS (decimal or 0x hex; a remapped row\n"
+               "                            on Ampere and newer) for repeated single-bit errors or a\n"
+               "                            double-bit error; pending until reset-gpu\n");
+}
+
+/* A page address: decimal, or hexadecimal after 0x; below 2^52. */
+static int parse_address(const char *s, unsigned long long *out) {
+    if (strncmp(s, "0x", 2) && strncmp(s, "0X", 2))
+        return gs_parse_uint(s, 0, (1ULL << 52) - 1, out);
+    size_t n = strlen(s + 2);
+    if (n == 0 || n > 13 || strspn(s + 2, "0123456789abcdefABCDEF") != n)
+        return -EINVAL;
+    *out = strtoull(s + 2, NULL, 16);
+    return *out < (1ULL << 52) ? 0 : -ERANGE;
+}
+
+static int sim_memory(struct gpu_node *node, int argc, char **argv, bool ecc) {
+    static const struct option opts[] = { { "count", required_argument, NULL, 'n' },
+                                          { "double-bit", no_argument, NULL, 'd' }, { 0 } };
+    unsigned long long count = 1, gpu, address = 0;
+    bool dbe = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'n' && ecc && gs_parse_uint(optarg, 1, SIM_ECC_MAX_ADD, &count) == 0)
+            continue;
+        if (c == 'd' && !ecc) {
+            dbe = true;
+            continue;
+        }
+        if (c == 'n' && ecc)
+            fprintf(stderr, "gpuslice sim ecc: --count: '%s' is not a number in 1..%llu\n", optarg, SIM_ECC_MAX_ADD);
+        return GS_EXIT_USAGE;
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "gpuslice sim %s: expected GPU and %s\n", argv[0], ecc ? "corrected|uncorrected" : "ADDRESS");
+        return GS_EXIT_USAGE;
+    }
+    const char *what = argv[optind + 1];
+    if (parse_index("GPU", argv[optind], 63, &gpu) < 0)
+        return GS_EXIT_USAGE;
+    if (ecc && strcmp(what, "corrected") && strcmp(what, "uncorrected")) {
+        fprintf(stderr, "gpuslice sim ecc: '%s': expected corrected or uncorrected\n", what);
+        return GS_EXIT_USAGE;
+    }
+    if (!ecc && parse_address(what, &address) < 0) {
+        fprintf(stderr, "gpuslice sim retire-page: ADDRESS: '%s' is not an address below 2^52 (decimal or 0x...)\n",
+                what);
+        return GS_EXIT_USAGE;
+    }
+    char err[256];
+    if (ecc) {
+        gs_sim_ecc_error_fn fn = (gs_sim_ecc_error_fn)sim_symbol(node, "gpusliceSimEccError");
+        return fn ? finish(fn((unsigned)gpu, what[0] == 'u', count, err, sizeof(err)), err) : GS_EXIT_FAILURE;
+    }
+    gs_sim_retire_page_fn fn = (gs_sim_retire_page_fn)sim_symbol(node, "gpusliceSimRetirePage");
+    return fn ? finish(fn((unsigned)gpu, address, dbe, err, sizeof(err)), err) : GS_EXIT_FAILURE;
 }
 
 static int sim_xid(struct gpu_node *node, int argc, char **argv) {
@@ -243,7 +312,8 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
     }
     const char *sub = argv[1];
     bool known = !strcmp(sub, "xid") || !strcmp(sub, "process") || !strcmp(sub, "reset-gpu") ||
-                 !strcmp(sub, "gpu-lost") || !strcmp(sub, "mig-create") || !strcmp(sub, "mig-destroy");
+                 !strcmp(sub, "gpu-lost") || !strcmp(sub, "mig-create") || !strcmp(sub, "mig-destroy") ||
+                 !strcmp(sub, "ecc") || !strcmp(sub, "retire-page");
     if (!known) {
         fprintf(stderr, "gpuslice sim: unknown subcommand '%s'\n\n", sub);
         sim_usage(stderr);
@@ -262,6 +332,8 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
         rc = sim_xid(node, argc - 1, argv + 1);
     else if (!strcmp(sub, "process"))
         rc = sim_process(node, argc - 1, argv + 1);
+    else if (!strcmp(sub, "ecc") || !strcmp(sub, "retire-page"))
+        rc = sim_memory(node, argc - 1, argv + 1, !strcmp(sub, "ecc"));
     else if (!strncmp(sub, "mig-", 4))
         rc = sim_mig(node, argc - 1, argv + 1, !strcmp(sub, "mig-create"));
     else

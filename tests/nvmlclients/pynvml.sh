@@ -5,7 +5,7 @@
 # --target, and prints that directory (for PYTHONPATH). Installed once per version. Fails when
 # neither pip nor the package index can be reached.
 set -eu
-version=${1:-13.580.82}
+version=${1:-13.615.71}
 dir=${GPUSLICE_PEERS_CACHE:-${HOME:-/tmp}/.cache/gpuslice-peers}/nvidia-ml-py-$version
 if [ -f "$dir/pynvml.py" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$version" ]; then
     echo "$dir"

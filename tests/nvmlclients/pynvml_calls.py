@@ -8,6 +8,7 @@ the library pynvml loaded, with pynvml's own structures."""
 import ctypes
 import json
 import sys
+import time
 
 import pynvml as N
 
@@ -44,6 +45,99 @@ def addr(handle):
 
 def s(v):
     return v.decode() if isinstance(v, bytes) else v
+
+
+def val(f, *args):
+    """A call's value, or {"err": code} for the NVML error it raises."""
+    try:
+        v = f(*args)
+    except N.NVMLError as e:
+        return {"err": e.value}
+    return s(v) if isinstance(v, bytes) else v
+
+
+CLOCKS = [N.NVML_CLOCK_GRAPHICS, N.NVML_CLOCK_SM, N.NVML_CLOCK_MEM, N.NVML_CLOCK_VIDEO]
+FIELDS = [N.NVML_FI_DEV_ECC_CURRENT, N.NVML_FI_DEV_ECC_PENDING, N.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+          N.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, N.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, N.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+          N.NVML_FI_DEV_RETIRED_SBE, N.NVML_FI_DEV_RETIRED_DBE, N.NVML_FI_DEV_RETIRED_PENDING,
+          N.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, N.NVML_FI_DEV_NVLINK_LINK_COUNT,
+          N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, N.NVML_FI_DEV_REMAPPED_COR, N.NVML_FI_DEV_REMAPPED_UNC,
+          N.NVML_FI_DEV_REMAPPED_PENDING, N.NVML_FI_DEV_REMAPPED_FAILURE, N.NVML_FI_DEV_POWER_INSTANT,
+          N.NVML_FI_DEV_MEMORY_TEMP]
+
+
+def field(v):
+    if v.nvmlReturn != 0:
+        return {"err": v.nvmlReturn}
+    return v.value.ullVal if v.valueType == N.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG else v.value.uiVal
+
+
+def samples(h, kind):
+    try:
+        vtype, got = N.nvmlDeviceGetSamples(h, kind, 0)
+    except N.NVMLError as e:
+        return {"err": e.value}
+    assert all(x.timeStamp > 0 for x in got)
+    return [vtype, [x.sampleValue.uiVal for x in got]]
+
+
+def fabric(h):
+    info = N.c_nvmlGpuFabricInfo_t()
+    try:
+        N.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    except N.NVMLError as e:
+        return {"err": e.value}
+    return {"status": info.status, "state": info.state, "clique": info.cliqueId}
+
+
+def monitoring(h):
+    """What a monitor (nvidia-smi -q, nvitop, gpustat) reads of a whole GPU."""
+    m = {"clock": [N.nvmlDeviceGetClockInfo(h, t) for t in CLOCKS],
+         "max_clock": [N.nvmlDeviceGetMaxClockInfo(h, t) for t in CLOCKS],
+         "app_clock": [val(N.nvmlDeviceGetApplicationsClock, h, t) for t in CLOCKS],
+         "default_app_clock": [val(N.nvmlDeviceGetDefaultApplicationsClock, h, t) for t in CLOCKS],
+         "clock_ids": [[val(N.nvmlDeviceGetClock, h, t, i) for i in range(4)] for t in CLOCKS],
+         "power_limit": N.nvmlDeviceGetPowerManagementLimit(h),
+         "power_default": N.nvmlDeviceGetPowerManagementDefaultLimit(h),
+         "power_enforced": N.nvmlDeviceGetEnforcedPowerLimit(h),
+         "power_constraints": N.nvmlDeviceGetPowerManagementLimitConstraints(h),
+         "fans": N.nvmlDeviceGetNumFans(h), "fan_speed": val(N.nvmlDeviceGetFanSpeed, h),
+         "pstate": N.nvmlDeviceGetPerformanceState(h), "persistence": N.nvmlDeviceGetPersistenceMode(h),
+         "ecc_mode": N.nvmlDeviceGetEccMode(h),
+         "ecc": [[N.nvmlDeviceGetTotalEccErrors(h, t, c) for c in (N.NVML_VOLATILE_ECC, N.NVML_AGGREGATE_ECC)]
+                 for t in (N.NVML_MEMORY_ERROR_TYPE_CORRECTED, N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)],
+         "ecc_dram": [N.nvmlDeviceGetMemoryErrorCounter(h, t, N.NVML_AGGREGATE_ECC, N.NVML_MEMORY_LOCATION_DRAM)
+                      for t in (0, 1)],
+         "ecc_l2": N.nvmlDeviceGetMemoryErrorCounter(h, 1, N.NVML_AGGREGATE_ECC, N.NVML_MEMORY_LOCATION_L2_CACHE),
+         "retired": [val(N.nvmlDeviceGetRetiredPages, h, c) for c in (0, 1)],
+         "retired_pending": val(N.nvmlDeviceGetRetiredPagesPendingStatus, h),
+         "remapped": val(N.nvmlDeviceGetRemappedRows, h),
+         "serial": s(N.nvmlDeviceGetSerial(h)), "vbios": s(N.nvmlDeviceGetVbiosVersion(h)),
+         "board_id": N.nvmlDeviceGetBoardId(h), "numa": N.nvmlDeviceGetNumaNodeId(h),
+         "cpus": list(N.nvmlDeviceGetCpuAffinity(h, 2)),
+         "pcie": [N.nvmlDeviceGetCurrPcieLinkGeneration(h), N.nvmlDeviceGetMaxPcieLinkGeneration(h),
+                  N.nvmlDeviceGetCurrPcieLinkWidth(h), N.nvmlDeviceGetMaxPcieLinkWidth(h)],
+         "pcie_kbs": [N.nvmlDeviceGetPcieThroughput(h, c) for c in (N.NVML_PCIE_UTIL_TX_BYTES,
+                                                                    N.NVML_PCIE_UTIL_RX_BYTES)],
+         "encoder": N.nvmlDeviceGetEncoderUtilization(h), "decoder": N.nvmlDeviceGetDecoderUtilization(h),
+         "samples": [samples(h, k) for k in range(10)],
+         "fields": [field(v) for v in N.nvmlDeviceGetFieldValues(h, FIELDS)],
+         "accounting": N.nvmlDeviceGetAccountingMode(h), "fabric": fabric(h),
+         "display": [N.nvmlDeviceGetDisplayActive(h), N.nvmlDeviceGetDisplayMode(h)],
+         "driver_model": val(N.nvmlDeviceGetDriverModel_v2, h),
+         "graphics_procs": N.nvmlDeviceGetGraphicsRunningProcesses(h),
+         "mps_procs": N.nvmlDeviceGetMPSComputeRunningProcesses(h)}
+    bar1 = N.nvmlDeviceGetBAR1MemoryInfo(h)
+    m["bar1"] = [bar1.bar1Total, bar1.bar1Used, bar1.bar1Free]
+    e1 = N.nvmlDeviceGetTotalEnergyConsumption(h)
+    time.sleep(0.05)
+    m["energy"] = [e1, N.nvmlDeviceGetTotalEnergyConsumption(h)]
+    pci = N.nvmlDeviceGetPciInfo_v3(h)
+    m["by_bus_id"] = [addr(N.nvmlDeviceGetHandleByPciBusId(b)) == addr(h)
+                      for b in (s(pci.busId), s(pci.busIdLegacy).lower())]
+    m["driver_model_v1"] = raw("nvmlDeviceGetDriverModel", h, ctypes.byref(ctypes.c_int()),
+                               ctypes.byref(ctypes.c_int()))
+    return m
 
 
 out = {"gpus": []}
@@ -106,8 +200,18 @@ for i in range(n):
     g["nvlinks"] = links
     g["nvlink_version_error"] = err(N.nvmlDeviceGetNvLinkVersion, h, len(links))
     g["nvlink_type_error"] = err(N.nvmlDeviceGetNvLinkRemoteDeviceType, h, len(links))
+    g["mon"] = monitoring(h)
     out["gpus"].append(g)
 out["topology"] = [[N.nvmlDeviceGetTopologyCommonAncestor(a, b) for b in handles] for a in handles]
+index_of = {addr(h): i for i, h in enumerate(handles)}
+out["gpu_set"] = [sorted(index_of[addr(x)] for x in N.nvmlSystemGetTopologyGpuSet(cpu)) for cpu in (0, 31, 32, 63)]
+out["gpu_set_error"] = err(N.nvmlSystemGetTopologyGpuSet, 64)
+out["nearest"] = [sorted(index_of[addr(x)] for x in N.nvmlDeviceGetTopologyNearestGpus(handles[0], lvl))
+                  for lvl in (N.NVML_TOPOLOGY_SINGLE, N.NVML_TOPOLOGY_NODE, N.NVML_TOPOLOGY_SYSTEM)]
+out["p2p"] = {f"{a}-{b}": [val(N.nvmlDeviceGetP2PStatus, handles[a], handles[b], i) for i in range(5)]
+              for a, b in ((0, 1), (0, 4), (4, 5), (0, 0))}
+out["by_bus_id_errors"] = [err(N.nvmlDeviceGetHandleByPciBusId, b) for b in ("00000000:19:00.0", "0x18:00.0", "")]
+out["process_names"] = [val(N.nvmlSystemGetProcessName, p) for p in (int(sys.argv[1]), 999999999)]
 
 # compute mode round trip on a PCIe GPU
 h4 = handles[4]
@@ -135,8 +239,8 @@ gi2 = N.nvmlDeviceCreateGpuInstance(h, prof.id)
 out["capacity_after"] = N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, prof.id)
 info = N.nvmlGpuInstanceGetInfo(gi)
 out["gi"] = {"id": info.id, "profile": info.profileId, "start": info.placement.start}
-gis = (N.c_nvmlGpuInstance_t * 7)()
-count = ctypes.c_uint(7)
+gis = (N.c_nvmlGpuInstance_t * 7)()        # the profile's instanceCount
+count = ctypes.c_uint(0)                     # output only (nvml.h): its value in is not a size
 N.nvmlDeviceGetGpuInstances(h, prof.id, gis, ctypes.byref(count))
 out["gis"] = sorted(N.nvmlGpuInstanceGetInfo(x).id for x in gis[:count.value])
 assert N.nvmlGpuInstanceGetInfo(N.nvmlDeviceGetGpuInstanceById(h, info.id)).id == info.id
@@ -149,13 +253,18 @@ cprof_3g = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi0, N.NVML_COMPUTE_IN
                                                           N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 out["ci_profiles"] = [{"id": p.id, "slices": p.sliceCount, "instances": p.instanceCount, "sm": p.multiprocessorCount,
                        "name": s(getattr(p, "name", None))} for p in (cprof, cprof_v, cprof_3g)]
+out["ci_capacity"] = [N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, cprof.id)]
 ci = N.nvmlGpuInstanceCreateComputeInstance(gi, cprof.id)
 ci2 = N.nvmlGpuInstanceCreateComputeInstance(gi2, cprof.id)
+out["ci_capacity"] += [N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, cprof.id),
+                       N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+                           gi0, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE),
+                       err(N.nvmlGpuInstanceGetComputeInstanceRemainingCapacity, gi, 4)]
 cinfo = N.nvmlComputeInstanceGetInfo_v2(ci)
 c1 = N.c_nvmlComputeInstanceInfo_t()
 assert raw("nvmlComputeInstanceGetInfo", ci, ctypes.byref(c1)) == 0 and c1.id == cinfo.id
 cis = (N.c_nvmlComputeInstance_t * 8)()
-count = ctypes.c_uint(8)
+count = ctypes.c_uint(0)                     # output only, as for GPU instances
 N.nvmlGpuInstanceGetComputeInstances(gi, cprof.id, cis, ctypes.byref(count))
 assert count.value == 1
 assert N.nvmlComputeInstanceGetInfo_v2(N.nvmlGpuInstanceGetComputeInstanceById(gi, cinfo.id)).id == cinfo.id
@@ -166,7 +275,11 @@ out["mig_device"] = {"uuid": s(N.nvmlDeviceGetUUID(mig)), "name": s(N.nvmlDevice
                      "sm": N.nvmlDeviceGetAttributes_v2(mig).multiprocessorCount,
                      "parent": s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig))),
                      "by_index": sorted(s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h, k)))
-                                        for k in range(2))}
+                                        for k in range(2)),
+                     "bar1": [N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Total,
+                              N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Used],
+                     "clock_error": err(N.nvmlDeviceGetClockInfo, mig, N.NVML_CLOCK_SM),
+                     "ecc_error": err(N.nvmlDeviceGetEccMode, mig)}
 # an Xid through an event set, injected by the test before this ran is not seen (sets see later
 # events): wait for the timeout, then register and read the one the test's controls cannot time.
 es = N.nvmlEventSetCreate()

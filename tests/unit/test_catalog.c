@@ -94,9 +94,34 @@ static void test_profile_name_rule(void **state) {
     assert_int_equal(gs_mig_profile_name(1, 9984, 81559, 0, name, 4), -22);
 }
 
+/* Every model has its board figures, consistent with one another; the rows from captures keep the
+ * captured values. */
+static void test_boards(void **state) {
+    (void)state;
+    for (size_t i = 0; i < gs_catalog_count(); i++) {
+        const struct gs_board *b = gs_model_board(gs_catalog_get(i));
+        assert_non_null(b);
+        assert_true(b->power_min_mw > 0 && b->power_min_mw <= b->power_default_mw);
+        assert_true(b->power_default_mw <= b->power_max_mw);
+        assert_true(b->app_graphics_mhz > 0 && b->app_graphics_mhz <= b->max_graphics_mhz);
+        assert_true(b->app_mem_mhz > 0 && b->app_mem_mhz <= b->max_mem_mhz && b->max_video_mhz > 0);
+        assert_true(b->pcie_gen >= 3 && b->pcie_gen <= 5 && b->pcie_width == 16 && b->bar1_mib > 0);
+        assert_true(b->vbios && strlen(b->vbios) < 32);
+    }
+    const struct gs_board *a100 = gs_model_board(gs_catalog_find("A100-SXM4-40GB"));
+    assert_int_equal(a100->max_graphics_mhz, 1410);
+    assert_int_equal(a100->app_graphics_mhz, 1095);
+    assert_int_equal(a100->power_default_mw, 400000);
+    const struct gs_board *t4 = gs_model_board(gs_catalog_find("T4"));
+    assert_int_equal(t4->max_mem_mhz, 5001);
+    assert_int_equal(t4->pcie_gen, 3);
+    assert_null(gs_model_board(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_boards),
         cmocka_unit_test(test_profile_ids_and_placements),
         cmocka_unit_test(test_names_match_memory),
         cmocka_unit_test(test_profile_name_rule),
