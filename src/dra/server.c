@@ -3,6 +3,7 @@
  * checkpoint), and the resource-health stream (health.h). The DRA methods run on the DRA server's
  * thread, one call at a time, so the checkpoint is only ever changed there; the device table is
  * set from the agent's thread, under the lock. */
+#include "dra/ckptfile.h"
 #include "dra/dra.h"
 #include "dra/health.h"
 #include "dra/migdemand.h"
@@ -55,6 +56,10 @@ struct dra_server {
     struct dra_device devices[MAX_DEVICES];
 
     struct dra_checkpoint cp; /* the DRA thread's, after the start */
+    /* A damaged checkpoint set aside at the start (aside: where it is now; lost_why: why): the
+     * claims it held are rebuilt at the first call (rebuild_due) from the claim source. */
+    bool lost, rebuild_due;
+    char aside[PATH_MAX + 64], lost_why[512];
     char guard_root[PATH_MAX], guard_lib[PATH_MAX];
     struct dra_mig mig;       /* MIG on demand: the DRA thread's NVML handle */
 };
@@ -144,7 +149,11 @@ static int write_guard(const struct dra_server *s, const char *uid, const struct
                  s->guard_lib[0] ? "the guard root" : "libgpuslice-guard.so");
         return -ENOENT;
     }
-    snprintf(dir, dirlen, "%.200s/claim-%s", s->guard_root, uid);
+    if (dra_guard_dir(s->guard_root, uid, dir, dirlen) < 0) {
+        snprintf(err, errlen, "the guard root %.200s and claim UID '%.40s' make no guard directory", s->guard_root, uid);
+        dir[0] = '\0';
+        return -ENAMETOOLONG;
+    }
     snprintf(preload, plen, "%.200s/ld.so.preload", s->guard_root);
     int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
     if (len < 0) {
@@ -285,7 +294,7 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
         goto out;
     for (unsigned i = 0; i < out->n_devices; i++)
         out->devices[i].mig = made[i];
-    gs_strlcpy(out->guard_dir, guard_dir, sizeof(out->guard_dir));
+    out->guarded = guard_dir[0] != '\0';
     if (any_mig || guard_dir[0])
         log_info("DRA: %.63s/%.200s: %s%s%s%s", c->ns, c->name, any_mig ? "its MIG devices are there" : "",
                  any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "", guard_dir);
@@ -313,37 +322,14 @@ static void drop_unmade(struct dra_server *s, const char *uid) {
     }
 }
 
-/* One claim: prepared before (and its spec still there), else fetched, mapped and its spec
- * written; *fresh says it is new (the checkpoint must be saved). */
-static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared *out, bool *fresh, char *err,
-                       size_t errlen) {
-    *fresh = false;
-    if (!dra_uid_valid(c->uid)) {
-        snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
-        return -EINVAL;
-    }
-    char path[PATH_MAX + 160];
-    spec_path(s, c->uid, path, sizeof(path));
-    const struct dra_prepared *known = dra_checkpoint_find(&s->cp, c->uid);
-    if (known && !known->pending && access(path, F_OK) == 0) {
-        *out = *known;
-        return 0;
-    }
-    if (!s->source.fetch) {
-        snprintf(err, errlen, "no ResourceClaim source: cannot read %.63s/%.200s", c->namespace_, c->name);
-        return -EAGAIN;
-    }
-    struct dra_claim *claim = calloc(1, sizeof(*claim));
-    if (!claim)
-        return -ENOMEM;
-    int rc = s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, err, errlen);
-    char *spec = NULL;
-    if (rc == 0)
-        rc = prepare_fetched(s, claim, out, &spec, err, errlen);
-    dra_claim_free(claim);
-    free(claim);
+/* A claim read from the source: mapped, its spec written and its entry put (not saved). */
+static int prepare_claim(struct dra_server *s, const struct dra_claim *claim, struct dra_prepared *out, char *err,
+                         size_t errlen) {
+    char path[PATH_MAX + 160], *spec = NULL;
+    spec_path(s, claim->uid, path, sizeof(path));
+    int rc = prepare_fetched(s, claim, out, &spec, err, errlen);
     if (rc < 0) {
-        drop_unmade(s, c->uid);
+        drop_unmade(s, claim->uid);
         return rc;
     }
     rc = gs_write_file_atomic(path, spec, strlen(spec), true);
@@ -357,8 +343,118 @@ static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared
         snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
         return rc;
     }
-    *fresh = true;
     return 0;
+}
+
+/* After a damaged checkpoint: " (...)" saying so, for the error of a claim it may have held
+ * (its spec is still there); "" otherwise. */
+static const char *lost_note(const struct dra_server *s, const char *uid, char *buf, size_t len) {
+    char path[PATH_MAX + 160];
+    spec_path(s, uid, path, sizeof(path));
+    buf[0] = '\0';
+    if (s->lost && !dra_checkpoint_find(&s->cp, uid) && access(path, F_OK) == 0)
+        snprintf(buf, len, " (prepared before the damaged checkpoint was set aside as %.300s, and not rebuilt)",
+                 s->aside);
+    return buf;
+}
+
+/* One claim: prepared before (and its spec still there), else fetched, mapped and its spec
+ * written; *fresh says it is new (the checkpoint must be saved). */
+static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared *out, bool *fresh, char *err,
+                       size_t errlen) {
+    *fresh = false;
+    if (!dra_uid_valid(c->uid)) {
+        snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
+        return -EINVAL;
+    }
+    char path[PATH_MAX + 160], note[512];
+    spec_path(s, c->uid, path, sizeof(path));
+    const struct dra_prepared *known = dra_checkpoint_find(&s->cp, c->uid);
+    if (known && !known->pending && access(path, F_OK) == 0) {
+        *out = *known;
+        return 0;
+    }
+    lost_note(s, c->uid, note, sizeof(note));
+    if (!s->source.fetch) {
+        snprintf(err, errlen, "no ResourceClaim source: cannot read %.63s/%.200s%s", c->namespace_, c->name, note);
+        return -EAGAIN;
+    }
+    struct dra_claim *claim = calloc(1, sizeof(*claim));
+    if (!claim)
+        return -ENOMEM;
+    int rc = s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, err, errlen);
+    if (rc == 0) {
+        rc = prepare_claim(s, claim, out, err, errlen);
+    } else {
+        drop_unmade(s, c->uid);
+        if (note[0] && strlen(err) + strlen(note) < errlen)
+            strcat(err, note);
+    }
+    dra_claim_free(claim);
+    free(claim);
+    if (rc == 0)
+        *fresh = true;
+    return rc;
+}
+
+/* ---- a damaged checkpoint: rebuilt from the claim source -------------------------------------- */
+
+struct rebuild {
+    struct dra_server *s;
+    unsigned done, failed;
+};
+
+/* A claim of the source: rebuilt when it is allocated on this node (every result in the pool),
+ * its spec is still there (it was prepared here) and the checkpoint does not hold it yet. */
+static void rebuild_claim(void *arg, struct dra_claim *c) {
+    struct rebuild *b = arg;
+    struct dra_server *s = b->s;
+    char path[PATH_MAX + 160], err[512] = "";
+    for (unsigned i = 0; i < c->n_results; i++)
+        if (s->pool[0] && strcmp(c->results[i].pool, s->pool) != 0)
+            return;
+    spec_path(s, c->uid, path, sizeof(path));
+    if (dra_checkpoint_find(&s->cp, c->uid) || access(path, F_OK) != 0)
+        return;
+    struct dra_prepared *p = calloc(1, sizeof(*p));
+    int rc = p ? prepare_claim(s, c, p, err, sizeof(err)) : -ENOMEM;
+    free(p);
+    if (rc < 0) {
+        b->failed++;
+        log_warn("DRA: %.63s/%.200s (%.40s) not rebuilt after the damaged checkpoint: %s", c->ns, c->name, c->uid,
+                 err[0] ? err : strerror(-rc));
+        return;
+    }
+    b->done++;
+    log_info("DRA: %.63s/%.200s (%.40s) rebuilt from its ResourceClaim", c->ns, c->name, c->uid);
+}
+
+/* Once, at the first call after a damaged checkpoint was set aside (the device table is set by
+ * then): the claims prepared on this node, from the source. */
+static void rebuild_if_due(struct dra_server *s) {
+    if (!s->rebuild_due)
+        return;
+    pthread_mutex_lock(&s->lock);
+    bool have_devices = s->n_devices > 0;
+    pthread_mutex_unlock(&s->lock);
+    if (!have_devices)
+        return;
+    s->rebuild_due = false;
+    char err[512] = "";
+    if (!s->source.each) {
+        log_warn("DRA: the claim source cannot list ResourceClaims: nothing of %s is rebuilt; its claims are "
+                 "prepared again at their next prepare",
+                 s->aside);
+        return;
+    }
+    struct rebuild b = { s, 0, 0 };
+    int rc = s->source.each(s->source.ctx, s->driver, rebuild_claim, &b, err, sizeof(err));
+    if (rc < 0)
+        log_warn("DRA: ResourceClaims not listed (%s): nothing more of %s is rebuilt", err, s->aside);
+    if (b.done && save_checkpoint(s, err, sizeof(err)) < 0)
+        log_error("DRA: %s", err);
+    log_info("DRA: %u claim(s) rebuilt from the ResourceClaims of driver %s after %s was set aside, %u not", b.done,
+             s->driver, s->aside, b.failed);
 }
 
 struct prep_answer {
@@ -430,6 +526,7 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
     bool *fresh = carve(&p, m, sizeof(bool));
     k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__init(&a->msg);
     a->n = n;
+    rebuild_if_due(s);
     bool any_fresh = false;
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
@@ -491,14 +588,58 @@ static int release_claim(struct dra_server *s, const char *uid, char *err, size_
             return rc;
         }
     }
-    if (p && p->guard_dir[0]) {
-        int rc = gs_remove_tree(p->guard_dir);
+    /* the guard directory is the claim's by its UID (never a path from the checkpoint): removed
+     * whether or not the entry says there is one */
+    char dir[PATH_MAX + 64];
+    if (s->guard_root[0] && dra_guard_dir(s->guard_root, uid, dir, sizeof(dir)) == 0) {
+        int rc = gs_remove_tree(dir);
         if (rc < 0 && rc != -ENOENT) {
-            snprintf(err, errlen, "cannot remove %.400s: %s", p->guard_dir, strerror(-rc));
+            snprintf(err, errlen, "cannot remove %.400s: %s", dir, strerror(-rc));
             return rc;
         }
     }
     return 0;
+}
+
+/* An unprepare of a claim the checkpoint does not hold although its spec is there, after a damaged
+ * checkpoint was set aside: what it made besides its files (which are found by its UID) is known
+ * only when it can have made nothing else. MIG instances made on demand are not: the claim is
+ * refused when its ResourceClaim (or, unread, the node's GPUs) may have them. 0: release it. */
+static int check_lost(struct dra_server *s, const Claim *c, char *err, size_t errlen) {
+    char path[PATH_MAX + 160];
+    spec_path(s, c->uid, path, sizeof(path));
+    if (!s->lost || dra_checkpoint_find(&s->cp, c->uid) || access(path, F_OK) != 0)
+        return 0;
+    struct dra_claim *claim = calloc(1, sizeof(*claim));
+    char why[512] = "the claim source cannot read it";
+    int rc = !claim ? -ENOMEM
+             : s->source.fetch
+                 ? s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, why, sizeof(why))
+                 : -ENOENT;
+    bool mig = false;
+    for (unsigned i = 0; rc == 0 && i < claim->n_results; i++) {
+        struct gs_dra_device_ref ref;
+        mig |= gs_dra_device_parse(claim->results[i].device, &ref) == 0 && ref.mig;
+    }
+    if (rc < 0) { /* unread: any GPU of the node in MIG mode may hold its instances */
+        pthread_mutex_lock(&s->lock);
+        for (size_t i = 0; i < s->n_devices; i++)
+            mig |= s->devices[i].sharing == DRA_SHARING_MIG;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (claim)
+        dra_claim_free(claim);
+    free(claim);
+    if (!mig) {
+        log_warn("DRA: %.63s/%.200s (%.40s): not in the checkpoint (%s was set aside): its files are removed", c->namespace_,
+                 c->name, c->uid, s->aside);
+        return 0;
+    }
+    snprintf(err, errlen,
+             "refused: prepared before the damaged checkpoint was set aside as %.160s and not rebuilt: the MIG "
+             "instances it may hold are not known (%s%.80s); destroy them by hand, then remove its CDI spec",
+             s->aside, rc < 0 ? "its ResourceClaim: " : "it names MIG devices", rc < 0 ? why : "");
+    return -EBUSY;
 }
 
 struct unprep_answer {
@@ -526,6 +667,7 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
     a->errors = carve(&p, m, sizeof(*a->errors));
     k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__init(&a->msg);
     bool changed = false;
+    rebuild_if_due(s);
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
         k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init(&a->ones[i]);
@@ -534,7 +676,9 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
         } else {
             char path[PATH_MAX + 160];
             spec_path(s, c->uid, path, sizeof(path));
-            if (release_claim(s, c->uid, a->errors[i], sizeof(a->errors[0])) < 0) {
+            if (check_lost(s, c, a->errors[i], sizeof(a->errors[0])) < 0) {
+                /* refused until a person looked: the files stay */
+            } else if (release_claim(s, c->uid, a->errors[i], sizeof(a->errors[0])) < 0) {
                 /* the kubelet calls again: what is left and the checkpoint entry stay */
             } else if (unlink(path) < 0 && errno != ENOENT)
                 snprintf(a->errors[i], sizeof(a->errors[0]), "%.400s: %s", path, strerror(errno));
@@ -609,24 +753,42 @@ static const struct gs_grpc_method dra_methods[] = {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
+/* The checkpoint: read; a damaged one set aside (the driver starts empty and rebuilds at its first
+ * call); a newer one, or a damaged one that stays where it is, refused (-ENOTSUP). */
 static int load_checkpoint(struct dra_server *s, char *err, size_t errlen) {
-    char *text = NULL;
-    size_t len = 0;
-    char why[512];
-    int rc = gs_read_file_ex(s->checkpoint, 64u << 20, 0, &text, &len, why, sizeof(why));
+    char why[1024];
+    int rc = dra_checkpoint_read(s->checkpoint, &s->cp, why, sizeof(why));
     if (rc == -ENOENT)
         return 0;
-    if (rc < 0) {
-        snprintf(err, errlen, "%s", why);
+    if (rc == 0) {
+        if (s->cp.n)
+            log_info("DRA: %zu prepared claim(s) in %s", s->cp.n, s->checkpoint);
+        return 0;
+    }
+    if (rc == -ENOTSUP) {
+        snprintf(err, errlen,
+                 "DRA: %.700s: the checkpoint of a newer agent is left as it is and the DRA driver does not start "
+                 "(run that agent's version, or move the file away to start with no prepared claims)",
+                 why);
+        return -ENOTSUP;
+    }
+    if (rc == -ENOMEM) {
+        snprintf(err, errlen, "DRA: %s: out of memory", s->checkpoint);
         return rc;
     }
-    rc = dra_checkpoint_parse(text, len, &s->cp, why, sizeof(why));
-    free(text);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", s->checkpoint, why);
-    else if (s->cp.n)
-        log_info("DRA: %zu prepared claim(s) in %s", s->cp.n, s->checkpoint);
-    return rc;
+    char aside_err[512];
+    if (dra_checkpoint_set_aside(s->checkpoint, time(NULL), s->aside, sizeof(s->aside), aside_err,
+                                 sizeof(aside_err)) < 0) {
+        snprintf(err, errlen, "DRA: damaged checkpoint %.400s, not set aside (%.300s): the DRA driver does not start",
+                 why, aside_err);
+        return -ENOTSUP;
+    }
+    s->lost = s->rebuild_due = true;
+    gs_strlcpy(s->lost_why, why, sizeof(s->lost_why));
+    log_warn("DRA: damaged checkpoint %s: set aside as %s; the driver starts without it and rebuilds the claims "
+             "prepared on this node from their ResourceClaims",
+             why, s->aside);
+    return 0;
 }
 
 int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen) {
