@@ -601,6 +601,13 @@ const struct dra_prepared *dra_checkpoint_find(const struct dra_checkpoint *cp, 
     return NULL;
 }
 
+struct dra_prepared *dra_checkpoint_get(struct dra_checkpoint *cp, const char *uid) {
+    for (size_t i = 0; i < cp->n; i++)
+        if (!strcmp(cp->claims[i].uid, uid))
+            return &cp->claims[i];
+    return NULL;
+}
+
 int dra_checkpoint_put(struct dra_checkpoint *cp, const struct dra_prepared *p) {
     for (size_t i = 0; i < cp->n; i++) {
         if (!strcmp(cp->claims[i].uid, p->uid)) {

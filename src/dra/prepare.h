@@ -110,6 +110,7 @@ char *dra_checkpoint_render(const struct dra_checkpoint *cp);
 int dra_checkpoint_parse(const char *text, size_t len, struct dra_checkpoint *out, char *err, size_t errlen);
 
 const struct dra_prepared *dra_checkpoint_find(const struct dra_checkpoint *cp, const char *uid);
+struct dra_prepared *dra_checkpoint_get(struct dra_checkpoint *cp, const char *uid); /* to change it */
 int dra_checkpoint_put(struct dra_checkpoint *cp, const struct dra_prepared *p); /* replaces same UID */
 bool dra_checkpoint_remove(struct dra_checkpoint *cp, const char *uid);          /* false: not there */
 void dra_checkpoint_free(struct dra_checkpoint *cp);

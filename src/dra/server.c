@@ -55,7 +55,11 @@ struct dra_server {
     size_t n_devices;
     struct dra_device devices[MAX_DEVICES];
 
-    struct dra_checkpoint cp; /* the DRA thread's, after the start */
+    /* The prepared claims: changed only by update_checkpoint (on the DRA thread, under cp_lock),
+     * which saves the file after each change. An entry is put "pending" (prepare started) before
+     * anything is made for the claim and replaced when its prepare completes. */
+    pthread_mutex_t cp_lock;
+    struct dra_checkpoint cp;
     /* A damaged checkpoint set aside at the start (aside: where it is now; lost_why: why): the
      * claims it held are rebuilt at the first call (rebuild_due) from the claim source. */
     bool lost, rebuild_due;
@@ -117,18 +121,107 @@ static const struct gs_grpc_method reg_methods[] = {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-static int save_checkpoint(struct dra_server *s, char *err, size_t errlen) {
-    char *text = dra_checkpoint_render(&s->cp);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+/* A change of the checkpoint: > 0 changed (the file is saved), 0 nothing to do, -errno. */
+typedef int (*cp_mutate_fn)(struct dra_checkpoint *cp, const void *arg);
+
+/* The one way the checkpoint changes: mutate, then the file saved, under cp_lock. An error of
+ * either with why in err ("PATH: why" for the file: the change stays in memory, and the next
+ * save writes it). */
+static int update_checkpoint(struct dra_server *s, cp_mutate_fn mutate, const void *arg, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->cp_lock);
+    int rc = mutate(&s->cp, arg);
+    char *text = rc > 0 ? dra_checkpoint_render(&s->cp) : NULL;
+    if (rc > 0 && !text)
+        rc = -ENOMEM;
+    if (rc == -ENOMEM || rc == -ENOSPC)
+        snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
+    if (text) {
+        gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
+        if ((rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true)) < 0)
+            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-rc));
+        free(text);
     }
-    gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
-    int rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
-    free(text);
-    if (rc < 0)
-        snprintf(err, errlen, "%.400s: %s", s->checkpoint, strerror(-rc));
+    pthread_mutex_unlock(&s->cp_lock);
     return rc;
+}
+
+static int m_put(struct dra_checkpoint *cp, const void *arg) {
+    int rc = dra_checkpoint_put(cp, arg);
+    return rc < 0 ? rc : 1;
+}
+
+static int m_remove(struct dra_checkpoint *cp, const void *arg) {
+    return dra_checkpoint_remove(cp, arg) ? 1 : 0;
+}
+
+/* Prepare started: a pending entry for a claim the checkpoint does not hold (one it holds, pending
+ * or prepared, stays as it is: its record is what is there). */
+static int m_begin(struct dra_checkpoint *cp, const void *arg) {
+    const struct dra_claim *c = arg;
+    if (dra_checkpoint_find(cp, c->uid))
+        return 0;
+    struct dra_prepared *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    gs_strlcpy(p->uid, c->uid, sizeof(p->uid));
+    gs_strlcpy(p->ns, c->ns, sizeof(p->ns));
+    gs_strlcpy(p->name, c->name, sizeof(p->name));
+    p->pending = true;
+    int rc = dra_checkpoint_put(cp, p);
+    free(p);
+    return rc < 0 ? rc : 1;
+}
+
+/* A pending entry that made nothing (a MIG placement refused before its first step) is dropped. */
+static int m_drop_unmade(struct dra_checkpoint *cp, const void *arg) {
+    const struct dra_prepared *p = dra_checkpoint_find(cp, arg);
+    bool made = false;
+    for (unsigned i = 0; p && i < p->n_devices; i++)
+        made |= p->devices[i].mig.on;
+    return p && p->pending && !made && dra_checkpoint_remove(cp, arg) ? 1 : 0;
+}
+
+/* A step of a claim's MIG instance: device index's record (and, at prepare, its result). */
+struct mig_step {
+    struct dra_server *s;
+    const char *uid;
+    unsigned index, n_results;
+    const struct dra_result *result; /* NULL at unprepare */
+    const struct dra_mig_made *rec;
+};
+
+static int m_mig_step(struct dra_checkpoint *cp, const void *arg) {
+    const struct mig_step *m = arg;
+    struct dra_prepared *entry = dra_checkpoint_get(cp, m->uid);
+    if (!entry || m->index >= DRA_MAX_RESULTS)
+        return -ENOENT;
+    struct dra_prepared_device *pd = &entry->devices[m->index];
+    if (m->result) {
+        if (entry->n_devices < m->n_results) /* the record of each device, by position */
+            entry->n_devices = m->n_results;
+        gs_strlcpy(pd->request, m->result->request, sizeof(pd->request));
+        gs_strlcpy(pd->pool, m->result->pool, sizeof(pd->pool));
+        gs_strlcpy(pd->device, m->result->device, sizeof(pd->device));
+        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
+            if (!pd->cdi[j][0])
+                gs_strlcpy(pd->cdi[j], "pending=", sizeof(pd->cdi[j]));
+    }
+    pd->mig = *m->rec;
+    return 1;
+}
+
+static int record_mig_step(void *ctx, char *err, size_t errlen) {
+    const struct mig_step *m = ctx;
+    int rc = update_checkpoint(m->s, m_mig_step, m, err, errlen);
+    return rc < 0 ? rc : 0;
+}
+
+/* The claim's entry's fields, copied (the DRA thread's: no other changes it). */
+static bool entry_of(struct dra_server *s, const char *uid, struct dra_prepared *out) {
+    const struct dra_prepared *p = dra_checkpoint_find(&s->cp, uid);
+    if (p)
+        *out = *p;
+    return p != NULL;
 }
 
 static void spec_path(const struct dra_server *s, const char *uid, char *buf, size_t len) {
@@ -187,54 +280,29 @@ fail:
     return r;
 }
 
-static int record_checkpoint(void *ctx, char *err, size_t errlen) {
-    return save_checkpoint(ctx, err, errlen);
-}
-
-/* The claim's MIG placements: made (or found) one by one, each recorded in the claim's pending
- * checkpoint entry, put there before the first step. */
+/* The claim's MIG placements: made (or found) one by one, each step recorded in the claim's
+ * entry (update_checkpoint), which its prepare's start put there. */
 static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct dra_edits *e,
                        struct dra_mig_made made[DRA_MAX_RESULTS], char *err, size_t errlen) {
-    struct dra_prepared *entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
-    for (unsigned i = 0; i < c->n_results; i++) {
+    struct dra_prepared *entry = malloc(sizeof(*entry));
+    int rc = entry ? 0 : -ENOMEM;
+    for (unsigned i = 0; rc == 0 && i < c->n_results; i++) {
         struct gs_dra_device_ref ref;
         if (gs_dra_device_parse(c->results[i].device, &ref) < 0 || !ref.mig)
             continue;
-        if (!entry) {
-            struct dra_prepared *p = calloc(1, sizeof(*p));
-            if (!p)
-                return -ENOMEM;
-            gs_strlcpy(p->uid, c->uid, sizeof(p->uid));
-            gs_strlcpy(p->ns, c->ns, sizeof(p->ns));
-            gs_strlcpy(p->name, c->name, sizeof(p->name));
-            p->pending = true;
-            int rc = dra_checkpoint_put(&s->cp, p);
-            free(p);
-            if (rc < 0)
-                return rc;
-            entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
-        }
-        entry->pending = true;
-        if (entry->n_devices < c->n_results) /* the record of each device, by position */
-            entry->n_devices = c->n_results;
-        struct dra_prepared_device *pd = &entry->devices[i];
-        gs_strlcpy(pd->request, c->results[i].request, sizeof(pd->request));
-        gs_strlcpy(pd->pool, c->results[i].pool, sizeof(pd->pool));
-        gs_strlcpy(pd->device, c->results[i].device, sizeof(pd->device));
-        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
-            if (!pd->cdi[j][0])
-                gs_strlcpy(pd->cdi[j], "pending=", sizeof(pd->cdi[j]));
+        struct dra_mig_made rec = { 0 };
+        if (entry_of(s, c->uid, entry) && i < entry->n_devices)
+            rec = entry->devices[i].mig;
+        const struct mig_step step = { s, c->uid, i, c->n_results, &c->results[i], &rec };
         char why[400];
-        int rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &pd->mig, record_checkpoint, s, e, why,
-                                 sizeof(why));
-        if (rc < 0) {
+        if ((rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &rec, record_mig_step, (void *)&step, e,
+                                  why, sizeof(why))) < 0)
             snprintf(err, errlen, "request %.127s: MIG device %.63s: %.200s", c->results[i].request, c->results[i].device,
                      why);
-            return rc;
-        }
-        made[i] = pd->mig;
+        made[i] = rec;
     }
-    return 0;
+    free(entry);
+    return rc;
 }
 
 /* A fetched claim: its devices, shares and MIG instances, the guard's files, its spec. */
@@ -308,27 +376,22 @@ out:
     return rc;
 }
 
-/* A pending entry that made nothing (a MIG placement refused before its first step) is not kept. */
 static void drop_unmade(struct dra_server *s, const char *uid) {
-    const struct dra_prepared *p = dra_checkpoint_find(&s->cp, uid);
-    bool made = false;
-    for (unsigned i = 0; p && i < p->n_devices; i++)
-        made |= p->devices[i].mig.on;
-    if (p && p->pending && !made) {
-        char why[512];
-        dra_checkpoint_remove(&s->cp, uid);
-        if (save_checkpoint(s, why, sizeof(why)) < 0)
-            log_error("DRA: %s", why);
-    }
+    char why[512];
+    if (update_checkpoint(s, m_drop_unmade, uid, why, sizeof(why)) < 0)
+        log_error("DRA: %s", why);
 }
 
-/* A claim read from the source: mapped, its spec written and its entry put (not saved). */
+/* A claim read from the source: its prepare's start recorded (a pending entry), then mapped, its
+ * spec written and its entry replaced by the prepared one, each change saved. */
 static int prepare_claim(struct dra_server *s, const struct dra_claim *claim, struct dra_prepared *out, char *err,
                          size_t errlen) {
     char path[PATH_MAX + 160], *spec = NULL;
     spec_path(s, claim->uid, path, sizeof(path));
-    int rc = prepare_fetched(s, claim, out, &spec, err, errlen);
-    if (rc < 0) {
+    int rc = update_checkpoint(s, m_begin, claim, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = prepare_fetched(s, claim, out, &spec, err, errlen)) < 0) {
         drop_unmade(s, claim->uid);
         return rc;
     }
@@ -336,11 +399,20 @@ static int prepare_claim(struct dra_server *s, const struct dra_claim *claim, st
     free(spec);
     if (rc < 0) {
         snprintf(err, errlen, "%.400s: %s", path, strerror(-rc));
+        drop_unmade(s, claim->uid);
         return rc;
     }
-    if ((rc = dra_checkpoint_put(&s->cp, out)) < 0) {
+    if ((rc = update_checkpoint(s, m_put, out, err, errlen)) < 0) {
+        /* not kept: undone, so the kubelet's retry starts clean (its MIG records stay, pending) */
         unlink(path);
-        snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
+        struct dra_prepared *back = malloc(sizeof(*back));
+        char why[512];
+        if (back && entry_of(s, claim->uid, back)) {
+            back->pending = true;
+            (void)update_checkpoint(s, m_put, back, why, sizeof(why));
+        }
+        free(back);
+        drop_unmade(s, claim->uid);
         return rc;
     }
     return 0;
@@ -451,8 +523,6 @@ static void rebuild_if_due(struct dra_server *s) {
     int rc = s->source.each(s->source.ctx, s->driver, rebuild_claim, &b, err, sizeof(err));
     if (rc < 0)
         log_warn("DRA: ResourceClaims not listed (%s): nothing more of %s is rebuilt", err, s->aside);
-    if (b.done && save_checkpoint(s, err, sizeof(err)) < 0)
-        log_error("DRA: %s", err);
     log_info("DRA: %u claim(s) rebuilt from the ResourceClaims of driver %s after %s was set aside, %u not", b.done,
              s->driver, s->aside, b.failed);
 }
@@ -527,7 +597,6 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
     k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__init(&a->msg);
     a->n = n;
     rebuild_if_due(s);
-    bool any_fresh = false;
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
         k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init(&a->ones[i]);
@@ -539,26 +608,10 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
             log_warn("DRA: NodePrepareResources %.63s/%.200s (%.40s): %s", c->namespace_, c->name, c->uid,
                      a->errors[i]);
         } else {
-            any_fresh |= fresh[i];
             if (fresh[i])
                 log_info("DRA: prepared %.63s/%.200s (%.40s): %u device(s), %s", c->namespace_, c->name, c->uid,
                          a->prepared[i].n_devices, a->prepared[i].devices[0].cdi[0]);
         }
-    }
-    char why[512];
-    if (any_fresh && save_checkpoint(s, why, sizeof(why)) < 0) {
-        for (size_t i = 0; i < n; i++) { /* not kept: undone, so the kubelet's retry starts clean */
-            if (!fresh[i])
-                continue;
-            char path[PATH_MAX + 160];
-            spec_path(s, r->claims[i]->uid, path, sizeof(path));
-            unlink(path);
-            dra_checkpoint_remove(&s->cp, r->claims[i]->uid);
-            snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
-            a->ones[i].error = a->errors[i];
-            fresh[i] = false;
-        }
-        log_error("DRA: %s", why);
     }
     for (size_t i = 0; i < n; i++) {
         if (!a->ones[i].error || !a->ones[i].error[0])
@@ -579,15 +632,24 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
 /* What prepare made for the claim beyond its spec: its MIG instances (destroyed, each step
  * recorded) and its guard files. */
 static int release_claim(struct dra_server *s, const char *uid, char *err, size_t errlen) {
-    struct dra_prepared *p = (struct dra_prepared *)dra_checkpoint_find(&s->cp, uid);
-    for (unsigned i = 0; p && i < p->n_devices; i++) {
+    struct dra_prepared *p = malloc(sizeof(*p));
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    bool known = entry_of(s, uid, p);
+    for (unsigned i = 0; known && i < p->n_devices; i++) {
         char why[400];
-        int rc = dra_mig_release(&s->mig, &p->devices[i].mig, record_checkpoint, s, why, sizeof(why));
+        struct dra_mig_made rec = p->devices[i].mig;
+        const struct mig_step step = { s, uid, i, 0, NULL, &rec };
+        int rc = dra_mig_release(&s->mig, &rec, record_mig_step, (void *)&step, why, sizeof(why));
         if (rc < 0) {
             snprintf(err, errlen, "device %.63s: %s", p->devices[i].device, why);
+            free(p);
             return rc;
         }
     }
+    free(p);
     /* the guard directory is the claim's by its UID (never a path from the checkpoint): removed
      * whether or not the entry says there is one */
     char dir[PATH_MAX + 64];
@@ -666,7 +728,6 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
     a->ones = carve(&p, m, sizeof(*a->ones));
     a->errors = carve(&p, m, sizeof(*a->errors));
     k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__init(&a->msg);
-    bool changed = false;
     rebuild_if_due(s);
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
@@ -682,10 +743,8 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
                 /* the kubelet calls again: what is left and the checkpoint entry stay */
             } else if (unlink(path) < 0 && errno != ENOENT)
                 snprintf(a->errors[i], sizeof(a->errors[0]), "%.400s: %s", path, strerror(errno));
-            else if (dra_checkpoint_remove(&s->cp, c->uid)) {
-                changed = true;
+            else if (update_checkpoint(s, m_remove, c->uid, a->errors[i], sizeof(a->errors[0])) > 0)
                 log_info("DRA: unprepared %.63s/%.200s (%.40s)", c->namespace_, c->name, c->uid);
-            }
         }
         if (a->errors[i][0]) {
             a->ones[i].error = a->errors[i];
@@ -695,16 +754,6 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
         a->entries[i].key = c->uid;
         a->entries[i].value = &a->ones[i];
         a->entryp[i] = &a->entries[i];
-    }
-    char why[512];
-    if (changed && save_checkpoint(s, why, sizeof(why)) < 0) {
-        log_error("DRA: %s", why);
-        for (size_t i = 0; i < n; i++) { /* the kubelet calls again; the next save writes it */
-            if (!a->errors[i][0]) {
-                snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
-                a->ones[i].error = a->errors[i];
-            }
-        }
     }
     a->msg.n_claims = n;
     a->msg.claims = a->entryp;
@@ -791,11 +840,46 @@ static int load_checkpoint(struct dra_server *s, char *err, size_t errlen) {
     return 0;
 }
 
+/* Claims whose prepare started and never completed (the agent stopped in between; the kubelet
+ * got no answer and asks again): rolled back, as their unprepare would (MIG instances made for
+ * them destroyed, their guard files and spec removed, the entry dropped); one that cannot be (a
+ * process on its MIG instance) stays pending, finished by its next prepare or released by its
+ * unprepare. */
+static void recover_pending(struct dra_server *s) {
+    for (size_t i = 0; i < s->cp.n;) {
+        const struct dra_prepared *p = &s->cp.claims[i];
+        if (!p->pending) {
+            i++;
+            continue;
+        }
+        char uid[40], name[320], path[PATH_MAX + 160], why[512] = "";
+        gs_strlcpy(uid, p->uid, sizeof(uid));
+        snprintf(name, sizeof(name), "%.63s/%.200s (%.40s)", p->ns, p->name, p->uid);
+        spec_path(s, uid, path, sizeof(path));
+        int rc = release_claim(s, uid, why, sizeof(why));
+        if (rc == 0 && unlink(path) < 0 && errno != ENOENT) {
+            rc = -errno;
+            snprintf(why, sizeof(why), "%.400s: %s", path, strerror(errno));
+        }
+        if (rc == 0 && (rc = update_checkpoint(s, m_remove, uid, why, sizeof(why))) >= 0) {
+            log_warn("DRA: the prepare of %s started but did not complete before the agent stopped: rolled back (the "
+                     "kubelet's retry prepares it again)",
+                     name);
+            continue; /* the entry at i is the next one now */
+        }
+        log_warn("DRA: the prepare of %s started but did not complete before the agent stopped, and is not rolled "
+                 "back (%s): its next prepare finishes it, its unprepare releases it",
+                 name, why);
+        i++;
+    }
+}
+
 int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen) {
     struct dra_server *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->cp_lock, NULL);
     s->source = o->source;
     gs_strlcpy(s->guard_root, o->guard_root ? o->guard_root : "", sizeof(s->guard_root));
     gs_strlcpy(s->guard_lib, o->guard_lib ? o->guard_lib : "", sizeof(s->guard_lib));
@@ -833,6 +917,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
     }
     if ((rc = load_checkpoint(s, err, errlen)) < 0)
         goto fail;
+    recover_pending(s);
     if ((rc = gs_grpc_server_start(s->dra_sock, dra_methods, GS_ARRAY_SIZE(dra_methods), s, &s->dra)) < 0) {
         snprintf(err, errlen, "%s: cannot serve: %s", s->dra_sock, strerror(-rc));
         goto fail;
@@ -848,6 +933,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
 fail:
     dra_checkpoint_free(&s->cp);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->cp_lock);
     free(s);
     return rc;
 }
@@ -881,5 +967,6 @@ void dra_server_stop(struct dra_server *s) {
     dra_mig_close(&s->mig);
     dra_checkpoint_free(&s->cp);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->cp_lock);
     free(s);
 }

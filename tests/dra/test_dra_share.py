@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from dra_client import claim
-from test_dra_plugin import ROOT, Node, claim_json, result, running, wait
+from test_dra_plugin import DRIVER, ROOT, Node, claim_json, result, running, wait
 
 DRA_NODE = os.path.join(ROOT, "examples", "dra", "node.yaml")
 POLICY = os.path.join(ROOT, "examples", "dra", "policy.yaml")
@@ -146,7 +146,8 @@ def test_mig_instance_there_before_is_not_destroyed(node):
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 4])
 def test_mig_kill_between_steps_converges(node, monkeypatch, steps):
-    """Steps: 1 the intent recorded, 2 the GI made, 3 recorded, 4 the CI made (5 recorded)."""
+    """Steps: 1 the intent recorded, 2 the GI made, 3 recorded, 4 the CI made (5 recorded). The
+    agent killed after any of them rolls the claim back when it starts again."""
     node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
     monkeypatch.setenv("GPUSLICE_DRA_FAULT_EXIT_AFTER_STEPS", str(steps))
     c = start(node)
@@ -158,7 +159,13 @@ def test_mig_kill_between_steps_converges(node, monkeypatch, steps):
     node.proc = None
     monkeypatch.delenv("GPUSLICE_DRA_FAULT_EXIT_AFTER_STEPS")
     c = start(node)
-    r = c.prepare([claim("ns1", "mig", UID)])[UID]  # the kubelet's retry finishes it
+    # started, never completed: rolled back at the start (what it made destroyed, the entry gone)
+    assert f"the prepare of ns1/mig ({UID}) started but did not complete before the agent stopped: rolled back" \
+        in node.log(), node.log()
+    assert gis(node)[0] == []
+    with open(os.path.join(node.plugins, DRIVER, "checkpoint.json")) as f:
+        assert json.load(f)["claims"] == []
+    r = c.prepare([claim("ns1", "mig", UID)])[UID]  # the kubelet's retry prepares it again
     assert r.error == "", node.log()
     made, devs = gis(node)
     assert made == [(9, 4)] and len(devs) == 1
