@@ -19,10 +19,14 @@ import time
 import pytest
 
 import test_dra_plugin as base
-from dra_client import claim
+from dra_client import DraClient, claim
 
-sys.path.insert(0, os.path.join(base.ROOT, "tests", "integration"))
+for sub in ("integration", "kube", "lib"):
+    sys.path.insert(0, os.path.join(base.ROOT, "tests", sub))
+from emulator import Emulator, Handler, status  # noqa: E402
+from kubeconfig import write_kubeconfig  # noqa: E402
 from kubelet_emulator import KubeletEmulator  # noqa: E402
+from test_kube_emulator import pki  # noqa: E402,F401 (pki: fixture)
 
 UID_A, DRIVER = base.UID_A, base.DRIVER
 POLICY = 'version: v1\ngpuslice:\n  dra:\n    gpus: ["1"]\n'  # GPU 0: the device plugin's; GPU 1: DRA's
@@ -39,32 +43,39 @@ class Node(base.Node):
         self.ckpt = os.path.join(self.plugins, DRIVER, "checkpoint.json")
         self.guard = os.path.join(self.dir, "guard")
 
-    def start_agent(self, dra=True):
-        """Starts the agent; waits for the device plugin (and, with dra, the DRA registration)."""
-        if dra:
-            c = self.start()
-            c.get_info()
-        else:
-            with open(self.log_path, "ab") as log:
-                args = [base.GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, "agent", *self.extra,
-                        "--kubelet-dir", os.path.join(self.kubelet, "device-plugins"),
-                        "--pod-resources-socket", os.path.join(self.kubelet, "pr.sock"),
-                        "--cdi-root", self.cdi, "--guard-root", self.guard,
-                        "--mig-status-file", os.path.join(self.dir, "mig.json"), "--features-file", "",
-                        "--metrics-address", "", "--poll-interval-ms", "200",
-                        "--dra", "--kubelet-registry-dir", self.registry, "--kubelet-plugins-dir", self.plugins,
-                        "--dra-claims-dir", self.claims]
-                self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-            c = None
+    def start_agent(self, dra=True, kubeconfig=None):
+        """Starts the agent (claims from the files, or with kubeconfig from the API server); waits
+        for the device plugin and, with dra, the DRA registration (a DraClient returned)."""
+        source = ["--kubeconfig", kubeconfig] if kubeconfig else ["--dra-claims-dir", self.claims]
+        args = [base.GPUSLICE, "--sim", self.node_file, "--sim-state", self.state, "agent", *self.extra,
+                "--kubelet-dir", os.path.join(self.kubelet, "device-plugins"),
+                "--pod-resources-socket", os.path.join(self.kubelet, "pr.sock"),
+                "--cdi-root", self.cdi, "--guard-root", self.guard,
+                "--mig-status-file", os.path.join(self.dir, "mig.json"), "--features-file", "",
+                "--metrics-address", "", "--poll-interval-ms", "200",
+                "--dra", "--kubelet-registry-dir", self.registry, "--kubelet-plugins-dir", self.plugins, *source]
+        before = len(self.kubelet_emu.registrations)  # an earlier agent's registration is not this one's
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while True:
             assert self.proc.poll() is None, f"the agent exited {self.proc.returncode}\n{self.log()}"
             try:
+                if len(self.kubelet_emu.registrations) <= before:
+                    raise AssertionError("not registered yet")
                 self.kubelet_emu.wait_resources({"nvidia.com/gpu"}, timeout=0.5)
                 break
             except Exception:
+                time.sleep(0.05)
                 assert time.monotonic() < deadline, f"no nvidia.com/gpu registration\n{self.log()}"
-        return c
+        if not dra:
+            return None
+        self.reg_sock = os.path.join(self.registry, DRIVER + "-reg.sock")
+        base.wait(lambda: os.path.exists(self.reg_sock) or self.proc.poll() is not None, 60, "the registration socket")
+        assert self.proc.poll() is None, self.log()
+        self.client = DraClient(self.reg_sock)
+        self.client.get_info()
+        return self.client
 
     def stop(self):
         if self.proc and self.proc.poll() is None and not hasattr(self, "client"):
@@ -233,3 +244,82 @@ def test_guard_path_from_checkpoint_never_used(node):
     with open(node.ckpt) as f:
         assert json.load(f)["claims"] == []
     assert node.asides() == []
+
+
+class ClaimsHandler(Handler):
+    """The API server's ResourceClaims (server.claims, a list of objects): each one, and all of
+    them listed; no ResourceSlice (the publisher's creates answered as made); 404 for the rest."""
+
+    def do_GET(self):
+        srv = self.server
+        path, _, query = self.path.partition("?")
+        srv.requests.append(path)
+        if path == "/apis/resource.k8s.io/v1/resourceslices" and "watch" not in query:
+            return self.send_json(200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                                        "metadata": {"resourceVersion": "1"}, "items": []})
+        if path == "/apis/resource.k8s.io/v1/resourceclaims":
+            srv.lists += 1
+            return self.send_json(200, {"kind": "ResourceClaimList", "apiVersion": "resource.k8s.io/v1",
+                                        "metadata": {"resourceVersion": "7"}, "items": srv.claims})
+        for c in srv.claims:
+            md = c["metadata"]
+            if path == f"/apis/resource.k8s.io/v1/namespaces/{md['namespace']}/resourceclaims/{md['name']}":
+                return self.send_json(200, c)
+        return self.send_json(404, status(404, "NotFound", "not here"))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        if self.path.partition("?")[0] == "/apis/resource.k8s.io/v1/resourceslices":
+            body.setdefault("metadata", {})["resourceVersion"] = "2"
+            return self.send_json(201, body)
+        return self.send_json(404, status(404, "NotFound", "not here"))
+
+
+@pytest.fixture
+def api(pki, tmp_path):
+    e = Emulator(pki, ClaimsHandler)
+    e.httpd.claims = []
+    e.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{e.port}", os.path.join(pki, "ca.crt"),
+                                    "{token: new-token}", None, cluster="emu", context="emu")
+    yield e
+    e.close()
+
+
+def test_garbage_checkpoint_rebuilt_from_the_api_server(node, api):
+    """The claims prepared here come back from the API server's ResourceClaims listed once (those
+    of another node's pool and those whose spec is gone are not rebuilt)."""
+    uid_b, uid_c = UID_A[:-1] + "2", UID_A[:-1] + "3"
+    api.httpd.claims = [base.claim_json("ns1", "a", UID_A, [base.result("gpu-1")]),
+                        base.claim_json("ns2", "other-node", uid_b, [base.result("gpu-1", pool="node-2")]),
+                        base.claim_json("ns2", "unprepared", uid_c, [base.result("gpu-1")])]
+    c = node.start_agent(kubeconfig=api.kubeconfig)
+    first = c.prepare([claim("ns1", "a", UID_A)])[UID_A]
+    assert first.error == "", node.log()
+    node.stop()
+    with open(node.ckpt, "wb") as f:
+        f.write(b"\x00garbage")
+    c = node.start_agent(kubeconfig=api.kubeconfig)
+    node.serves_gpu0()
+    assert c.prepare([claim("ns1", "a", UID_A)])[UID_A] == first
+    assert api.httpd.lists == 1
+    log = node.log()
+    assert f"ns1/a ({UID_A}) rebuilt from its ResourceClaim" in log, log
+    assert "1 claim(s) rebuilt" in log and "0 not" in log, log
+    with open(node.ckpt) as f:
+        assert [e["uid"] for e in json.load(f)["claims"]] == [UID_A]
+    assert not os.path.exists(node.spec_path(uid_b)) and not os.path.exists(node.spec_path(uid_c))
+
+
+def test_newer_version_deletes_the_slices(node, api):
+    """With the DRA driver refused, the node's ResourceSlices of the driver go (no claim can be
+    prepared here); the device plugins serve."""
+    os.makedirs(os.path.dirname(node.ckpt))
+    with open(node.ckpt, "w") as f:
+        f.write('{"version": 3, "claims": []}')
+    node.start_agent(dra=False, kubeconfig=api.kubeconfig)
+    node.serves_gpu0()
+    base.wait(lambda: "no ResourceSlice of driver gpu.gpuslice.io is left for node node-1" in node.log(), 30,
+              "the slices deleted")
+    assert "deleting the ResourceSlices of driver gpu.gpuslice.io for node node-1" in node.log()
+    with open(node.ckpt) as f:
+        assert f.read() == '{"version": 3, "claims": []}'

@@ -171,3 +171,27 @@ def test_mig_kill_between_steps_converges(node, monkeypatch, steps):
     assert made == [(9, 4)] and len(devs) == 1
     assert c.unprepare([claim("ns1", "mig", UID)])[UID].error == ""
     assert gis(node)[0] == []
+
+
+def test_mig_claim_lost_with_the_checkpoint_is_refused_at_unprepare(node):
+    """A damaged checkpoint set aside, a MIG claim not rebuilt (its ResourceClaim gone): its
+    unprepare is refused naming the set-aside file, since the instance it holds is not known;
+    nothing is destroyed. Its ResourceClaim back: still refused (it names a MIG device)."""
+    node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
+    c = start(node)
+    assert c.prepare([claim("ns1", "mig", UID)])[UID].error == ""
+    node.stop()
+    ckpt = os.path.join(node.plugins, DRIVER, "checkpoint.json")
+    with open(ckpt, "w") as f:
+        f.write('{"version": 1, "claims": [')
+    os.unlink(os.path.join(node.claims, "ns1", "mig.json"))
+    c = start(node)
+    err = c.unprepare([claim("ns1", "mig", UID)])[UID].error
+    aside = [n for n in os.listdir(os.path.dirname(ckpt)) if n.startswith("checkpoint.json.damaged-")]
+    assert len(aside) == 1 and aside[0] in err and "MIG instances it may hold are not known" in err, err
+    assert "its ResourceClaim: ResourceClaim ns1/mig not found" in err, err
+    assert gis(node)[0] == [(9, 4)] and os.path.exists(node.spec_path(UID))
+    node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
+    err = c.unprepare([claim("ns1", "mig", UID)])[UID].error
+    assert "it names MIG devices" in err, err
+    assert gis(node)[0] == [(9, 4)]
