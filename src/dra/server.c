@@ -135,6 +135,8 @@ static int update_checkpoint(struct dra_server *s, cp_mutate_fn mutate, const vo
         rc = -ENOMEM;
     if (rc == -ENOMEM || rc == -ENOSPC)
         snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
+    else if (rc < 0)
+        snprintf(err, errlen, "the checkpoint has no entry to change (%s)", strerror(-rc));
     if (text) {
         gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
         if ((rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true)) < 0)
