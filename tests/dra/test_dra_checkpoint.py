@@ -122,7 +122,10 @@ def many(n):
     return json.dumps({"version": 1, "claims": [entry(f"{i:08d}-0000-4000-8000-000000000000") for i in range(n)]})
 
 
+FULL = json.dumps({"version": 1, "claims": [entry(UID_A)]}, indent=1)
+
 DAMAGED = {
+    "truncated": (FULL[: len(FULL) // 2].encode(), "checkpoint: line "),
     "garbage": (b"\x00\xffnot json at all", "checkpoint: line 1"),
     "empty": (b"", "checkpoint: line 1, column 0"),
     "duplicate": (json.dumps({"version": 1, "claims": [entry(UID_A), entry(UID_A)]}).encode(),
