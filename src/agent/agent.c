@@ -265,6 +265,10 @@ static int start_dra(struct agent *a) {
     agent_dra_api_start(a, &d); /* the API server's claims (unless files) and the slices' publisher */
     char err[1024];
     int r = dra_server_start(&d, &a->dra, err, sizeof(err));
+    if (r == -ENOTSUP) { /* its checkpoint refused: the device plugins serve on */
+        agent_dra_refused(a, err);
+        return 0;
+    }
     if (r < 0) {
         log_error("Failed to start the DRA driver: %s", err);
         return r;

@@ -114,6 +114,18 @@ void agent_dra_api_start(struct agent *a, struct dra_options *d) {
     d->source = dra_claim_kube_source(a->dra_claims);
 }
 
+void agent_dra_refused(struct agent *a, const char *why) {
+    log_error("%s; the device plugins serve on", why);
+    json_t *none = a->dra_pub ? json_array() : NULL;
+    if (!none)
+        return;
+    a->dra_switch.cleaner = true;
+    dra_publisher_set(a->dra_pub, none);
+    log_warn("DRA: deleting the ResourceSlices of driver %s for node %s: no claim can be prepared here until the "
+             "checkpoint is dealt with and the agent restarted",
+             driver_name(a), node_name(a));
+}
+
 void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned g = d[i].index;

@@ -34,6 +34,11 @@ void agent_dra_slices_start(struct agent *a);
  * there is no claim (logged). */
 void agent_dra_api_start(struct agent *a, struct dra_options *d);
 
+/* The DRA server did not start because its checkpoint is refused (a newer agent's, or damaged and
+ * not set aside; why: its error): logged, and the node's ResourceSlices of the driver deleted as
+ * a node without --dra does (no claim can be prepared here); the device plugins serve on. */
+void agent_dra_refused(struct agent *a, const char *why);
+
 /* Each device's health as the device plugin's (a critical Xid on its GPU until the quiet period
  * passes, or the GPU lost), for the resource-health stream. */
 void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n);

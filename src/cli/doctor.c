@@ -16,6 +16,7 @@
 #include "config/policy.h"
 #include "core/plan.h"
 #include "doctor/doctor.h"
+#include "dra/dra.h"
 #include "kube/kube.h"
 #include "kubelet/plugindir.h"
 #include "kubelet/podresources.h"
@@ -220,6 +221,8 @@ static void check_kubelet(struct doc *d) {
         ADD(d, "kubelet.plugins_registry", GS_DOC_WARN,
             "a kubelet with Dynamic Resource Allocation creates it; the device plugins gpuslice serves do not need it",
             "%s does not exist", path);
+    snprintf(path, sizeof(path), "%s/plugins/%s", reg, DRA_DRIVER_DEFAULT); /* the DRA driver's checkpoint */
+    gs_doc_check_dra_checkpoint(&d->rep, path, d->dra);
     socket_finding(d, "kubelet.podresources", d->pod_resources, GS_DOC_WARN,
                    "the kubelet's PodResources API: guard files of gone pods, pod labels of metrics, MIG changes",
                    "check the kubelet's pod-resources directory and mount it (the chart mounts "

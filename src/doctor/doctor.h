@@ -175,4 +175,12 @@ int gs_doc_lib_loadable(const char *path, char *why, size_t whylen);
 typedef void (*gs_doc_entry_fn)(void *ctx, const char *dir, const char *name, bool is_socket);
 int gs_doc_list_dir(const char *dir, unsigned max, gs_doc_entry_fn fn, void *ctx);
 
+/* ---- the DRA driver's checkpoint (dracheck.c, I/O through src/dra/ckptfile.h) ------------------ */
+
+/* `dra.checkpoint`: dir (PLUGINS/<driver>) absent: ok with dra, else nothing; its checkpoint.json
+ * read as the agent reads it: ok (the claims), fail (a newer version: the driver does not start),
+ * warn (damaged: set aside at the start); a warning for each damaged checkpoint set aside there,
+ * with why it was (read again). */
+void gs_doc_check_dra_checkpoint(struct gs_doc_report *r, const char *dir, bool dra);
+
 #endif

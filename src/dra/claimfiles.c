@@ -5,6 +5,7 @@
 #include "dra/prepare.h"
 #include "dra/share.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -65,6 +66,49 @@ static int pod_file(void *ctx, const char *ns, const char *name, char **json, si
     return gs_read_file_ex(path, 1u << 20, 0, json, len, err, errlen);
 }
 
+/* Every DIR/NS/NAME.json (at most 4096 namespaces and 4096 files in each looked at). */
+static int each_file(void *ctx, const char *driver, void (*fn)(void *arg, struct dra_claim *c), void *arg, char *err,
+                     size_t errlen) {
+    const char *dir = ctx;
+    DIR *top = opendir(dir);
+    if (!top) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", dir, strerror(e));
+        return -e;
+    }
+    struct dra_claim *c = calloc(1, sizeof(*c));
+    struct dirent *ns;
+    for (unsigned i = 0; c && i < 4096 && (ns = readdir(top)); i++) {
+        char sub[PATH_MAX];
+        if (!component_ok(ns->d_name) || snprintf(sub, sizeof(sub), "%s/%s", dir, ns->d_name) >= (int)sizeof(sub))
+            continue;
+        DIR *d = opendir(sub);
+        struct dirent *f;
+        for (unsigned k = 0; d && k < 4096 && (f = readdir(d)); k++) {
+            char path[PATH_MAX], *text = NULL, why[512];
+            size_t len = 0, n = strlen(f->d_name);
+            if (!component_ok(f->d_name) || n < 6 || strcmp(f->d_name + n - 5, ".json") != 0 ||
+                snprintf(path, sizeof(path), "%s/%s", sub, f->d_name) >= (int)sizeof(path) ||
+                gs_read_file_ex(path, 1u << 20, GS_READ_NOFOLLOW, &text, &len, why, sizeof(why)) < 0)
+                continue;
+            if (dra_claim_parse(text, len, driver, NULL, NULL, NULL, c, why, sizeof(why)) == 0) {
+                if (dra_claim_reserved_pods(text, len, c, why, sizeof(why)) == 0)
+                    fn(arg, c);
+                dra_claim_free(c);
+            }
+            free(text);
+        }
+        if (d)
+            closedir(d);
+    }
+    closedir(top);
+    bool ok = c != NULL;
+    free(c);
+    if (!ok)
+        snprintf(err, errlen, "out of memory");
+    return ok ? 0 : -ENOMEM;
+}
+
 struct dra_claim_source dra_claim_files_source(const char *dir) {
-    return (struct dra_claim_source){ (void *)dir, fetch_file, pod_file };
+    return (struct dra_claim_source){ (void *)dir, fetch_file, pod_file, each_file };
 }

@@ -110,6 +110,36 @@ static int pod_kube(void *ctx, const char *ns, const char *name, char **json, si
     return 0;
 }
 
+/* Every ResourceClaim of the cluster (one list, every page), those allocated with results of
+ * driver handed to fn. */
+static int each_kube(void *ctx, const char *driver, void (*fn)(void *arg, struct dra_claim *c), void *arg, char *err,
+                     size_t errlen) {
+    struct dra_claim_kube *k = ctx;
+    json_t *list = NULL;
+    int r = kube_list_all(k->client, "/apis/resource.k8s.io/v1/resourceclaims", NULL, &list, err, errlen);
+    if (r < 0)
+        return r;
+    struct dra_claim *c = calloc(1, sizeof(*c));
+    const json_t *items = json_object_get(list, "items");
+    for (size_t i = 0; c && i < json_array_size(items); i++) {
+        char *text = json_dumps(json_array_get(items, i), JSON_COMPACT), why[512];
+        if (text && dra_claim_parse(text, strlen(text), driver, NULL, NULL, NULL, c, why, sizeof(why)) == 0) {
+            if (dra_claim_reserved_pods(text, strlen(text), c, why, sizeof(why)) == 0)
+                fn(arg, c);
+            dra_claim_free(c);
+        }
+        free(text);
+    }
+    json_decref(list);
+    bool ok = c != NULL;
+    free(c);
+    if (!ok) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 struct dra_claim_source dra_claim_kube_source(struct dra_claim_kube *k) {
-    return (struct dra_claim_source){ k, fetch_kube, pod_kube };
+    return (struct dra_claim_source){ k, fetch_kube, pod_kube, each_kube };
 }

@@ -79,6 +79,13 @@ struct dra_claim_source {
     /* pod (NULL: none): the Pod ns/name as JSON text in *json (malloc'd, *len bytes), for the
      * claims its containers hold (share.h: dra_share_one_guard); 0 or -errno with why in err. */
     int (*pod)(void *ctx, const char *ns, const char *name, char **json, size_t *len, char *err, size_t errlen);
+    /* each (NULL: none): every ResourceClaim the source holds that is allocated with results of
+     * `driver`, parsed as fetch parses it (dra_claim_parse with the claim's own namespace, name and
+     * UID; claims it refuses are skipped), handed to fn one at a time (fn's claim is freed after
+     * it returns): what a driver that lost its checkpoint rebuilds from. 0 or -errno with why in
+     * err. */
+    int (*each)(void *ctx, const char *driver, void (*fn)(void *arg, struct dra_claim *c), void *arg, char *err,
+                size_t errlen);
 };
 
 /* Claims from files DIR/<namespace>/<name>.json, each what `kubectl get resourceclaim -n NS NAME
@@ -135,7 +142,13 @@ struct dra_options {
 struct dra_server;
 
 /* Reads the checkpoint, serves the DRA socket, then the registration socket (the kubelet finds
- * it and asks GetInfo). -errno with "PATH: why" in err. */
+ * it and asks GetInfo). -errno with "PATH: why" in err. A damaged checkpoint (not JSON, truncated,
+ * empty, a UID twice, too many claims, not a regular file) is set aside next to it
+ * (ckptfile.h) and the driver starts without it: at its first call it rebuilds the claims it had
+ * prepared from the claim source (their specs are still in the CDI root) and refuses, at their
+ * unprepare, those it cannot. -ENOTSUP when the checkpoint is refused: a newer version than this
+ * agent's (left byte for byte as it is), or a damaged one that cannot be set aside: the driver
+ * does not start. */
 int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen);
 
 /* The devices prepare maps claims to, with their health (copied; any thread): a change of health

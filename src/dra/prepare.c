@@ -21,6 +21,13 @@ bool dra_uid_valid(const char *uid) {
     return true;
 }
 
+int dra_guard_dir(const char *root, const char *uid, char *buf, size_t len) {
+    if (!root || !root[0] || !dra_uid_valid(uid))
+        return -EINVAL;
+    int n = snprintf(buf, len, "%s/claim-%s", root, uid);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 /* o[key] as a string into dst: -EINVAL naming "where.key" when not a string, too long, or (required)
  * missing. */
 static int take_str(const json_t *o, const char *key, bool required, char *dst, size_t size, const char *where,
@@ -136,28 +143,31 @@ static int claim_from(const json_t *root, const char *driver, const char *ns, co
         return -EINVAL;
     }
     const json_t *md = json_object_get(root, "metadata");
-    if ((rc = take_str(md, "namespace", true, got, sizeof(got), "metadata", err, errlen)) < 0)
+    if ((rc = take_str(md, "namespace", true, out->ns, sizeof(out->ns), "metadata", err, errlen)) < 0)
         return rc;
-    if (strcmp(got, ns) != 0) {
-        snprintf(err, errlen, "the claim is in namespace %.63s, not %.63s", got, ns);
+    if (ns && strcmp(out->ns, ns) != 0) {
+        snprintf(err, errlen, "the claim is in namespace %.63s, not %.63s", out->ns, ns);
         return -ENOENT;
     }
-    if ((rc = take_str(md, "name", true, got, sizeof(got), "metadata", err, errlen)) < 0)
+    if ((rc = take_str(md, "name", true, out->name, sizeof(out->name), "metadata", err, errlen)) < 0)
         return rc;
-    if (strcmp(got, name) != 0) {
-        snprintf(err, errlen, "the claim is named %.200s, not %.200s", got, name);
+    if (name && strcmp(out->name, name) != 0) {
+        snprintf(err, errlen, "the claim is named %.200s, not %.200s", out->name, name);
         return -ENOENT;
     }
     if ((rc = take_str(md, "uid", true, got, sizeof(got), "metadata", err, errlen)) < 0)
         return rc;
-    if (strcmp(got, uid) != 0) {
-        snprintf(err, errlen, "ResourceClaim %.63s/%.200s has UID %.40s, not %.40s (deleted and made again?)", ns,
-                 name, got, uid);
+    if (uid && strcmp(got, uid) != 0) {
+        snprintf(err, errlen, "ResourceClaim %.63s/%.200s has UID %.40s, not %.40s (deleted and made again?)", out->ns,
+                 out->name, got, uid);
         return -ESTALE;
     }
-    gs_strlcpy(out->ns, ns, sizeof(out->ns));
-    gs_strlcpy(out->name, name, sizeof(out->name));
-    gs_strlcpy(out->uid, uid, sizeof(out->uid));
+    if (gs_strlcpy(out->uid, got, sizeof(out->uid)) < 0 || !dra_uid_valid(out->uid)) {
+        snprintf(err, errlen, "metadata.uid: '%.40s' is not a UID", got);
+        return -EINVAL;
+    }
+    ns = out->ns;
+    name = out->name;
     const json_t *devs = path_get(root, "status", "allocation", "devices");
     if (!path_get(root, "status", "allocation", NULL)) {
         snprintf(err, errlen, "ResourceClaim %.63s/%.200s is not allocated", ns, name);
@@ -394,8 +404,6 @@ int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *con
 
 /* ---- checkpoint ----------------------------------------------------------------------------- */
 
-#define CHECKPOINT_VERSION 1
-
 char *dra_checkpoint_render(const struct dra_checkpoint *cp) {
     json_t *claims = json_array();
     for (size_t i = 0; claims && i < cp->n; i++) {
@@ -414,11 +422,11 @@ char *dra_checkpoint_render(const struct dra_checkpoint *cp) {
         json_t *cj = json_pack("{s:s,s:s,s:s,s:o}", "uid", p->uid, "namespace", p->ns, "name", p->name, "devices", devs);
         if (cj && p->pending)
             json_object_set_new(cj, "pending", json_true());
-        if (cj && p->guard_dir[0])
-            json_object_set_new(cj, "guard", json_string(p->guard_dir));
+        if (cj && p->guarded)
+            json_object_set_new(cj, "guarded", json_true());
         json_array_append_new(claims, cj);
     }
-    json_t *root = json_pack("{s:i,s:o}", "version", CHECKPOINT_VERSION, "claims", claims);
+    json_t *root = json_pack("{s:i,s:o}", "version", DRA_CHECKPOINT_VERSION, "claims", claims);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
     json_decref(root);
     return text;
@@ -480,13 +488,18 @@ static int parse_prepared(const json_t *c, const char *where, struct dra_prepare
         snprintf(err, errlen, "%s.uid: '%.40s' is not a UID", where, p->uid);
         return -EINVAL;
     }
-    if ((rc = take_str(c, "guard", false, p->guard_dir, sizeof(p->guard_dir), where, err, errlen)) < 0)
-        return rc;
-    const json_t *pending = json_object_get(c, "pending");
-    if (pending && !json_is_boolean(pending)) {
-        snprintf(err, errlen, "%s.pending: not a boolean", where);
+    /* an older agent's "guard" named the directory: only whether there is one is kept */
+    const json_t *guard = json_object_get(c, "guard"), *guarded = json_object_get(c, "guarded"),
+                 *pending = json_object_get(c, "pending");
+    if (guard && !json_is_string(guard)) {
+        snprintf(err, errlen, "%s.guard: not a string", where);
         return -EINVAL;
     }
+    if ((guarded && !json_is_boolean(guarded)) || (pending && !json_is_boolean(pending))) {
+        snprintf(err, errlen, "%s.%s: not a boolean", where, guarded && !json_is_boolean(guarded) ? "guarded" : "pending");
+        return -EINVAL;
+    }
+    p->guarded = json_is_true(guarded) || (guard && json_string_length(guard) > 0);
     p->pending = json_is_true(pending);
     const json_t *devs = json_object_get(c, "devices");
     if (!json_is_array(devs) || json_array_size(devs) > DRA_MAX_RESULTS) {
@@ -535,12 +548,23 @@ int dra_checkpoint_parse(const char *text, size_t len, struct dra_checkpoint *ou
     }
     int rc = -EINVAL;
     const json_t *ver = json_object_get(root, "version"), *claims = json_object_get(root, "claims");
-    if (!json_is_integer(ver) || json_integer_value(ver) != CHECKPOINT_VERSION) {
-        snprintf(err, errlen, "checkpoint: version: not %d", CHECKPOINT_VERSION);
+    if (json_is_integer(ver) && json_integer_value(ver) > DRA_CHECKPOINT_VERSION) {
+        snprintf(err, errlen, "checkpoint: version: %lld, newer than this agent's %d", (long long)json_integer_value(ver),
+                 DRA_CHECKPOINT_VERSION);
+        rc = -ENOTSUP;
         goto out;
     }
-    if (!json_is_array(claims) || json_array_size(claims) > DRA_CHECKPOINT_MAX) {
+    if (!json_is_integer(ver) || json_integer_value(ver) != DRA_CHECKPOINT_VERSION) {
+        snprintf(err, errlen, "checkpoint: version: not %d", DRA_CHECKPOINT_VERSION);
+        goto out;
+    }
+    if (!json_is_array(claims)) {
         snprintf(err, errlen, "checkpoint: claims: not a list of at most %d claims", DRA_CHECKPOINT_MAX);
+        goto out;
+    }
+    if (json_array_size(claims) > DRA_CHECKPOINT_MAX) {
+        snprintf(err, errlen, "checkpoint: claims: %zu claims, more than %d", json_array_size(claims),
+                 DRA_CHECKPOINT_MAX);
         goto out;
     }
     for (size_t i = 0; i < json_array_size(claims); i++) {
@@ -571,6 +595,13 @@ out:
 }
 
 const struct dra_prepared *dra_checkpoint_find(const struct dra_checkpoint *cp, const char *uid) {
+    for (size_t i = 0; i < cp->n; i++)
+        if (!strcmp(cp->claims[i].uid, uid))
+            return &cp->claims[i];
+    return NULL;
+}
+
+struct dra_prepared *dra_checkpoint_get(struct dra_checkpoint *cp, const char *uid) {
     for (size_t i = 0; i < cp->n; i++)
         if (!strcmp(cp->claims[i].uid, uid))
             return &cp->claims[i];

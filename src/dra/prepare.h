@@ -34,7 +34,8 @@ struct dra_prepared_device {
 struct dra_prepared {
     char uid[40], ns[64], name[254];
     bool pending;            /* prepare began (MIG instances recorded) but has not answered yet */
-    char guard_dir[256];     /* the claim's guard files ("" none) */
+    bool guarded;            /* the claim has guard files: GUARD_ROOT/claim-<uid> (dra_guard_dir), never a
+                              * path from the checkpoint */
     unsigned n_devices;
     struct dra_prepared_device devices[DRA_MAX_RESULTS];
 };
@@ -73,10 +74,15 @@ struct dra_checkpoint {
 /* A claim UID as the kubelet sends it: 1..36 of [0-9a-z-] (it names files). */
 bool dra_uid_valid(const char *uid);
 
+/* The claim's guard directory, ROOT/claim-<uid>: the only place its guard files are written and
+ * removed. -EINVAL for a UID that is not one or an empty root, -ENAMETOOLONG. */
+int dra_guard_dir(const char *root, const char *uid, char *buf, size_t len);
+
 /* The claim's JSON (a ResourceClaim, as the API server or `kubectl get -o json` gives it) for the
  * kubelet's ns/name/uid: the results and opaque configs of `driver`. -ESTALE (another UID),
  * -ENOENT (another name or namespace), -ENODATA (not allocated, or nothing for this driver),
- * -EINVAL (not JSON, or a field of the wrong type or too long: named in err), -ENOMEM. */
+ * -EINVAL (not JSON, or a field of the wrong type or too long: named in err), -ENOMEM. ns, name
+ * and uid NULL: the claim's own (a claim of a list), its UID checked as a UID. */
 int dra_claim_parse(const char *json, size_t len, const char *driver, const char *ns, const char *name,
                     const char *uid, struct dra_claim *out, char *err, size_t errlen);
 
@@ -92,13 +98,19 @@ void dra_claim_cdi_name(const char *uid, char *buf, size_t len);
 void dra_claim_spec_file(const char *kind, const char *uid, char *buf, size_t len);
 
 /* The checkpoint's text (malloc'ed JSON; NULL when out of memory) and back. Parse: -EINVAL with
- * "checkpoint: claims[I].FIELD: why" in err for anything but what render writes (bounded: at most
- * DRA_CHECKPOINT_MAX claims, fields within their sizes, valid UIDs, none twice). */
+ * where it stopped in err ("checkpoint: line L, column C: why" for text that is not JSON,
+ * "checkpoint: claims[I].FIELD: why" for a field) for anything but what render writes (bounded: at
+ * most DRA_CHECKPOINT_MAX claims, fields within their sizes, valid UIDs, none twice); -ENOTSUP for
+ * a version newer than DRA_CHECKPOINT_VERSION (another agent's format: never rewritten). An entry's
+ * "guard" (a path, in checkpoints of older agents) only says the claim is guarded: its value is
+ * not used. */
 #define DRA_CHECKPOINT_MAX 4096
+#define DRA_CHECKPOINT_VERSION 1
 char *dra_checkpoint_render(const struct dra_checkpoint *cp);
 int dra_checkpoint_parse(const char *text, size_t len, struct dra_checkpoint *out, char *err, size_t errlen);
 
 const struct dra_prepared *dra_checkpoint_find(const struct dra_checkpoint *cp, const char *uid);
+struct dra_prepared *dra_checkpoint_get(struct dra_checkpoint *cp, const char *uid); /* to change it */
 int dra_checkpoint_put(struct dra_checkpoint *cp, const struct dra_prepared *p); /* replaces same UID */
 bool dra_checkpoint_remove(struct dra_checkpoint *cp, const char *uid);          /* false: not there */
 void dra_checkpoint_free(struct dra_checkpoint *cp);

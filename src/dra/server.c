@@ -3,6 +3,7 @@
  * checkpoint), and the resource-health stream (health.h). The DRA methods run on the DRA server's
  * thread, one call at a time, so the checkpoint is only ever changed there; the device table is
  * set from the agent's thread, under the lock. */
+#include "dra/ckptfile.h"
 #include "dra/dra.h"
 #include "dra/health.h"
 #include "dra/migdemand.h"
@@ -54,7 +55,15 @@ struct dra_server {
     size_t n_devices;
     struct dra_device devices[MAX_DEVICES];
 
-    struct dra_checkpoint cp; /* the DRA thread's, after the start */
+    /* The prepared claims: changed only by update_checkpoint (on the DRA thread, under cp_lock),
+     * which saves the file after each change. An entry is put "pending" (prepare started) before
+     * anything is made for the claim and replaced when its prepare completes. */
+    pthread_mutex_t cp_lock;
+    struct dra_checkpoint cp;
+    /* A damaged checkpoint set aside at the start (aside: where it is now; lost_why: why): the
+     * claims it held are rebuilt at the first call (rebuild_due) from the claim source. */
+    bool lost, rebuild_due;
+    char aside[PATH_MAX + 64], lost_why[512];
     char guard_root[PATH_MAX], guard_lib[PATH_MAX];
     struct dra_mig mig;       /* MIG on demand: the DRA thread's NVML handle */
 };
@@ -112,18 +121,109 @@ static const struct gs_grpc_method reg_methods[] = {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-static int save_checkpoint(struct dra_server *s, char *err, size_t errlen) {
-    char *text = dra_checkpoint_render(&s->cp);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+/* A change of the checkpoint: > 0 changed (the file is saved), 0 nothing to do, -errno. */
+typedef int (*cp_mutate_fn)(struct dra_checkpoint *cp, const void *arg);
+
+/* The one way the checkpoint changes: mutate, then the file saved, under cp_lock. An error of
+ * either with why in err ("PATH: why" for the file: the change stays in memory, and the next
+ * save writes it). */
+static int update_checkpoint(struct dra_server *s, cp_mutate_fn mutate, const void *arg, char *err, size_t errlen) {
+    pthread_mutex_lock(&s->cp_lock);
+    int rc = mutate(&s->cp, arg);
+    char *text = rc > 0 ? dra_checkpoint_render(&s->cp) : NULL;
+    if (rc > 0 && !text)
+        rc = -ENOMEM;
+    if (rc == -ENOMEM || rc == -ENOSPC)
+        snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
+    else if (rc < 0)
+        snprintf(err, errlen, "the checkpoint has no entry to change (%s)", strerror(-rc));
+    if (text) {
+        gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
+        if ((rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true)) < 0)
+            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-rc));
+        free(text);
     }
-    gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
-    int rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
-    free(text);
-    if (rc < 0)
-        snprintf(err, errlen, "%.400s: %s", s->checkpoint, strerror(-rc));
+    pthread_mutex_unlock(&s->cp_lock);
     return rc;
+}
+
+static int m_put(struct dra_checkpoint *cp, const void *arg) {
+    int rc = dra_checkpoint_put(cp, arg);
+    return rc < 0 ? rc : 1;
+}
+
+static int m_remove(struct dra_checkpoint *cp, const void *arg) {
+    return dra_checkpoint_remove(cp, arg) ? 1 : 0;
+}
+
+/* Prepare started: a pending entry for a claim the checkpoint does not hold (one it holds, pending
+ * or prepared, stays as it is: its record is what is there). */
+static int m_begin(struct dra_checkpoint *cp, const void *arg) {
+    const struct dra_claim *c = arg;
+    if (dra_checkpoint_find(cp, c->uid))
+        return 0;
+    struct dra_prepared *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    gs_strlcpy(p->uid, c->uid, sizeof(p->uid));
+    gs_strlcpy(p->ns, c->ns, sizeof(p->ns));
+    gs_strlcpy(p->name, c->name, sizeof(p->name));
+    p->pending = true;
+    int rc = dra_checkpoint_put(cp, p);
+    free(p);
+    return rc < 0 ? rc : 1;
+}
+
+/* A pending entry that made nothing (a MIG placement refused before its first step) is dropped. */
+static int m_drop_unmade(struct dra_checkpoint *cp, const void *arg) {
+    const struct dra_prepared *p = dra_checkpoint_find(cp, arg);
+    bool made = false;
+    for (unsigned i = 0; p && i < p->n_devices; i++)
+        made |= p->devices[i].mig.on;
+    return p && p->pending && !made && dra_checkpoint_remove(cp, arg) ? 1 : 0;
+}
+
+/* A step of a claim's MIG instance: device index's record (and, at prepare, its result). */
+struct mig_step {
+    struct dra_server *s;
+    const char *uid;
+    unsigned index, n_results;
+    const struct dra_result *result; /* NULL at unprepare */
+    const struct dra_mig_made *rec;
+};
+
+static int m_mig_step(struct dra_checkpoint *cp, const void *arg) {
+    const struct mig_step *m = arg;
+    struct dra_prepared *entry = dra_checkpoint_get(cp, m->uid);
+    if (!entry || m->index >= DRA_MAX_RESULTS)
+        return -ENOENT;
+    struct dra_prepared_device *pd = &entry->devices[m->index];
+    if (m->result) {
+        if (entry->n_devices < m->n_results) /* the record of each device, by position */
+            entry->n_devices = m->n_results;
+        gs_strlcpy(pd->request, m->result->request, sizeof(pd->request));
+        gs_strlcpy(pd->pool, m->result->pool, sizeof(pd->pool));
+        gs_strlcpy(pd->device, m->result->device, sizeof(pd->device));
+        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
+            if (!pd->cdi[j][0])
+                gs_strlcpy(pd->cdi[j], "pending=", sizeof(pd->cdi[j]));
+    }
+    pd->mig = *m->rec;
+    return 1;
+}
+
+static int record_mig_step(void *ctx, char *err, size_t errlen) {
+    const struct mig_step *m = ctx;
+    int rc = update_checkpoint(m->s, m_mig_step, m, err, errlen);
+    return rc < 0 ? rc : 0;
+}
+
+/* The claim's entry's fields, copied (the DRA thread's: no other changes it). */
+static bool entry_of(struct dra_server *s, const char *uid, struct dra_prepared *out) {
+    const struct dra_prepared *p = dra_checkpoint_find(&s->cp, uid);
+    if (p)
+        *out = *p;
+    return p != NULL;
 }
 
 static void spec_path(const struct dra_server *s, const char *uid, char *buf, size_t len) {
@@ -144,7 +244,11 @@ static int write_guard(const struct dra_server *s, const char *uid, const struct
                  s->guard_lib[0] ? "the guard root" : "libgpuslice-guard.so");
         return -ENOENT;
     }
-    snprintf(dir, dirlen, "%.200s/claim-%s", s->guard_root, uid);
+    if (dra_guard_dir(s->guard_root, uid, dir, dirlen) < 0) {
+        snprintf(err, errlen, "the guard root %.200s and claim UID '%.40s' make no guard directory", s->guard_root, uid);
+        dir[0] = '\0';
+        return -ENAMETOOLONG;
+    }
     snprintf(preload, plen, "%.200s/ld.so.preload", s->guard_root);
     int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
     if (len < 0) {
@@ -178,54 +282,29 @@ fail:
     return r;
 }
 
-static int record_checkpoint(void *ctx, char *err, size_t errlen) {
-    return save_checkpoint(ctx, err, errlen);
-}
-
-/* The claim's MIG placements: made (or found) one by one, each recorded in the claim's pending
- * checkpoint entry, put there before the first step. */
+/* The claim's MIG placements: made (or found) one by one, each step recorded in the claim's
+ * entry (update_checkpoint), which its prepare's start put there. */
 static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct dra_edits *e,
                        struct dra_mig_made made[DRA_MAX_RESULTS], char *err, size_t errlen) {
-    struct dra_prepared *entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
-    for (unsigned i = 0; i < c->n_results; i++) {
+    struct dra_prepared *entry = malloc(sizeof(*entry));
+    int rc = entry ? 0 : -ENOMEM;
+    for (unsigned i = 0; rc == 0 && i < c->n_results; i++) {
         struct gs_dra_device_ref ref;
         if (gs_dra_device_parse(c->results[i].device, &ref) < 0 || !ref.mig)
             continue;
-        if (!entry) {
-            struct dra_prepared *p = calloc(1, sizeof(*p));
-            if (!p)
-                return -ENOMEM;
-            gs_strlcpy(p->uid, c->uid, sizeof(p->uid));
-            gs_strlcpy(p->ns, c->ns, sizeof(p->ns));
-            gs_strlcpy(p->name, c->name, sizeof(p->name));
-            p->pending = true;
-            int rc = dra_checkpoint_put(&s->cp, p);
-            free(p);
-            if (rc < 0)
-                return rc;
-            entry = (struct dra_prepared *)dra_checkpoint_find(&s->cp, c->uid);
-        }
-        entry->pending = true;
-        if (entry->n_devices < c->n_results) /* the record of each device, by position */
-            entry->n_devices = c->n_results;
-        struct dra_prepared_device *pd = &entry->devices[i];
-        gs_strlcpy(pd->request, c->results[i].request, sizeof(pd->request));
-        gs_strlcpy(pd->pool, c->results[i].pool, sizeof(pd->pool));
-        gs_strlcpy(pd->device, c->results[i].device, sizeof(pd->device));
-        for (unsigned j = 0; j < DRA_CDI_IDS; j++)
-            if (!pd->cdi[j][0])
-                gs_strlcpy(pd->cdi[j], "pending=", sizeof(pd->cdi[j]));
+        struct dra_mig_made rec = { 0 };
+        if (entry_of(s, c->uid, entry) && i < entry->n_devices)
+            rec = entry->devices[i].mig;
+        const struct mig_step step = { s, c->uid, i, c->n_results, &c->results[i], &rec };
         char why[400];
-        int rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &pd->mig, record_checkpoint, s, e, why,
-                                 sizeof(why));
-        if (rc < 0) {
+        if ((rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &rec, record_mig_step, (void *)&step, e,
+                                  why, sizeof(why))) < 0)
             snprintf(err, errlen, "request %.127s: MIG device %.63s: %.200s", c->results[i].request, c->results[i].device,
                      why);
-            return rc;
-        }
-        made[i] = pd->mig;
+        made[i] = rec;
     }
-    return 0;
+    free(entry);
+    return rc;
 }
 
 /* A fetched claim: its devices, shares and MIG instances, the guard's files, its spec. */
@@ -285,7 +364,7 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
         goto out;
     for (unsigned i = 0; i < out->n_devices; i++)
         out->devices[i].mig = made[i];
-    gs_strlcpy(out->guard_dir, guard_dir, sizeof(out->guard_dir));
+    out->guarded = guard_dir[0] != '\0';
     if (any_mig || guard_dir[0])
         log_info("DRA: %.63s/%.200s: %s%s%s%s", c->ns, c->name, any_mig ? "its MIG devices are there" : "",
                  any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "", guard_dir);
@@ -299,18 +378,58 @@ out:
     return rc;
 }
 
-/* A pending entry that made nothing (a MIG placement refused before its first step) is not kept. */
 static void drop_unmade(struct dra_server *s, const char *uid) {
-    const struct dra_prepared *p = dra_checkpoint_find(&s->cp, uid);
-    bool made = false;
-    for (unsigned i = 0; p && i < p->n_devices; i++)
-        made |= p->devices[i].mig.on;
-    if (p && p->pending && !made) {
-        char why[512];
-        dra_checkpoint_remove(&s->cp, uid);
-        if (save_checkpoint(s, why, sizeof(why)) < 0)
-            log_error("DRA: %s", why);
+    char why[512];
+    if (update_checkpoint(s, m_drop_unmade, uid, why, sizeof(why)) < 0)
+        log_error("DRA: %s", why);
+}
+
+/* A claim read from the source: its prepare's start recorded (a pending entry), then mapped, its
+ * spec written and its entry replaced by the prepared one, each change saved. */
+static int prepare_claim(struct dra_server *s, const struct dra_claim *claim, struct dra_prepared *out, char *err,
+                         size_t errlen) {
+    char path[PATH_MAX + 160], *spec = NULL;
+    spec_path(s, claim->uid, path, sizeof(path));
+    int rc = update_checkpoint(s, m_begin, claim, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = prepare_fetched(s, claim, out, &spec, err, errlen)) < 0) {
+        drop_unmade(s, claim->uid);
+        return rc;
     }
+    rc = gs_write_file_atomic(path, spec, strlen(spec), true);
+    free(spec);
+    if (rc < 0) {
+        snprintf(err, errlen, "%.400s: %s", path, strerror(-rc));
+        drop_unmade(s, claim->uid);
+        return rc;
+    }
+    if ((rc = update_checkpoint(s, m_put, out, err, errlen)) < 0) {
+        /* not kept: undone, so the kubelet's retry starts clean (its MIG records stay, pending) */
+        unlink(path);
+        struct dra_prepared *back = malloc(sizeof(*back));
+        char why[512];
+        if (back && entry_of(s, claim->uid, back)) {
+            back->pending = true;
+            (void)update_checkpoint(s, m_put, back, why, sizeof(why));
+        }
+        free(back);
+        drop_unmade(s, claim->uid);
+        return rc;
+    }
+    return 0;
+}
+
+/* After a damaged checkpoint: " (...)" saying so, for the error of a claim it may have held
+ * (its spec is still there); "" otherwise. */
+static const char *lost_note(const struct dra_server *s, const char *uid, char *buf, size_t len) {
+    char path[PATH_MAX + 160];
+    spec_path(s, uid, path, sizeof(path));
+    buf[0] = '\0';
+    if (s->lost && !dra_checkpoint_find(&s->cp, uid) && access(path, F_OK) == 0)
+        snprintf(buf, len, " (prepared before the damaged checkpoint was set aside as %.300s, and not rebuilt)",
+                 s->aside);
+    return buf;
 }
 
 /* One claim: prepared before (and its spec still there), else fetched, mapped and its spec
@@ -322,43 +441,92 @@ static int prepare_one(struct dra_server *s, const Claim *c, struct dra_prepared
         snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
         return -EINVAL;
     }
-    char path[PATH_MAX + 160];
+    char path[PATH_MAX + 160], note[512];
     spec_path(s, c->uid, path, sizeof(path));
     const struct dra_prepared *known = dra_checkpoint_find(&s->cp, c->uid);
     if (known && !known->pending && access(path, F_OK) == 0) {
         *out = *known;
         return 0;
     }
+    lost_note(s, c->uid, note, sizeof(note));
     if (!s->source.fetch) {
-        snprintf(err, errlen, "no ResourceClaim source: cannot read %.63s/%.200s", c->namespace_, c->name);
+        snprintf(err, errlen, "no ResourceClaim source: cannot read %.63s/%.200s%s", c->namespace_, c->name, note);
         return -EAGAIN;
     }
     struct dra_claim *claim = calloc(1, sizeof(*claim));
     if (!claim)
         return -ENOMEM;
     int rc = s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, err, errlen);
-    char *spec = NULL;
-    if (rc == 0)
-        rc = prepare_fetched(s, claim, out, &spec, err, errlen);
+    if (rc == 0) {
+        rc = prepare_claim(s, claim, out, err, errlen);
+    } else {
+        drop_unmade(s, c->uid);
+        if (note[0] && strlen(err) + strlen(note) < errlen)
+            strcat(err, note);
+    }
     dra_claim_free(claim);
     free(claim);
+    if (rc == 0)
+        *fresh = true;
+    return rc;
+}
+
+/* ---- a damaged checkpoint: rebuilt from the claim source -------------------------------------- */
+
+struct rebuild {
+    struct dra_server *s;
+    unsigned done, failed;
+};
+
+/* A claim of the source: rebuilt when it is allocated on this node (every result in the pool),
+ * its spec is still there (it was prepared here) and the checkpoint does not hold it yet. */
+static void rebuild_claim(void *arg, struct dra_claim *c) {
+    struct rebuild *b = arg;
+    struct dra_server *s = b->s;
+    char path[PATH_MAX + 160], err[512] = "";
+    for (unsigned i = 0; i < c->n_results; i++)
+        if (s->pool[0] && strcmp(c->results[i].pool, s->pool) != 0)
+            return;
+    spec_path(s, c->uid, path, sizeof(path));
+    if (dra_checkpoint_find(&s->cp, c->uid) || access(path, F_OK) != 0)
+        return;
+    struct dra_prepared *p = calloc(1, sizeof(*p));
+    int rc = p ? prepare_claim(s, c, p, err, sizeof(err)) : -ENOMEM;
+    free(p);
     if (rc < 0) {
-        drop_unmade(s, c->uid);
-        return rc;
+        b->failed++;
+        log_warn("DRA: %.63s/%.200s (%.40s) not rebuilt after the damaged checkpoint: %s", c->ns, c->name, c->uid,
+                 err[0] ? err : strerror(-rc));
+        return;
     }
-    rc = gs_write_file_atomic(path, spec, strlen(spec), true);
-    free(spec);
-    if (rc < 0) {
-        snprintf(err, errlen, "%.400s: %s", path, strerror(-rc));
-        return rc;
+    b->done++;
+    log_info("DRA: %.63s/%.200s (%.40s) rebuilt from its ResourceClaim", c->ns, c->name, c->uid);
+}
+
+/* Once, at the first call after a damaged checkpoint was set aside (the device table is set by
+ * then): the claims prepared on this node, from the source. */
+static void rebuild_if_due(struct dra_server *s) {
+    if (!s->rebuild_due)
+        return;
+    pthread_mutex_lock(&s->lock);
+    bool have_devices = s->n_devices > 0;
+    pthread_mutex_unlock(&s->lock);
+    if (!have_devices)
+        return;
+    s->rebuild_due = false;
+    char err[512] = "";
+    if (!s->source.each) {
+        log_warn("DRA: the claim source cannot list ResourceClaims: nothing of %s is rebuilt; its claims are "
+                 "prepared again at their next prepare",
+                 s->aside);
+        return;
     }
-    if ((rc = dra_checkpoint_put(&s->cp, out)) < 0) {
-        unlink(path);
-        snprintf(err, errlen, "%s", rc == -ENOSPC ? "too many prepared claims" : "out of memory");
-        return rc;
-    }
-    *fresh = true;
-    return 0;
+    struct rebuild b = { s, 0, 0 };
+    int rc = s->source.each(s->source.ctx, s->driver, rebuild_claim, &b, err, sizeof(err));
+    if (rc < 0)
+        log_warn("DRA: ResourceClaims not listed (%s): nothing more of %s is rebuilt", err, s->aside);
+    log_info("DRA: %u claim(s) rebuilt from the ResourceClaims of driver %s after %s was set aside, %u not", b.done,
+             s->driver, s->aside, b.failed);
 }
 
 struct prep_answer {
@@ -430,7 +598,7 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
     bool *fresh = carve(&p, m, sizeof(bool));
     k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__init(&a->msg);
     a->n = n;
-    bool any_fresh = false;
+    rebuild_if_due(s);
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
         k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init(&a->ones[i]);
@@ -442,26 +610,10 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
             log_warn("DRA: NodePrepareResources %.63s/%.200s (%.40s): %s", c->namespace_, c->name, c->uid,
                      a->errors[i]);
         } else {
-            any_fresh |= fresh[i];
             if (fresh[i])
                 log_info("DRA: prepared %.63s/%.200s (%.40s): %u device(s), %s", c->namespace_, c->name, c->uid,
                          a->prepared[i].n_devices, a->prepared[i].devices[0].cdi[0]);
         }
-    }
-    char why[512];
-    if (any_fresh && save_checkpoint(s, why, sizeof(why)) < 0) {
-        for (size_t i = 0; i < n; i++) { /* not kept: undone, so the kubelet's retry starts clean */
-            if (!fresh[i])
-                continue;
-            char path[PATH_MAX + 160];
-            spec_path(s, r->claims[i]->uid, path, sizeof(path));
-            unlink(path);
-            dra_checkpoint_remove(&s->cp, r->claims[i]->uid);
-            snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
-            a->ones[i].error = a->errors[i];
-            fresh[i] = false;
-        }
-        log_error("DRA: %s", why);
     }
     for (size_t i = 0; i < n; i++) {
         if (!a->ones[i].error || !a->ones[i].error[0])
@@ -482,23 +634,76 @@ static int node_prepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessage
 /* What prepare made for the claim beyond its spec: its MIG instances (destroyed, each step
  * recorded) and its guard files. */
 static int release_claim(struct dra_server *s, const char *uid, char *err, size_t errlen) {
-    struct dra_prepared *p = (struct dra_prepared *)dra_checkpoint_find(&s->cp, uid);
-    for (unsigned i = 0; p && i < p->n_devices; i++) {
+    struct dra_prepared *p = malloc(sizeof(*p));
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    bool known = entry_of(s, uid, p);
+    for (unsigned i = 0; known && i < p->n_devices; i++) {
         char why[400];
-        int rc = dra_mig_release(&s->mig, &p->devices[i].mig, record_checkpoint, s, why, sizeof(why));
+        struct dra_mig_made rec = p->devices[i].mig;
+        const struct mig_step step = { s, uid, i, 0, NULL, &rec };
+        int rc = dra_mig_release(&s->mig, &rec, record_mig_step, (void *)&step, why, sizeof(why));
         if (rc < 0) {
             snprintf(err, errlen, "device %.63s: %s", p->devices[i].device, why);
+            free(p);
             return rc;
         }
     }
-    if (p && p->guard_dir[0]) {
-        int rc = gs_remove_tree(p->guard_dir);
+    free(p);
+    /* the guard directory is the claim's by its UID (never a path from the checkpoint): removed
+     * whether or not the entry says there is one */
+    char dir[PATH_MAX + 64];
+    if (s->guard_root[0] && dra_guard_dir(s->guard_root, uid, dir, sizeof(dir)) == 0) {
+        int rc = gs_remove_tree(dir);
         if (rc < 0 && rc != -ENOENT) {
-            snprintf(err, errlen, "cannot remove %.400s: %s", p->guard_dir, strerror(-rc));
+            snprintf(err, errlen, "cannot remove %.400s: %s", dir, strerror(-rc));
             return rc;
         }
     }
     return 0;
+}
+
+/* An unprepare of a claim the checkpoint does not hold although its spec is there, after a damaged
+ * checkpoint was set aside: what it made besides its files (which are found by its UID) is known
+ * only when it can have made nothing else. MIG instances made on demand are not: the claim is
+ * refused when its ResourceClaim (or, unread, the node's GPUs) may have them. 0: release it. */
+static int check_lost(struct dra_server *s, const Claim *c, char *err, size_t errlen) {
+    char path[PATH_MAX + 160];
+    spec_path(s, c->uid, path, sizeof(path));
+    if (!s->lost || dra_checkpoint_find(&s->cp, c->uid) || access(path, F_OK) != 0)
+        return 0;
+    struct dra_claim *claim = calloc(1, sizeof(*claim));
+    char why[512] = "the claim source cannot read it";
+    int rc = !claim ? -ENOMEM
+             : s->source.fetch
+                 ? s->source.fetch(s->source.ctx, s->driver, c->namespace_, c->name, c->uid, claim, why, sizeof(why))
+                 : -ENOENT;
+    bool mig = false;
+    for (unsigned i = 0; rc == 0 && i < claim->n_results; i++) {
+        struct gs_dra_device_ref ref;
+        mig |= gs_dra_device_parse(claim->results[i].device, &ref) == 0 && ref.mig;
+    }
+    if (rc < 0) { /* unread: any GPU of the node in MIG mode may hold its instances */
+        pthread_mutex_lock(&s->lock);
+        for (size_t i = 0; i < s->n_devices; i++)
+            mig |= s->devices[i].sharing == DRA_SHARING_MIG;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (claim)
+        dra_claim_free(claim);
+    free(claim);
+    if (!mig) {
+        log_warn("DRA: %.63s/%.200s (%.40s): not in the checkpoint (%s was set aside): its files are removed", c->namespace_,
+                 c->name, c->uid, s->aside);
+        return 0;
+    }
+    snprintf(err, errlen,
+             "refused: prepared before the damaged checkpoint was set aside as %.160s and not rebuilt: the MIG "
+             "instances it may hold are not known (%s%.80s); destroy them by hand, then remove its CDI spec",
+             s->aside, rc < 0 ? "its ResourceClaim: " : "it names MIG devices", rc < 0 ? why : "");
+    return -EBUSY;
 }
 
 struct unprep_answer {
@@ -525,7 +730,7 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
     a->ones = carve(&p, m, sizeof(*a->ones));
     a->errors = carve(&p, m, sizeof(*a->errors));
     k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__init(&a->msg);
-    bool changed = false;
+    rebuild_if_due(s);
     for (size_t i = 0; i < n; i++) {
         const Claim *c = r->claims[i];
         k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init(&a->ones[i]);
@@ -534,14 +739,14 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
         } else {
             char path[PATH_MAX + 160];
             spec_path(s, c->uid, path, sizeof(path));
-            if (release_claim(s, c->uid, a->errors[i], sizeof(a->errors[0])) < 0) {
+            if (check_lost(s, c, a->errors[i], sizeof(a->errors[0])) < 0) {
+                /* refused until a person looked: the files stay */
+            } else if (release_claim(s, c->uid, a->errors[i], sizeof(a->errors[0])) < 0) {
                 /* the kubelet calls again: what is left and the checkpoint entry stay */
             } else if (unlink(path) < 0 && errno != ENOENT)
                 snprintf(a->errors[i], sizeof(a->errors[0]), "%.400s: %s", path, strerror(errno));
-            else if (dra_checkpoint_remove(&s->cp, c->uid)) {
-                changed = true;
+            else if (update_checkpoint(s, m_remove, c->uid, a->errors[i], sizeof(a->errors[0])) > 0)
                 log_info("DRA: unprepared %.63s/%.200s (%.40s)", c->namespace_, c->name, c->uid);
-            }
         }
         if (a->errors[i][0]) {
             a->ones[i].error = a->errors[i];
@@ -551,16 +756,6 @@ static int node_unprepare(void *ctx, const ProtobufCMessage *req, ProtobufCMessa
         a->entries[i].key = c->uid;
         a->entries[i].value = &a->ones[i];
         a->entryp[i] = &a->entries[i];
-    }
-    char why[512];
-    if (changed && save_checkpoint(s, why, sizeof(why)) < 0) {
-        log_error("DRA: %s", why);
-        for (size_t i = 0; i < n; i++) { /* the kubelet calls again; the next save writes it */
-            if (!a->errors[i][0]) {
-                snprintf(a->errors[i], sizeof(a->errors[0]), "checkpoint not saved: %.400s", why);
-                a->ones[i].error = a->errors[i];
-            }
-        }
     }
     a->msg.n_claims = n;
     a->msg.claims = a->entryp;
@@ -609,24 +804,76 @@ static const struct gs_grpc_method dra_methods[] = {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
+/* The checkpoint: read; a damaged one set aside (the driver starts empty and rebuilds at its first
+ * call); a newer one, or a damaged one that stays where it is, refused (-ENOTSUP). */
 static int load_checkpoint(struct dra_server *s, char *err, size_t errlen) {
-    char *text = NULL;
-    size_t len = 0;
-    char why[512];
-    int rc = gs_read_file_ex(s->checkpoint, 64u << 20, 0, &text, &len, why, sizeof(why));
+    char why[1024];
+    int rc = dra_checkpoint_read(s->checkpoint, &s->cp, why, sizeof(why));
     if (rc == -ENOENT)
         return 0;
-    if (rc < 0) {
-        snprintf(err, errlen, "%s", why);
+    if (rc == 0) {
+        if (s->cp.n)
+            log_info("DRA: %zu prepared claim(s) in %s", s->cp.n, s->checkpoint);
+        return 0;
+    }
+    if (rc == -ENOTSUP) {
+        snprintf(err, errlen,
+                 "DRA: %.700s: the checkpoint of a newer agent is left as it is and the DRA driver does not start "
+                 "(run that agent's version, or move the file away to start with no prepared claims)",
+                 why);
+        return -ENOTSUP;
+    }
+    if (rc == -ENOMEM) {
+        snprintf(err, errlen, "DRA: %s: out of memory", s->checkpoint);
         return rc;
     }
-    rc = dra_checkpoint_parse(text, len, &s->cp, why, sizeof(why));
-    free(text);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", s->checkpoint, why);
-    else if (s->cp.n)
-        log_info("DRA: %zu prepared claim(s) in %s", s->cp.n, s->checkpoint);
-    return rc;
+    char aside_err[512];
+    if (dra_checkpoint_set_aside(s->checkpoint, time(NULL), s->aside, sizeof(s->aside), aside_err,
+                                 sizeof(aside_err)) < 0) {
+        snprintf(err, errlen, "DRA: damaged checkpoint %.400s, not set aside (%.300s): the DRA driver does not start",
+                 why, aside_err);
+        return -ENOTSUP;
+    }
+    s->lost = s->rebuild_due = true;
+    gs_strlcpy(s->lost_why, why, sizeof(s->lost_why));
+    log_warn("DRA: damaged checkpoint %s: set aside as %s; the driver starts without it and rebuilds the claims "
+             "prepared on this node from their ResourceClaims",
+             why, s->aside);
+    return 0;
+}
+
+/* Claims whose prepare started and never completed (the agent stopped in between; the kubelet
+ * got no answer and asks again): rolled back, as their unprepare would (MIG instances made for
+ * them destroyed, their guard files and spec removed, the entry dropped); one that cannot be (a
+ * process on its MIG instance) stays pending, finished by its next prepare or released by its
+ * unprepare. */
+static void recover_pending(struct dra_server *s) {
+    for (size_t i = 0; i < s->cp.n;) {
+        const struct dra_prepared *p = &s->cp.claims[i];
+        if (!p->pending) {
+            i++;
+            continue;
+        }
+        char uid[40], name[320], path[PATH_MAX + 160], why[512] = "";
+        gs_strlcpy(uid, p->uid, sizeof(uid));
+        snprintf(name, sizeof(name), "%.63s/%.200s (%.40s)", p->ns, p->name, p->uid);
+        spec_path(s, uid, path, sizeof(path));
+        int rc = release_claim(s, uid, why, sizeof(why));
+        if (rc == 0 && unlink(path) < 0 && errno != ENOENT) {
+            rc = -errno;
+            snprintf(why, sizeof(why), "%.400s: %s", path, strerror(errno));
+        }
+        if (rc == 0 && (rc = update_checkpoint(s, m_remove, uid, why, sizeof(why))) >= 0) {
+            log_warn("DRA: the prepare of %s started but did not complete before the agent stopped: rolled back (the "
+                     "kubelet's retry prepares it again)",
+                     name);
+            continue; /* the entry at i is the next one now */
+        }
+        log_warn("DRA: the prepare of %s started but did not complete before the agent stopped, and is not rolled "
+                 "back (%s): its next prepare finishes it, its unprepare releases it",
+                 name, why);
+        i++;
+    }
 }
 
 int dra_server_start(const struct dra_options *o, struct dra_server **out, char *err, size_t errlen) {
@@ -634,6 +881,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
     if (!s)
         return -ENOMEM;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->cp_lock, NULL);
     s->source = o->source;
     gs_strlcpy(s->guard_root, o->guard_root ? o->guard_root : "", sizeof(s->guard_root));
     gs_strlcpy(s->guard_lib, o->guard_lib ? o->guard_lib : "", sizeof(s->guard_lib));
@@ -671,6 +919,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
     }
     if ((rc = load_checkpoint(s, err, errlen)) < 0)
         goto fail;
+    recover_pending(s);
     if ((rc = gs_grpc_server_start(s->dra_sock, dra_methods, GS_ARRAY_SIZE(dra_methods), s, &s->dra)) < 0) {
         snprintf(err, errlen, "%s: cannot serve: %s", s->dra_sock, strerror(-rc));
         goto fail;
@@ -686,6 +935,7 @@ int dra_server_start(const struct dra_options *o, struct dra_server **out, char 
 fail:
     dra_checkpoint_free(&s->cp);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->cp_lock);
     free(s);
     return rc;
 }
@@ -719,5 +969,6 @@ void dra_server_stop(struct dra_server *s) {
     dra_mig_close(&s->mig);
     dra_checkpoint_free(&s->cp);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->cp_lock);
     free(s);
 }

@@ -415,7 +415,7 @@ int dra_pod_claims_beside(const char *pod_json, size_t len, const char *uid, con
 static const struct dra_prepared *guarded_prepared(const struct dra_checkpoint *cp, const char *ns, const char *name) {
     for (size_t i = 0; i < cp->n; i++) {
         const struct dra_prepared *p = &cp->claims[i];
-        if (!p->pending && p->guard_dir[0] && !strcmp(p->ns, ns) && !strcmp(p->name, name))
+        if (!p->pending && p->guarded && !strcmp(p->ns, ns) && !strcmp(p->name, name))
             return p;
     }
     return NULL;

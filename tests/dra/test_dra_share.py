@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from dra_client import claim
-from test_dra_plugin import ROOT, Node, claim_json, result, running, wait
+from test_dra_plugin import DRIVER, ROOT, Node, claim_json, result, running, wait
 
 DRA_NODE = os.path.join(ROOT, "examples", "dra", "node.yaml")
 POLICY = os.path.join(ROOT, "examples", "dra", "policy.yaml")
@@ -146,7 +146,8 @@ def test_mig_instance_there_before_is_not_destroyed(node):
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 4])
 def test_mig_kill_between_steps_converges(node, monkeypatch, steps):
-    """Steps: 1 the intent recorded, 2 the GI made, 3 recorded, 4 the CI made (5 recorded)."""
+    """Steps: 1 the intent recorded, 2 the GI made, 3 recorded, 4 the CI made (5 recorded). The
+    agent killed after any of them rolls the claim back when it starts again."""
     node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
     monkeypatch.setenv("GPUSLICE_DRA_FAULT_EXIT_AFTER_STEPS", str(steps))
     c = start(node)
@@ -158,9 +159,39 @@ def test_mig_kill_between_steps_converges(node, monkeypatch, steps):
     node.proc = None
     monkeypatch.delenv("GPUSLICE_DRA_FAULT_EXIT_AFTER_STEPS")
     c = start(node)
-    r = c.prepare([claim("ns1", "mig", UID)])[UID]  # the kubelet's retry finishes it
+    # started, never completed: rolled back at the start (what it made destroyed, the entry gone)
+    assert f"the prepare of ns1/mig ({UID}) started but did not complete before the agent stopped: rolled back" \
+        in node.log(), node.log()
+    assert gis(node)[0] == []
+    with open(os.path.join(node.plugins, DRIVER, "checkpoint.json")) as f:
+        assert json.load(f)["claims"] == []
+    r = c.prepare([claim("ns1", "mig", UID)])[UID]  # the kubelet's retry prepares it again
     assert r.error == "", node.log()
     made, devs = gis(node)
     assert made == [(9, 4)] and len(devs) == 1
     assert c.unprepare([claim("ns1", "mig", UID)])[UID].error == ""
     assert gis(node)[0] == []
+
+
+def test_mig_claim_lost_with_the_checkpoint_is_refused_at_unprepare(node):
+    """A damaged checkpoint set aside, a MIG claim not rebuilt (its ResourceClaim gone): its
+    unprepare is refused naming the set-aside file, since the instance it holds is not known;
+    nothing is destroyed. Its ResourceClaim back: still refused (it names a MIG device)."""
+    node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
+    c = start(node)
+    assert c.prepare([claim("ns1", "mig", UID)])[UID].error == ""
+    node.stop()
+    ckpt = os.path.join(node.plugins, DRIVER, "checkpoint.json")
+    with open(ckpt, "w") as f:
+        f.write('{"version": 1, "claims": [')
+    os.unlink(os.path.join(node.claims, "ns1", "mig.json"))
+    c = start(node)
+    err = c.unprepare([claim("ns1", "mig", UID)])[UID].error
+    aside = [n for n in os.listdir(os.path.dirname(ckpt)) if n.startswith("checkpoint.json.damaged-")]
+    assert len(aside) == 1 and aside[0] in err and "MIG instances it may hold are not known" in err, err
+    assert "its ResourceClaim: ResourceClaim ns1/mig not found" in err, err
+    assert gis(node)[0] == [(9, 4)] and os.path.exists(node.spec_path(UID))
+    node.write_claim(claim_json("ns1", "mig", UID, [result(MIG_DEV)]))
+    err = c.unprepare([claim("ns1", "mig", UID)])[UID].error
+    assert "it names MIG devices" in err, err
+    assert gis(node)[0] == [(9, 4)]

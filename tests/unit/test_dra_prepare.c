@@ -1,8 +1,9 @@
 /* test_dra_prepare.c: the pure part of the DRA driver's kubelet side (src/dra/prepare.h): a
  * ResourceClaim's JSON to this driver's results (UID, namespace and name checked, other drivers'
  * results and configs left out, fields of the wrong type named), a claim to its prepared devices
- * and transient CDI spec, the checkpoint both ways with hostile content, and the checkpoint's
- * idempotent put and remove. */
+ * and transient CDI spec, the checkpoint both ways with hostile content, the checkpoint's
+ * idempotent put and remove, and its file (src/dra/ckptfile.h): damaged ones told apart from a
+ * newer version, FIFOs and links not opened, set aside under a new name, never a path from it. */
 #include <errno.h>
 #include <jansson.h>
 #include <setjmp.h>
@@ -13,8 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "dra/ckptfile.h"
 #include "dra/prepare.h"
 #include "inventory_fixture.h"
 
@@ -235,7 +239,12 @@ static void test_checkpoint_hostile(void **state) {
     } cases[] = {
         { "", "checkpoint: line 1" },
         { "[]", "checkpoint: version: not 1" },
-        { "{\"version\":2,\"claims\":[]}", "checkpoint: version: not 1" },
+        { "{\"version\":0,\"claims\":[]}", "checkpoint: version: not 1" },
+        { "{\"version\":\"2\",\"claims\":[]}", "checkpoint: version: not 1" },
+        { "{\"version\":1,\"claims\":[{\"uid\":\"a\",\"namespace\":\"n\",\"name\":\"c\",\"guard\":7,\"devices\":[]}]}",
+          "checkpoint: claims[0].guard: not a string" },
+        { "{\"version\":1,\"claims\":[{\"uid\":\"a\",\"namespace\":\"n\",\"name\":\"c\",\"guarded\":1,\"devices\":[]}]}",
+          "checkpoint: claims[0].guarded: not a boolean" },
         { "{\"version\":1,\"claims\":{}}", "checkpoint: claims: not a list" },
         { "{\"version\":1,\"claims\":[7]}", "checkpoint: claims[0]: not an object" },
         { "{\"version\":1,\"claims\":[{\"uid\":\"../x\",\"namespace\":\"n\",\"name\":\"c\",\"devices\":[]}]}",
@@ -283,6 +292,144 @@ static void test_checkpoint_hostile(void **state) {
     assert_non_null(strstr(err, "not a list of at most 32 devices"));
 }
 
+/* The damaged checkpoints of the agent's start, each with where the parser stopped; a newer
+ * version is -ENOTSUP, not damage. */
+static void test_checkpoint_damaged_and_newer(void **state) {
+    (void)state;
+    struct dra_checkpoint cp = { 0 };
+    struct dra_prepared a = one("a1", "gpu-0");
+    assert_int_equal(dra_checkpoint_put(&cp, &a), 0);
+    char *good = dra_checkpoint_render(&cp);
+    assert_non_null(good);
+    dra_checkpoint_free(&cp);
+    char err[512];
+    /* truncated anywhere: refused, naming the line and column */
+    for (size_t cut = 0; cut < strlen(good); cut += 7) {
+        err[0] = '\0';
+        assert_int_equal(dra_checkpoint_parse(good, cut, &cp, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "checkpoint: line "));
+        assert_null(cp.claims);
+    }
+    assert_int_equal(dra_checkpoint_parse("\x01\xfe garbage", 10, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "column"));
+    assert_int_equal(dra_checkpoint_parse("", 0, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "checkpoint: line 1"));
+    assert_int_equal(dra_checkpoint_parse("{\"version\":2,\"claims\":[{\"x\":1}]}", 32, &cp, err, sizeof(err)), -ENOTSUP);
+    assert_string_equal(err, "checkpoint: version: 2, newer than this agent's 1");
+    /* one claim more than the bound */
+    size_t cap = 64 + (DRA_CHECKPOINT_MAX + 1) * 80, o = 0;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    o += (size_t)snprintf(big + o, cap - o, "{\"version\":1,\"claims\":[");
+    for (int i = 0; i <= DRA_CHECKPOINT_MAX; i++)
+        o += (size_t)snprintf(big + o, cap - o, "%s{\"uid\":\"u%d\",\"namespace\":\"n\",\"name\":\"c\",\"devices\":[]}",
+                              i ? "," : "", i);
+    snprintf(big + o, cap - o, "]}");
+    assert_int_equal(dra_checkpoint_parse(big, strlen(big), &cp, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "checkpoint: claims: 4097 claims, more than 4096");
+    free(big);
+    free(good);
+}
+
+/* A "guard" path (older agents wrote one) says the claim is guarded and nothing more: the path
+ * is neither kept nor written back; the directory is the root's and the UID's. */
+static void test_checkpoint_guard_path_ignored(void **state) {
+    (void)state;
+    static const char text[] = "{\"version\":1,\"claims\":[{\"uid\":\"a\",\"namespace\":\"n\",\"name\":\"c\","
+                               "\"guard\":\"/etc\",\"devices\":[]},{\"uid\":\"b\",\"namespace\":\"n\",\"name\":\"d\","
+                               "\"guard\":\"\",\"devices\":[]}]}";
+    struct dra_checkpoint cp;
+    char err[512] = "", dir[64];
+    assert_int_equal(dra_checkpoint_parse(text, strlen(text), &cp, err, sizeof(err)), 0);
+    assert_true(dra_checkpoint_find(&cp, "a")->guarded);
+    assert_false(dra_checkpoint_find(&cp, "b")->guarded);
+    char *back = dra_checkpoint_render(&cp);
+    assert_non_null(back);
+    assert_null(strstr(back, "/etc"));
+    assert_null(strstr(back, "\"guard\""));
+    assert_non_null(strstr(back, "\"guarded\": true"));
+    free(back);
+    dra_checkpoint_free(&cp);
+    assert_int_equal(dra_guard_dir("/var/lib/g", "a", dir, sizeof(dir)), 0);
+    assert_string_equal(dir, "/var/lib/g/claim-a");
+    assert_int_equal(dra_guard_dir("/var/lib/g", "../../etc", dir, sizeof(dir)), -EINVAL);
+    assert_int_equal(dra_guard_dir("/var/lib/g", "", dir, sizeof(dir)), -EINVAL);
+    assert_int_equal(dra_guard_dir("", "a", dir, sizeof(dir)), -EINVAL);
+    assert_int_equal(dra_guard_dir("/var/lib/g", UID, dir, 20), -ENAMETOOLONG);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The file: absent, not a regular file (a FIFO is not opened: the read would wait for a writer),
+ * a link, too large, a newer version; set aside under a fresh name each time. */
+static void test_checkpoint_file(void **state) {
+    (void)state;
+    char dir[] = "/tmp/gs-ckpt-XXXXXX", path[128], aside[256], aside2[256], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/checkpoint.json", dir);
+    struct dra_checkpoint cp;
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -ENOENT);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "a FIFO, not a regular file"));
+    assert_int_equal(dra_checkpoint_set_aside(path, 86400, aside, sizeof(aside), err, sizeof(err)), 0);
+    assert_true(strstr(aside, "/checkpoint.json.damaged-19700102T000000Z") != NULL);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_true(dra_checkpoint_is_aside(strrchr(aside, '/') + 1));
+    assert_false(dra_checkpoint_is_aside("checkpoint.json"));
+    assert_false(dra_checkpoint_is_aside("checkpoint.json.damaged-"));
+    /* the same second again: a new name, the first left alone */
+    write_text(path, "{\"version\":1,\"claims\":[");
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "checkpoint.json: checkpoint: line 1, column"));
+    assert_int_equal(dra_checkpoint_set_aside(path, 86400, aside2, sizeof(aside2), err, sizeof(err)), 0);
+    assert_true(strstr(aside2, "damaged-19700102T000000Z-1") != NULL);
+    struct stat st;
+    assert_int_equal(lstat(aside, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    /* a link is not followed */
+    assert_int_equal(symlink(aside2, path), 0);
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "symbolic link"));
+    assert_int_equal(unlink(path), 0);
+    /* larger than the bound (a sparse file) */
+    write_text(path, "");
+    assert_int_equal(truncate(path, (off_t)DRA_CHECKPOINT_FILE_MAX + 1), 0);
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "larger than"));
+    /* a newer version: -ENOTSUP, the file untouched */
+    write_text(path, "{\"version\":9,\"claims\":[]}");
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), -ENOTSUP);
+    assert_non_null(strstr(err, "version: 9, newer than this agent's 1"));
+    write_text(path, "{\"version\":1,\"claims\":[]}");
+    assert_int_equal(dra_checkpoint_read(path, &cp, err, sizeof(err)), 0);
+    assert_int_equal(cp.n, 0);
+    unlink(path);
+    unlink(aside);
+    unlink(aside2);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* A claim of a list: its own namespace, name and UID, the UID checked as one. */
+static void test_claim_parse_any(void **state) {
+    (void)state;
+    struct dra_claim c;
+    char err[512] = "";
+    assert_int_equal(dra_claim_parse(CLAIM, strlen(CLAIM), DRIVER, NULL, NULL, NULL, &c, err, sizeof(err)), 0);
+    assert_string_equal(c.ns, "ns1");
+    assert_string_equal(c.name, "c");
+    assert_string_equal(c.uid, UID);
+    dra_claim_free(&c);
+    static const char bad[] = "{\"metadata\":{\"namespace\":\"n\",\"name\":\"c\",\"uid\":\"../x\"},\"status\":{}}";
+    assert_int_equal(dra_claim_parse(bad, strlen(bad), DRIVER, NULL, NULL, NULL, &c, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "metadata.uid: '../x' is not a UID");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_claim_parse),
@@ -292,6 +439,10 @@ int main(void) {
         cmocka_unit_test(test_uid_valid),
         cmocka_unit_test(test_checkpoint_roundtrip_and_idempotent_put),
         cmocka_unit_test(test_checkpoint_hostile),
+        cmocka_unit_test(test_checkpoint_damaged_and_newer),
+        cmocka_unit_test(test_checkpoint_guard_path_ignored),
+        cmocka_unit_test(test_checkpoint_file),
+        cmocka_unit_test(test_claim_parse_any),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -358,12 +358,12 @@ static void test_one_guard_a_container(void **st) {
     strcpy(prepared[0].name, "a"); /* in main with p-rb-x7, but whole: no guard */
     strcpy(prepared[1].ns, "team");
     strcpy(prepared[1].name, "c"); /* guarded, in other containers */
-    strcpy(prepared[1].guard_dir, "/g/claim-c");
+    prepared[1].guarded = true;
     struct dra_checkpoint cp = { 2, 2, prepared };
     assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), 0);
     assert_int_equal(f.calls, 1);
     /* a guarded, prepared: the second guarded claim of main is refused, both named */
-    strcpy(prepared[0].guard_dir, "/g/claim-a");
+    prepared[0].guarded = true;
     assert_int_equal(dra_share_one_guard(&c, &src, &cp, err, sizeof(err)), -EBUSY);
     assert_non_null(strstr(err, "claim team/p-rb-x7: container main of pod p also holds claim a"));
     /* a's entry only begun (MIG steps pending): not prepared yet */
