@@ -288,7 +288,7 @@ def test_dra_driver_in_the_daemonset(kubelet_dir):
     assert bindings[0]["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
                                         "namespace": helmchart.NAMESPACE}]
     role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{helmchart.RELEASE}-dra")
-    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in role["rules"]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list"]} in role["rules"]
     vap = find(objs, "ValidatingAdmissionPolicy")
     assert vap["spec"]["matchConditions"][0]["expression"].endswith(
         f'"system:serviceaccount:{helmchart.NAMESPACE}:{spec["serviceAccountName"]}"')
