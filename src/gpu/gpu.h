@@ -42,6 +42,8 @@ struct nvml_api {
     nvmlReturn_t (*DeviceGetTemperature)(nvmlDevice_t, unsigned, unsigned *);
     nvmlReturn_t (*DeviceGetPowerUsage)(nvmlDevice_t, unsigned *);
     nvmlReturn_t (*DeviceGetComputeRunningProcesses)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*DeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
+                                                unsigned long long);
     nvmlReturn_t (*DeviceGetMigMode)(nvmlDevice_t, unsigned *, unsigned *);
     nvmlReturn_t (*DeviceSetMigMode)(nvmlDevice_t, unsigned, nvmlReturn_t *);
     nvmlReturn_t (*DeviceGetGpuInstanceProfileInfo)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_t *);
@@ -109,6 +111,19 @@ int gpu_inventory_read_sysfs(struct gpu_node *node, const char *sysfs_root, stru
 /* Compute mode (NVML_COMPUTEMODE_*) of GPU `gpu`: a setting of the GPU, changed only when the
  * policy asks (gpuslice.mps.exclusiveProcess); needs root on a real driver. */
 int gpu_set_compute_mode(struct gpu_node *node, unsigned gpu, unsigned mode);
+
+/* Per-process utilization samples of GPU `gpu` (NVML index) newer than last_seen_us
+ * (nvmlDeviceGetProcessUtilization; 0: every sample the driver keeps), at most max into out, *n
+ * written. 0; -ENOENT when there is no sample since (NVML_ERROR_NOT_FOUND: no process ran);
+ * -ENOBUFS when more than max are there (*n: how many); -EOPNOTSUPP where the driver has none (MIG
+ * mode, older GPUs); other -errno. Does not update gpu_node_error (the caller logs per GPU). */
+struct gpu_util_sample {
+    unsigned pid;
+    unsigned sm;                 /* percent of the sampling period */
+    unsigned long long ts_us;    /* the period's end */
+};
+int gpu_process_util(struct gpu_node *node, unsigned gpu, unsigned long long last_seen_us, struct gpu_util_sample *out,
+                     unsigned max, unsigned *n);
 
 /* MIG operations (GPU by NVML index). */
 int gpu_mig_set_mode(struct gpu_node *node, unsigned gpu, bool enable, nvmlReturn_t *activation);

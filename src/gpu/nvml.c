@@ -83,6 +83,7 @@ static const struct symbol symbols[] = {
     SYM(DeviceGetPowerUsage, false, "nvmlDeviceGetPowerUsage"),
     SYM(DeviceGetComputeRunningProcesses, false, "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetComputeRunningProcesses_v2"),
+    SYM(DeviceGetProcessUtilization, false, "nvmlDeviceGetProcessUtilization"),
     SYM(DeviceGetMigMode, false, "nvmlDeviceGetMigMode"),
     SYM(DeviceSetMigMode, false, "nvmlDeviceSetMigMode"),
     SYM(DeviceGetGpuInstanceProfileInfo, false, "nvmlDeviceGetGpuInstanceProfileInfo"),
@@ -496,6 +497,39 @@ int gpu_set_compute_mode(struct gpu_node *n, unsigned gpu, unsigned mode) {
     if (r != NVML_SUCCESS)
         return fail(n, r, "nvmlDeviceSetComputeMode(GPU %u, %u)", gpu, mode);
     return 0;
+}
+
+int gpu_process_util(struct gpu_node *n, unsigned gpu, unsigned long long last_seen_us, struct gpu_util_sample *out,
+                     unsigned max, unsigned *count) {
+    *count = 0;
+    if (!n->api.DeviceGetProcessUtilization)
+        return -EOPNOTSUPP;
+    nvmlDevice_t d;
+    if (gpu >= GS_MAX_GPUS)
+        return -ENODEV;
+    nvmlReturn_t r = n->api.DeviceGetHandleByIndex(gpu, &d);
+    if (r != NVML_SUCCESS)
+        return gpu_errno(r);
+    enum { CHUNK = 256 };
+    nvmlProcessUtilizationSample_t buf[CHUNK];
+    nvmlProcessUtilizationSample_t *s = max <= CHUNK ? buf : malloc(max * sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    unsigned c = max;
+    r = n->api.DeviceGetProcessUtilization(d, max ? s : NULL, &c, last_seen_us);
+    int e = gpu_errno(r);
+    if (r == NVML_SUCCESS && c > max)
+        e = -EIO; /* more than the room given: not trusted */
+    if (r == NVML_SUCCESS && e == 0) {
+        for (unsigned i = 0; i < c; i++)
+            out[i] = (struct gpu_util_sample){ s[i].pid, s[i].smUtil, s[i].timeStamp };
+        *count = c;
+    } else if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+        *count = c;
+    }
+    if (s != buf)
+        free(s);
+    return e;
 }
 
 /* ---- MIG operations --------------------------------------------------------------------------- */
