@@ -1,0 +1,139 @@
+/* utilization.c: per-pod GPU utilization (see utilization.h). */
+#include "agent/utilization.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent/guard_reconcile.h"
+#include "agent/state.h"
+#include "core/podutil.h"
+#include "gpu/gpu.h"
+#include "util/log.h"
+#include "util/util.h"
+
+#define MAX_PIDS 256 /* processes per GPU and interval attributed; the rest are dropped */
+
+/* Per GPU, on the main thread only: the sampling window and what was last said about the GPU. */
+static struct {
+    char uuid[GS_UUID_LEN]; /* the GPU the window is of ("" none yet) */
+    struct gs_util_window w;
+    int said;               /* the last error logged (0: none) */
+} gpus[GS_MAX_GPUS];
+
+/* One GPU's interval, for the attribution under the shared lock. */
+struct gpu_interval {
+    unsigned gpu;
+    const char *uuid;
+    unsigned n;
+    struct gs_proc_util pu[MAX_PIDS];
+    struct gs_util_owner owners[MAX_PIDS];
+};
+
+struct attribution {
+    const struct gs_plan *plan;
+    const struct gpu_interval *iv;
+    unsigned n;
+};
+
+static void attribute(struct gs_metrics_counters *c, void *ctx) {
+    const struct attribution *at = ctx;
+    c->n_pod_util = 0;
+    for (unsigned i = 0; i < at->n; i++) {
+        const struct gpu_interval *v = &at->iv[i];
+        gs_podutil_attribute(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, c->pod_util,
+                             GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
+    }
+}
+
+static unsigned long long realtime_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+}
+
+/* Logs why GPU i has no figure once per cause. */
+static void say(unsigned i, const char *uuid, int rc, unsigned n) {
+    if (gpus[i].said == rc)
+        return;
+    gpus[i].said = rc;
+    if (rc == -EOPNOTSUPP)
+        log_info("GPU %u (%s): NVML has no per-process utilization (MIG mode, or not supported): no per-pod "
+                 "utilization for it", i, uuid);
+    else if (rc == -ENOBUFS)
+        log_warn("GPU %u (%s): %u per-process utilization samples in one interval, more than %d: interval "
+                 "dropped (shorten --pod-attribution-interval-ms)", i, uuid, n, GS_PODUTIL_MAX_SAMPLES);
+    else
+        log_warn("GPU %u (%s): nvmlDeviceGetProcessUtilization: %s: no per-pod utilization for it", i, uuid,
+                 strerror(-rc));
+}
+
+/* Whether PROC_ROOT/PID/cgroup places the process in a pod. */
+static bool in_pod(const char *proc_root, unsigned pid) {
+    char path[PATH_MAX];
+    _cleanup_free_ char *text = NULL;
+    if (snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, pid) >= (int)sizeof(path) ||
+        gs_read_file(path, 1 << 16, &text, NULL) < 0)
+        return false;
+    return gs_cgroup_in_pod(text);
+}
+
+void agent_pod_util_job(void *ctx, uint64_t now_ns) {
+    struct agent *a = ctx;
+    (void)now_ns;
+    if (!a->plan_valid || !a->inv)
+        return;
+    unsigned n_gpus = a->inv->n_gpus < GS_MAX_GPUS ? a->inv->n_gpus : GS_MAX_GPUS;
+    struct gpu_interval *iv = n_gpus ? calloc(n_gpus, sizeof(*iv)) : NULL;
+    struct gpu_util_sample *raw = malloc(GS_PODUTIL_MAX_SAMPLES * sizeof(*raw));
+    struct gs_util_sample *smp = malloc(GS_PODUTIL_MAX_SAMPLES * sizeof(*smp));
+    unsigned n_iv = 0;
+    unsigned long long interval_us = (unsigned long long)a->o->pod_attribution_ms * 1000ULL;
+    for (unsigned i = 0; iv && raw && smp && i < n_gpus; i++) {
+        const struct gs_gpu *g = &a->inv->gpus[i];
+        if (g->lost || g->error[0] || g->mig_current) {
+            gpus[i].uuid[0] = '\0'; /* a fresh window when it is back */
+            continue;
+        }
+        unsigned long long now = realtime_us();
+        if (strcmp(gpus[i].uuid, g->uuid) != 0) {
+            gs_strlcpy(gpus[i].uuid, g->uuid, sizeof(gpus[i].uuid));
+            gs_util_window_init(&gpus[i].w, now > interval_us ? now - interval_us : 0);
+            gpus[i].said = 0;
+        }
+        unsigned n = 0;
+        int rc = gpu_process_util(a->node, i, gpus[i].w.last_seen_us, raw, GS_PODUTIL_MAX_SAMPLES, &n);
+        if (rc == -ENOENT) /* no sample since: nothing ran */
+            rc = 0, n = 0;
+        if (rc < 0) {
+            say(i, g->uuid, rc, n);
+            if (rc == -ENOBUFS) /* skipped: the next interval starts now */
+                gs_util_window_init(&gpus[i].w, now);
+            continue;
+        }
+        if (gpus[i].said)
+            log_info("GPU %u (%s): per-process utilization read again", i, g->uuid);
+        gpus[i].said = 0;
+        for (unsigned k = 0; k < n; k++)
+            smp[k] = (struct gs_util_sample){ raw[k].pid, raw[k].sm, raw[k].ts_us };
+        struct gpu_interval *v = &iv[n_iv++];
+        v->gpu = i;
+        v->uuid = g->uuid;
+        v->n = gs_util_fold(&gpus[i].w, smp, n, now, v->pu, MAX_PIDS);
+        for (unsigned k = 0; k < v->n; k++) {
+            v->owners[k] = (struct gs_util_owner){ .pid = v->pu[k].pid };
+            v->owners[k].in_pod = in_pod(a->o->proc_root, v->pu[k].pid);
+        }
+        if (a->o->guard_root && a->o->guard_root[0])
+            guard_region_owners(a->o->guard_root, a->o->proc_root, v->owners, v->n);
+    }
+    struct attribution at = { &a->plan, iv, n_iv };
+    if (iv && raw && smp)
+        agent_shared_with_counters(&a->shared, attribute, &at);
+    free(iv);
+    free(raw);
+    free(smp);
+}
