@@ -62,7 +62,7 @@ static void say(unsigned i, const char *uuid, int rc, unsigned n) {
     gpus[i].said = rc;
     if (rc == -EOPNOTSUPP)
         log_info("GPU %u (%s): NVML has no per-process utilization (MIG mode, or not supported): no per-pod "
-                 "utilization for it", i, uuid);
+                 "utilization for it or its MIG devices", i, uuid);
     else if (rc == -ENOBUFS)
         log_warn("GPU %u (%s): %u per-process utilization samples in one interval, more than %d: interval "
                  "dropped (shorten --pod-attribution-interval-ms)", i, uuid, n, GS_PODUTIL_MAX_SAMPLES);
@@ -96,16 +96,19 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
         const struct gs_gpu *g = &a->inv->gpus[i];
         if (g->lost || g->error[0] || g->mig_current) {
             gpus[i].uuid[0] = '\0'; /* a fresh window when it is back */
+            if (g->mig_current) /* the driver has no per-process utilization under MIG */
+                say(i, g->uuid, -EOPNOTSUPP, 0);
             continue;
         }
-        unsigned long long now = realtime_us();
         if (strcmp(gpus[i].uuid, g->uuid) != 0) {
+            unsigned long long t = realtime_us();
             gs_strlcpy(gpus[i].uuid, g->uuid, sizeof(gpus[i].uuid));
-            gs_util_window_init(&gpus[i].w, now > interval_us ? now - interval_us : 0);
+            gs_util_window_init(&gpus[i].w, t > interval_us ? t - interval_us : 0);
             gpus[i].said = 0;
         }
         unsigned n = 0;
         int rc = gpu_process_util(a->node, i, gpus[i].w.last_seen_us, raw, GS_PODUTIL_MAX_SAMPLES, &n);
+        unsigned long long now = realtime_us(); /* after the read: every period it returned is complete by now */
         if (rc == -ENOENT) /* no sample since: nothing ran */
             rc = 0, n = 0;
         if (rc < 0) {
