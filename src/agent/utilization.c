@@ -12,6 +12,7 @@
 #include "agent/state.h"
 #include "core/podutil.h"
 #include "gpu/gpu.h"
+#include "kubelet/plugindir.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -33,10 +34,19 @@ struct gpu_interval {
     struct gs_util_owner owners[MAX_PIDS];
 };
 
+/* The devices the kubelet's checkpoint assigns to pods by UID (those of our resources only). */
+#define MAX_UID_DEVICES GS_METRICS_MAX_POD_DEVICES
+struct uid_devices {
+    const struct gs_plan *plan;
+    struct gs_uid_device *d;
+    unsigned n;
+};
+
 struct attribution {
     const struct gs_plan *plan;
     const struct gpu_interval *iv;
     unsigned n;
+    const struct uid_devices *ck;
 };
 
 static void attribute(struct gs_metrics_counters *c, void *ctx) {
@@ -44,8 +54,8 @@ static void attribute(struct gs_metrics_counters *c, void *ctx) {
     c->n_pod_util = 0;
     for (unsigned i = 0; i < at->n; i++) {
         const struct gpu_interval *v = &at->iv[i];
-        gs_podutil_attribute(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, c->pod_util,
-                             GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
+        gs_podutil_attribute(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, at->ck->d, at->ck->n,
+                             c->pod_util, GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
     }
 }
 
@@ -71,14 +81,46 @@ static void say(unsigned i, const char *uuid, int rc, unsigned n) {
                  strerror(-rc));
 }
 
-/* Whether PROC_ROOT/PID/cgroup places the process in a pod. */
-static bool in_pod(const char *proc_root, unsigned pid) {
+/* Whether PROC_ROOT/PID/cgroup places the process in a pod, and the pod's UID. */
+static void cgroup_of(const char *proc_root, struct gs_util_owner *o) {
     char path[PATH_MAX];
     _cleanup_free_ char *text = NULL;
-    if (snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, pid) >= (int)sizeof(path) ||
+    if (snprintf(path, sizeof(path), "%s/%u/cgroup", proc_root, o->pid) >= (int)sizeof(path) ||
         gs_read_file(path, 1 << 16, &text, NULL) < 0)
-        return false;
-    return gs_cgroup_in_pod(text);
+        return;
+    o->in_pod = gs_cgroup_in_pod(text);
+    gs_cgroup_pod_uid(text, o->pod_uid);
+}
+
+
+static void add_uid_device(const char *uid, const char *container, const char *resource, const char *id, void *ctx) {
+    struct uid_devices *u = ctx;
+    const struct gs_resource *r = gs_plan_resource(u->plan, resource);
+    if (u->n == MAX_UID_DEVICES || !r || !gs_resource_device(r, id))
+        return;
+    struct gs_uid_device *d = &u->d[u->n];
+    if (gs_strlcpy(d->uid, uid, sizeof(d->uid)) < 0 || gs_strlcpy(d->container, container, sizeof(d->container)) < 0 ||
+        gs_strlcpy(d->resource, resource, sizeof(d->resource)) < 0 || gs_strlcpy(d->device, id, sizeof(d->device)) < 0)
+        return;
+    u->n++;
+}
+
+static void read_checkpoint(struct agent *a, struct uid_devices *u) {
+    static char said[256];
+    char path[PATH_MAX], err[256] = "";
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    if (!a->o->kubelet_dir || snprintf(path, sizeof(path), "%s/" GS_KL_CHECKPOINT_NAME, a->o->kubelet_dir) >= (int)sizeof(path))
+        return;
+    int r = gs_read_file_ex(path, GS_KL_CHECKPOINT_MAX, 0, &text, &len, NULL, 0);
+    if (r == 0 && gs_kl_checkpoint_pods(text, len, add_uid_device, u, err, sizeof(err)) < 0)
+        r = -EINVAL;
+    else if (r < 0 && r != -ENOENT)
+        snprintf(err, sizeof(err), "%s", strerror(-r));
+    if (err[0] && strcmp(err, said) != 0)
+        log_warn("Per-pod utilization: the kubelet's checkpoint %s: %s (processes are attributed without it)", path,
+                 err);
+    gs_strlcpy(said, err, sizeof(said));
 }
 
 void agent_pod_util_job(void *ctx, uint64_t now_ns) {
@@ -128,14 +170,18 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
         v->n = gs_util_fold(&gpus[i].w, smp, n, now, v->pu, MAX_PIDS);
         for (unsigned k = 0; k < v->n; k++) {
             v->owners[k] = (struct gs_util_owner){ .pid = v->pu[k].pid };
-            v->owners[k].in_pod = in_pod(a->o->proc_root, v->pu[k].pid);
+            cgroup_of(a->o->proc_root, &v->owners[k]);
         }
         if (a->o->guard_root && a->o->guard_root[0])
             guard_region_owners(a->o->guard_root, a->o->proc_root, v->owners, v->n);
     }
-    struct attribution at = { &a->plan, iv, n_iv };
+    struct uid_devices ck = { &a->plan, n_iv ? calloc(MAX_UID_DEVICES, sizeof(*ck.d)) : NULL, 0 };
+    if (ck.d)
+        read_checkpoint(a, &ck);
+    struct attribution at = { &a->plan, iv, n_iv, &ck };
     if (iv && raw && smp)
         agent_shared_with_counters(&a->shared, attribute, &at);
+    free(ck.d);
     free(iv);
     free(raw);
     free(smp);

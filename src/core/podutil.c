@@ -1,6 +1,7 @@
 /* podutil.c: per-process means of NVML's utilization samples and their pods (see podutil.h). */
 #include "core/podutil.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,19 +101,49 @@ static bool same_container(const struct gs_pod_device *a, const struct gs_pod_de
     return !strcmp(a->ns, b->ns) && !strcmp(a->pod, b->pod) && !strcmp(a->container, b->container);
 }
 
+/* The device of plan `resource`/`id` if it is of GPU gpu (not one of its MIG devices). */
+static bool on_gpu(const struct gs_plan *plan, const char *resource, const char *id, unsigned gpu) {
+    const struct gs_resource *r = gs_plan_resource(plan, resource);
+    const struct gs_device *d = r ? gs_resource_device(r, id) : NULL;
+    return d && d->gpu == gpu && !gs_device_is_mig(d);
+}
+
+/* Rule 2 of gs_podutil_attribute: pod UID uid's container on GPU gpu, into *tmp (its container
+ * "" when several); NULL when the checkpoint names none of uid's devices on it. */
+static const struct gs_pod_device *by_uid(const struct gs_plan *plan, const struct gs_metrics_counters *c,
+                                          const char *uid, unsigned gpu, const struct gs_uid_device *ck,
+                                          unsigned n_ck, struct gs_pod_device *tmp) {
+    const struct gs_pod_device *found = NULL;
+    bool several = false;
+    for (unsigned i = 0; i < n_ck; i++) {
+        if (strcmp(ck[i].uid, uid) != 0 || !on_gpu(plan, ck[i].resource, ck[i].device, gpu))
+            continue;
+        const struct gs_pod_device *pd = gs_metrics_pod_of(c, ck[i].resource, ck[i].device);
+        if (!pd || strcmp(pd->container, ck[i].container) != 0)
+            continue; /* PodResources does not (or no longer) say the same */
+        if (!found)
+            found = pd;
+        else if (!same_container(found, pd))
+            several = true;
+    }
+    if (!found || !several)
+        return found;
+    *tmp = *found;
+    tmp->container[0] = '\0';
+    return tmp;
+}
+
 void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
                           const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
-                          const struct gs_util_owner *owners, unsigned n_owners, struct gs_pod_util *out,
-                          unsigned max, unsigned *n) {
+                          const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
+                          unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n) {
     unsigned first = *n;
     /* The containers that hold a device of this GPU (not one of its MIG devices). */
     const struct gs_pod_device *only = NULL;
     bool several = false;
     for (unsigned i = 0; c->pods_known && i < c->n_pod_devices; i++) {
         const struct gs_pod_device *pd = &c->pod_devices[i];
-        const struct gs_resource *r = gs_plan_resource(plan, pd->resource);
-        const struct gs_device *d = r ? gs_resource_device(r, pd->device) : NULL;
-        if (!d || d->gpu != gpu || gs_device_is_mig(d))
+        if (!on_gpu(plan, pd->resource, pd->device, gpu))
             continue;
         entry(pd, gpu, uuid, out, first, max, n);
         if (!only)
@@ -126,7 +157,10 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
         for (unsigned k = 0; k < n_owners && !o; k++)
             if (owners[k].pid == pu[i].pid)
                 o = &owners[k];
+        struct gs_pod_device tmp;
         const struct gs_pod_device *pd = o && o->device[0] ? gs_metrics_pod_of(c, o->resource, o->device) : NULL;
+        if (!pd && o && o->pod_uid[0])
+            pd = by_uid(plan, c, o->pod_uid, gpu, ck, n_ck, &tmp);
         if (!pd && o && o->in_pod && !several)
             pd = only;
         struct gs_pod_util *u = pd ? entry(pd, gpu, uuid, out, first, max, n) : none;
@@ -143,4 +177,30 @@ bool gs_cgroup_in_pod(const char *text) {
             return true;
     }
     return false;
+}
+
+int gs_cgroup_pod_uid(const char *text, char uid[GS_POD_UID_MAX]) {
+    uid[0] = '\0';
+    if (!gs_cgroup_in_pod(text))
+        return -ENOENT;
+    /* The component after a kubepods one that starts with "pod" (cgroupfs), or the last
+     * "-pod" of a kubepods systemd slice name. */
+    for (const char *p = text; (p = strstr(p, "pod")) != NULL; p += 3) {
+        char before = p > text ? p[-1] : '\0';
+        bool cgroupfs = before == '/';
+        if (!cgroupfs && before != '-')
+            continue;
+        const char *q = p + 3;
+        size_t k = 0;
+        while (k + 1 < GS_POD_UID_MAX && ((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || *q == '-' || *q == '_')) {
+            uid[k++] = *q == '_' ? '-' : *q;
+            q++;
+        }
+        uid[k] = '\0';
+        bool end = cgroupfs ? (*q == '/' || *q == '\n' || *q == '\0') : !strncmp(q, ".slice", 6);
+        if (k >= 32 && end) /* a UID: 32 hex digits and 4 dashes */
+            return 0;
+        uid[0] = '\0';
+    }
+    return -ENOENT;
 }

@@ -49,27 +49,48 @@ void gs_util_window_init(struct gs_util_window *w, unsigned long long start_us);
 unsigned gs_util_fold(struct gs_util_window *w, const struct gs_util_sample *s, unsigned n, unsigned long long now_us,
                       struct gs_proc_util *out, unsigned max);
 
+#define GS_POD_UID_MAX 40
+
 /* How a process was tied to a container's allocation. */
 struct gs_util_owner {
     unsigned pid;
     char resource[GS_RESOURCE_NAME_MAX]; /* the allocation it belongs to ("" none): a guarded */
     char device[GS_DEVICE_ID_MAX];       /* allocation whose counters region it maps */
     bool in_pod;                         /* its cgroup is a Kubernetes pod's (kubepods) */
+    char pod_uid[GS_POD_UID_MAX];        /* that pod's UID from the cgroup path ("" unknown) */
+};
+
+/* A device the kubelet's checkpoint (device-plugins/kubelet_internal_checkpoint) assigns to a
+ * container of a pod known by UID. */
+struct gs_uid_device {
+    char uid[GS_POD_UID_MAX];
+    char container[64];
+    char resource[GS_RESOURCE_NAME_MAX];
+    char device[GS_DEVICE_ID_MAX];
 };
 
 /* The entries of GPU `gpu` (its UUID) appended to out[*n..max): one per container that holds a
  * device of this GPU in PodResources (0 when its processes did not run), with the sum of its
  * processes' shares (at most 1), and one with empty namespace/pod/container for the processes no
- * container is known for. A process belongs to a container when it maps the counters region of
- * an allocation PodResources names for it, or, failing that, when it is in a pod's cgroup and one
- * container alone holds devices of the GPU. */
+ * container is known for. A process belongs to a container, in this order:
+ *   1. it maps the counters region of a guarded allocation PodResources names for the container;
+ *   2. its cgroup names pod UID U, and the checkpoint (ck) gives U's container that holds devices
+ *      of this GPU (PodResources gives the names: same container, resource and device); when
+ *      several of U's containers hold devices of the GPU, the pod's entry with container "";
+ *   3. it is in a pod's cgroup and one container alone holds devices of the GPU.
+ * Anything else (host processes, pods without a device of ours) goes to the no-pod entry. */
 void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
                           const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
-                          const struct gs_util_owner *owners, unsigned n_owners, struct gs_pod_util *out,
-                          unsigned max, unsigned *n);
+                          const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
+                          unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n);
 
 /* True if a /proc/PID/cgroup text places the process in a Kubernetes pod (a "kubepods" path
  * component: cgroupfs /kubepods/..., systemd kubepods.slice / kubepods-*.slice). */
 bool gs_cgroup_in_pod(const char *text);
+
+/* The pod UID of a /proc/PID/cgroup text in a pod: the "pod" + UID component under kubepods
+ * (cgroupfs: pod0a1b...-..., systemd: kubepods-QOS-pod0a1b..._....slice, underscores for dashes),
+ * written with dashes into uid. Returns 0, or -ENOENT when there is none. */
+int gs_cgroup_pod_uid(const char *text, char uid[GS_POD_UID_MAX]);
 
 #endif

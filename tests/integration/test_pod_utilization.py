@@ -21,6 +21,8 @@ import time
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from agent_harness import T4X2, h  # noqa: F401 (h: fixture)
 from podresources_emulator import PodResourcesEmulator
 from test_agent import GUARD_POLICY, _guard_dir_of, _mapper, _samples, _scrape, _write_region
@@ -218,8 +220,8 @@ def test_fractional_gpu(h):
 
 def _fake_proc(h, node, pods):
     """A /proc for the agent: the simulated node's proc entries, and for each pid a directory with
-    its maps (the real one) and a cgroup file: a pod's (kubepods) for pods[pid] true, else a host
-    service's."""
+    its maps (the real one) and a cgroup file: a pod's (kubepods, with pods[pid] as the pod's UID
+    when it is a string) for pods[pid] true, else a host service's."""
     fake = os.path.join(h.base, "proc")
     os.makedirs(fake)
     sim_proc = os.path.join(node.state, "root", "proc")
@@ -231,8 +233,9 @@ def _fake_proc(h, node, pods):
         os.makedirs(d)
         os.symlink(f"/proc/{pid}/maps", os.path.join(d, "maps"))
         with open(os.path.join(d, "cgroup"), "w") as f:
-            f.write("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_0000.slice/"
-                    "cri-containerd-0123456789abcdef.scope\n" if pod else "0::/system.slice/ollama.service\n")
+            uid = (pod if isinstance(pod, str) else "0a1b2c3d-0000-4000-8000-000000000000").replace("-", "_")
+            f.write("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
+                    "cri-containerd-0123456789abcdef.scope\n" % uid if pod else "0::/system.slice/ollama.service\n")
     return fake
 
 
@@ -260,6 +263,58 @@ def test_mps_gpu_held_by_one_container(h):
         pr.set([("sim", "solver", "mps-client", "nvidia.com/gpu", [f"{u[1]}::0"]),
                 ("sim", "other", "main", "nvidia.com/gpu", [f"{u[1]}::2"])])
         _expect(a, 1, {("sim", "solver", "mps-client"): 0.0, ("sim", "other", "main"): 0.0, ("", "", ""): 0.65})
+    finally:
+        procs.stop()
+        pr.stop()
+
+
+def _checkpoint(h, entries):
+    """The kubelet's device-plugin checkpoint: (pod UID, container, resource, [ids]) entries."""
+    data = {"Data": {"PodDeviceEntries": [
+        {"PodUID": uid, "ContainerName": ctr, "ResourceName": res, "DeviceIDs": {"-1": ids}, "AllocResp": ""}
+        for uid, ctr, res, ids in entries], "RegisteredDevices": {}}, "Checksum": 0}
+    with open(os.path.join(h.kdir, "kubelet_internal_checkpoint"), "w") as f:
+        json.dump(data, f)
+
+
+UID_A, UID_B = "6f1d2c3b-0000-4000-8000-00000000000a", "6f1d2c3b-0000-4000-8000-00000000000b"
+
+
+@pytest.mark.parametrize("mode", ["time-slicing", "mps"])
+def test_shared_gpu_without_the_guard_by_pod_uid(h, mode):
+    """Two pods on one GPU and no guard: each process's pod UID (its cgroup) and the kubelet's
+    checkpoint (UID -> container -> devices) say whose it is."""
+    node = h.node(T4X2)
+    u = node.uuids()
+    node.inspect()
+    procs = Procs()
+    pa1, pa2, pb, host = procs.sleeper(), procs.sleeper(), procs.sleeper(), procs.sleeper()
+    fake = _fake_proc(h, node, {pa1: UID_A, pa2: UID_A, pb: UID_B, host: False})
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        dev_a, dev_b = [f"{u[0]}::0"], [f"{u[0]}::1"]
+        pr.set([("team", "a", "train", "nvidia.com/gpu", dev_a), ("team", "b", "serve", "nvidia.com/gpu", dev_b)])
+        _checkpoint(h, [(UID_A, "train", "nvidia.com/gpu", dev_a), (UID_B, "serve", "nvidia.com/gpu", dev_b)])
+        if mode == "mps":
+            policy = (f"version: v1\nflags:\n  mpsRoot: {os.path.join(h.base, 'mps')}\nsharing:\n  mps:\n"
+                      "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+            extra = ["--mps-control", FAKE_MPS]
+        else:
+            policy, extra = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                             "    - name: nvidia.com/gpu\n      replicas: 4\n"), []
+        a = _agent(h, node, policy, pr, ["--proc-root", fake, *extra])
+        a.wait_resources(["nvidia.com/gpu"])
+        h.kubelet.allocate("nvidia.com/gpu", dev_a)
+        h.kubelet.allocate("nvidia.com/gpu", dev_b)
+        _run(node, pa1, 0, "15")
+        _run(node, pa2, 0, "50,0")   # 25 %
+        _run(node, pb, 0, "35")
+        _run(node, host, 0, "5")
+        text = _expect(a, 0, {("team", "a", "train"): 0.40, ("team", "b", "serve"): 0.35, ("", "", ""): 0.05})
+        assert abs(sum(_series(text, 0).values()) - 0.80) <= 2 * TOL
+        # without the checkpoint the two pods cannot be told apart: neither gets the other's
+        os.unlink(os.path.join(h.kdir, "kubelet_internal_checkpoint"))
+        _expect(a, 0, {("team", "a", "train"): 0.0, ("team", "b", "serve"): 0.0, ("", "", ""): 0.80})
     finally:
         procs.stop()
         pr.stop()

@@ -4,6 +4,7 @@
  * from one process's samples; the attribution of processes to containers (guarded allocation,
  * the only holder of a GPU, no pod), the sum over a GPU's entries equal to its processes'; the
  * kubepods cgroup test; and the metric's text. */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -141,7 +142,7 @@ static void test_attribution(void **state) {
     memcpy(ow[2].device, d[1], sizeof(d[1]));
     static struct gs_pod_util out[64];
     unsigned n = 0;
-    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, out, 64, &n);
+    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, NULL, 0, out, 64, &n);
     assert_int_equal(n, 4); /* a, b, idle, no pod */
     assert_true(fabs(ratio_of(out, n, "a", "main") - 0.3) < 1e-9);
     assert_true(fabs(ratio_of(out, n, "b", "main") - 0.25) < 1e-9);
@@ -158,7 +159,7 @@ static void test_attribution(void **state) {
     /* GPU 1, held by one container alone: a process in a pod's cgroup is its; a host process not. */
     struct gs_proc_util pu1[] = { { 7, 0.6 }, { 8, 0.3 } };
     struct gs_util_owner ow1[] = { { .pid = 7, .in_pod = true }, { .pid = 8 } };
-    gs_podutil_attribute(&pl.plan, c, 1, inv->gpus[1].uuid, pu1, 2, ow1, 2, out, 64, &n);
+    gs_podutil_attribute(&pl.plan, c, 1, inv->gpus[1].uuid, pu1, 2, ow1, 2, NULL, 0, out, 64, &n);
     assert_int_equal(n, 6);
     assert_true(fabs(out[4].ratio - 0.6) < 1e-9 && !strcmp(out[4].pod, "solo"));
     assert_true(fabs(out[5].ratio - 0.3) < 1e-9 && !out[5].pod[0] && out[5].gpu == 1);
@@ -166,13 +167,45 @@ static void test_attribution(void **state) {
     /* PodResources not known: everything is no pod's. A full output drops entries, never overflows. */
     c->pods_known = false;
     n = 0;
-    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, out, 64, &n);
+    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, NULL, 0, out, 64, &n);
     assert_int_equal(n, 1);
     assert_true(fabs(out[0].ratio - 0.75) < 1e-9);
     c->pods_known = true;
     n = 62;
-    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, out, 64, &n);
+    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu, 5, ow, 5, NULL, 0, out, 64, &n);
     assert_int_equal(n, 64);
+
+    /* By pod UID (the checkpoint): pod b's UID on GPU 0, shared with others; a UID with two
+     * containers on the GPU: the pod's entry with container ""; a UID the checkpoint says holds a
+     * device PodResources gives another container: not trusted. */
+    struct gs_uid_device ck[4] = {
+        { "0a1b2c3d-0000-4000-8000-00000000000b", "main", "nvidia.com/gpu", "" },
+        { "0a1b2c3d-0000-4000-8000-00000000000c", "main", "nvidia.com/gpu", "" },
+        { "0a1b2c3d-0000-4000-8000-00000000000c", "side", "nvidia.com/gpu", "" },
+        { "0a1b2c3d-0000-4000-8000-00000000000d", "main", "nvidia.com/gpu", "" },
+    };
+    memcpy(ck[0].device, d[1], sizeof(d[1]));
+    memcpy(ck[1].device, d[0], sizeof(d[0]));
+    memcpy(ck[2].device, d[2], sizeof(d[2]));
+    memcpy(ck[3].device, d[3], sizeof(d[3])); /* GPU 1's */
+    c->pod_devices[2] = (struct gs_pod_device){ "ml", "a", "side", "nvidia.com/gpu", "" };
+    memcpy(c->pod_devices[2].device, d[2], sizeof(d[2]));
+    struct gs_proc_util pu2[] = { { 11, 0.1 }, { 12, 0.2 }, { 13, 0.05 }, { 14, 0.3 } };
+    struct gs_util_owner ow2[4] = { { .pid = 11, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-00000000000b" },
+                                    { .pid = 12, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-00000000000c" },
+                                    { .pid = 13, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-00000000000d" },
+                                    { .pid = 14, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-0000000000ff" } };
+    n = 0;
+    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu2, 4, ow2, 4, ck, 4, out, 64, &n);
+    assert_true(fabs(ratio_of(out, n, "b", "main") - 0.1) < 1e-9);
+    assert_true(fabs(ratio_of(out, n, "a", "") - 0.2) < 1e-9);      /* a/main and a/side both on GPU 0 */
+    assert_true(ratio_of(out, n, "a", "main") == 0 && ratio_of(out, n, "a", "side") == 0);
+    assert_true(fabs(ratio_of(out, n, "", "") - 0.35) < 1e-9);      /* 13: its pod holds GPU 1 only; 14: unknown */
+    c->pod_devices[2] = (struct gs_pod_device){ "ml", "idle", "main", "nvidia.com/gpu", "" };
+    memcpy(c->pod_devices[2].device, d[2], sizeof(d[2]));
+    n = 0;
+    gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu2, 4, ow2, 4, ck, 4, out, 64, &n);
+    assert_true(fabs(ratio_of(out, n, "a", "main") - 0.2) < 1e-9);  /* c's "side" is idle/main's: not c's */
 
     /* The metric's text. */
     c->n_pod_util = 2;
@@ -209,6 +242,18 @@ static void test_cgroup_in_pod(void **state) {
     assert_false(gs_cgroup_in_pod("0::/system.slice/notkubepods/x\n"));
     assert_false(gs_cgroup_in_pod("0::/system.slice/kubepodsx\n"));
     assert_false(gs_cgroup_in_pod(""));
+    char uid[GS_POD_UID_MAX];
+    assert_int_equal(gs_cgroup_pod_uid("0::/kubepods/burstable/pod0a1b2c3d-0000-4000-8000-00000000000b/abc\n", uid), 0);
+    assert_string_equal(uid, "0a1b2c3d-0000-4000-8000-00000000000b");
+    assert_int_equal(gs_cgroup_pod_uid("0::/kubepods/pod0a1b2c3d-0000-4000-8000-00000000000b/abc\n", uid), 0);
+    assert_string_equal(uid, "0a1b2c3d-0000-4000-8000-00000000000b");
+    assert_int_equal(gs_cgroup_pod_uid("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-"
+                                       "pod0a1b2c3d_0000_4000_8000_00000000000b.slice/cri-containerd-abc.scope\n", uid), 0);
+    assert_string_equal(uid, "0a1b2c3d-0000-4000-8000-00000000000b");
+    assert_int_equal(gs_cgroup_pod_uid("0::/kubepods/burstable/podxyz/abc\n", uid), -ENOENT);
+    assert_string_equal(uid, "");
+    assert_int_equal(gs_cgroup_pod_uid("0::/system.slice/pod0a1b2c3d-0000-4000-8000-00000000000b/x\n", uid), -ENOENT);
+    assert_int_equal(gs_cgroup_pod_uid("0::/kubepods/burstable/pod0a1b2c3d-0000-4000-8000-00000000000b0a1b2c3d\n", uid), -ENOENT);
 }
 
 int main(void) {
