@@ -161,8 +161,8 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
         const struct gs_pod_device *pd = o && o->device[0] ? gs_metrics_pod_of(c, o->resource, o->device) : NULL;
         if (!pd && o && o->pod_uid[0])
             pd = by_uid(plan, c, o->pod_uid, gpu, ck, n_ck, &tmp);
-        if (!pd && o && o->in_pod && !several)
-            pd = only;
+        if (!pd && o && o->in_pod && !several && !(o->pod_uid[0] && n_ck))
+            pd = only; /* its pod is not known from the checkpoint: the only holder's */
         struct gs_pod_util *u = pd ? entry(pd, gpu, uuid, out, first, max, n) : none;
         if (u)
             u->ratio = u->ratio + pu[i].ratio > 1 ? 1 : u->ratio + pu[i].ratio;

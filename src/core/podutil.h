@@ -77,7 +77,8 @@ struct gs_uid_device {
  *   2. its cgroup names pod UID U, and the checkpoint (ck) gives U's container that holds devices
  *      of this GPU (PodResources gives the names: same container, resource and device); when
  *      several of U's containers hold devices of the GPU, the pod's entry with container "";
- *   3. it is in a pod's cgroup and one container alone holds devices of the GPU.
+ *   3. it is in a pod's cgroup, one container alone holds devices of the GPU, and its pod is not
+ *      known from the checkpoint (no UID in its cgroup, or no checkpoint: n_ck 0).
  * Anything else (host processes, pods without a device of ours) goes to the no-pod entry. */
 void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
                           const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,

@@ -206,6 +206,15 @@ static void test_attribution(void **state) {
     n = 0;
     gs_podutil_attribute(&pl.plan, c, 0, inv->gpus[0].uuid, pu2, 4, ow2, 4, ck, 4, out, 64, &n);
     assert_true(fabs(ratio_of(out, n, "a", "main") - 0.2) < 1e-9);  /* c's "side" is idle/main's: not c's */
+    /* GPU 1, held by "solo" alone: a process whose pod the checkpoint places elsewhere is not its */
+    struct gs_proc_util pu3[] = { { 21, 0.4 }, { 22, 0.1 } };
+    struct gs_util_owner ow3[2] = { { .pid = 21, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-00000000000b" },
+                                    { .pid = 22, .in_pod = true, .pod_uid = "0a1b2c3d-0000-4000-8000-00000000000d" } };
+    n = 0;
+    gs_podutil_attribute(&pl.plan, c, 1, inv->gpus[1].uuid, pu3, 2, ow3, 2, ck, 4, out, 64, &n);
+    assert_true(fabs(ratio_of(out, n, "", "") - 0.5) < 1e-9); /* 21 and 22 */
+    /* 22: UID d, whose container the checkpoint gives on GPU 1, but PodResources names "solo" there */
+    assert_true(fabs(ratio_of(out, n, "solo", "srv") - 0.0) < 1e-9);
 
     /* The metric's text. */
     c->n_pod_util = 2;
