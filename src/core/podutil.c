@@ -53,12 +53,12 @@ unsigned gs_util_fold(struct gs_util_window *w, const struct gs_util_sample *in,
     unsigned long long end = ts[m - 1], distinct = 1;
     for (unsigned i = 1; i < m; i++)
         distinct += ts[i] != ts[i - 1];
-    /* The periods complete at the read since the interval's start. */
+    /* The periods complete at the read since the interval's start, once the period is known
+     * (processes' samples of one period need not share a timestamp); before, the timestamps. */
     unsigned long long periods = distinct, next = end;
-    if (w->period_us && now_us > w->start_us) {
-        unsigned long long spanned = (now_us - w->start_us) / w->period_us;
-        if (spanned > periods)
-            periods = spanned;
+    if (w->period_us) {
+        unsigned long long spanned = now_us > w->start_us ? (now_us - w->start_us) / w->period_us : 0;
+        periods = spanned ? spanned : 1;
         if (w->start_us + spanned * w->period_us > next)
             next = w->start_us + spanned * w->period_us;
     }

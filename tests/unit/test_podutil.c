@@ -81,6 +81,26 @@ static void test_fold_means_over_periods(void **state) {
         assert_true(pu[i].ratio <= 1.0);
 }
 
+/* Processes' samples of one period a few microseconds apart (a driver that stamps each process
+ * when it reads it): the periods are those of the interval, not the timestamps. */
+static void test_fold_jittered_timestamps(void **state) {
+    (void)state;
+    static struct gs_util_sample s[64];
+    struct gs_proc_util pu[4];
+    struct gs_util_window w;
+    gs_util_window_init(&w, T0);
+    unsigned n = 0;
+    for (unsigned k = 1; k <= 10; k++) {
+        s[n++] = (struct gs_util_sample){ 1, 40, T0 + k * P };
+        s[n++] = (struct gs_util_sample){ 2, 30, T0 + k * P + 7 };
+    }
+    unsigned m = gs_util_fold(&w, s, n, T0 + 10 * P + 100, pu, 4);
+    assert_int_equal(m, 2);
+    assert_int_equal(w.period_us, P);
+    assert_true(fabs(find(pu, m, 1)->ratio - 0.40) < 1e-9);
+    assert_true(fabs(find(pu, m, 2)->ratio - 0.30) < 1e-9);
+}
+
 /* Before the period is known (one sample per process) the periods are the timestamps seen. */
 static void test_fold_period_unknown(void **state) {
     (void)state;
@@ -268,6 +288,7 @@ static void test_cgroup_in_pod(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fold_means_over_periods),
+        cmocka_unit_test(test_fold_jittered_timestamps),
         cmocka_unit_test(test_fold_period_unknown),
         cmocka_unit_test(test_attribution),
         cmocka_unit_test(test_cgroup_in_pod),
