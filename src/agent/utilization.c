@@ -179,7 +179,7 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
     if (ck.d)
         read_checkpoint(a, &ck);
     struct attribution at = { &a->plan, iv, n_iv, &ck };
-    if (iv && raw && smp)
+    if ((iv || !n_gpus) && raw && smp) /* no GPU any more: no entry either */
         agent_shared_with_counters(&a->shared, attribute, &at);
     free(ck.d);
     free(iv);
