@@ -8,7 +8,7 @@
 #include "util/util.h"
 
 /* Every NVML function of the library that reads or changes the node, in the library's spelling.
- * nvmlInit*, nvmlShutdown, nvmlErrorString and nvmlEventSetFree are not in it. test_simfaults
+ * nvmlInit*, nvmlShutdown, nvmlErrorString, nvmlEventSetFree and nvmlGpmSampleAlloc/Free are not in it. test_simfaults
  * checks that the library exports each of them. */
 static const char *const functions[] = {
     "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion_v2",
@@ -32,7 +32,8 @@ static const char *const functions[] = {
     "nvmlDeviceGetAttributes_v2", "nvmlEventSetCreate", "nvmlDeviceGetSupportedEventTypes",
     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion",
-    "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
 };
 
 /* Older names whose calls run the newer function: one function, one counter. */

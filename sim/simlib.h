@@ -11,6 +11,7 @@
  * topology.c  PCIe topology between GPUs, NVLink
  * root.c      the node's root (proc, dev, sys, the stand-in driver root); ldcache_write.c its
  *             linker cache
+ * util.c      per-process utilization; gpm.c GPU performance monitoring (per GPU instance)
  * ctl.c       the gpusliceSim* controls (simctl.h)
  * sim_state.c the shared state file; faults.c the fault schedule's parser */
 #ifndef GS_SIM_SIMLIB_H
