@@ -12,11 +12,11 @@
 #include "simlib.h"
 
 #define GPM_MAGIC 0x47504d53u
-#define GPM_METRIC_GRAPHICS_UTIL 1
 #define GPM_METRIC_SM_UTIL 2
 #define GPM_MAX_PERIODS 100000ULL /* the newest periods between two samples looked at */
 
-struct sim_gpm_sample {
+/* What an nvmlGpmSample_t points to here. */
+struct nvmlGpmSample_st {
     unsigned magic;
     bool taken;
     unsigned gpu;
@@ -24,30 +24,18 @@ struct sim_gpm_sample {
     unsigned long long ts_us;
 };
 
-typedef struct {
-    unsigned int metricId;
-    nvmlReturn_t nvmlReturn;
-    double value;
-    struct {
-        char *shortName, *longName, *unit;
-    } metricInfo;
-} sim_nvmlGpmMetric_t;
-
+/* nvmlGpmMetricsGet_t with the caller's array, of whatever size its header gives (numMetrics used). */
 typedef struct {
     unsigned int version, numMetrics;
-    struct sim_gpm_sample *sample1, *sample2;
-    sim_nvmlGpmMetric_t metrics[]; /* numMetrics used (the header's array is larger) */
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[];
 } sim_nvmlGpmMetricsGet_t;
-
-typedef struct {
-    unsigned int version, isSupportedDevice;
-} sim_nvmlGpmSupport_t;
 
 static bool supported(const struct sim_gpu *g) {
     return g->model->arch >= GS_ARCH_HOPPER;
 }
 
-EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, sim_nvmlGpmSupport_t *s) {
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *s) {
     READ_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = with_out(resolve_device(d, &ref), s);
@@ -58,7 +46,7 @@ EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, sim_nvmlGpmSupport
     READ_END(r);
 }
 
-EXPORT nvmlReturn_t nvmlGpmSampleAlloc(struct sim_gpm_sample **s) {
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(struct nvmlGpmSample_st **s) {
     if (!s)
         return NVML_ERROR_INVALID_ARGUMENT;
     *s = calloc(1, sizeof(**s));
@@ -68,7 +56,7 @@ EXPORT nvmlReturn_t nvmlGpmSampleAlloc(struct sim_gpm_sample **s) {
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlGpmSampleFree(struct sim_gpm_sample *s) {
+EXPORT nvmlReturn_t nvmlGpmSampleFree(struct nvmlGpmSample_st *s) {
     if (!s || s->magic != GPM_MAGIC)
         return NVML_ERROR_INVALID_ARGUMENT;
     s->magic = 0;
@@ -77,16 +65,16 @@ EXPORT nvmlReturn_t nvmlGpmSampleFree(struct sim_gpm_sample *s) {
 }
 
 /* Takes sample s of GPU ref (gi -1) or of its GPU instance gi. */
-static nvmlReturn_t take(const struct dev_ref *ref, int gi, struct sim_gpm_sample *s) {
+static nvmlReturn_t take(const struct dev_ref *ref, int gi, struct nvmlGpmSample_st *s) {
     if (!s || s->magic != GPM_MAGIC)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (!supported(ref->gpu))
         return NVML_ERROR_NOT_SUPPORTED;
-    *s = (struct sim_gpm_sample){ GPM_MAGIC, true, ref->index, gi, sim_now_us() };
+    *s = (struct nvmlGpmSample_st){ GPM_MAGIC, true, ref->index, gi, sim_now_us() };
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, struct sim_gpm_sample *s) {
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, struct nvmlGpmSample_st *s) {
     READ_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_gpu(d, &ref);
@@ -95,7 +83,7 @@ EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, struct sim_gpm_sample *s) {
     READ_END(r);
 }
 
-EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned int gi, struct sim_gpm_sample *s) {
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned int gi, struct nvmlGpmSample_st *s) {
     READ_BEGIN;
     struct dev_ref ref;
     nvmlReturn_t r = resolve_mig_gpu(d, &ref);
@@ -142,8 +130,8 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(sim_nvmlGpmMetricsGet_t *m) {
         r = NVML_ERROR_INVALID_ARGUMENT;
     static char gr[] = "GR_ENGINE_ACTIVE", sm[] = "SM_ACTIVE", pct[] = "%", none[] = "";
     for (unsigned i = 0; r == NVML_SUCCESS && i < m->numMetrics; i++) {
-        sim_nvmlGpmMetric_t *e = &m->metrics[i];
-        bool known = e->metricId == GPM_METRIC_GRAPHICS_UTIL || e->metricId == GPM_METRIC_SM_UTIL;
+        nvmlGpmMetric_t *e = &m->metrics[i];
+        bool known = e->metricId == NVML_GPM_METRIC_GRAPHICS_UTIL || e->metricId == GPM_METRIC_SM_UTIL;
         e->nvmlReturn = known ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
         e->value = known ? busy(&sim_st->gpus[m->sample1->gpu], m->sample1->gi, m->sample1->ts_us, m->sample2->ts_us)
                          : 0;

@@ -25,6 +25,21 @@ static struct {
     int said;               /* the last error logged (0: none) */
 } gpus[GS_MAX_GPUS];
 
+/* Per GPU instance of a GPU in MIG mode: the last GPM sample and the MIG device it was for. */
+static struct gi_state {
+    struct gpu_gpm_sample *sample;
+    char mig_uuid[GS_UUID_LEN];
+    bool seen;              /* in this pass */
+} gis[GS_MAX_GPUS][GS_MAX_GIS];
+
+/* One GPU instance's interval. */
+struct mig_interval {
+    unsigned gpu;
+    const char *uuid;
+    const struct gs_mig_device *m;
+    double ratio;
+};
+
 /* One GPU's interval, for the attribution under the shared lock. */
 struct gpu_interval {
     unsigned gpu;
@@ -47,6 +62,8 @@ struct attribution {
     const struct gpu_interval *iv;
     unsigned n;
     const struct uid_devices *ck;
+    const struct mig_interval *mig;
+    unsigned n_mig;
 };
 
 static void attribute(struct gs_metrics_counters *c, void *ctx) {
@@ -57,6 +74,52 @@ static void attribute(struct gs_metrics_counters *c, void *ctx) {
         gs_podutil_attribute(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, at->ck->d, at->ck->n,
                              c->pod_util, GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
     }
+    for (unsigned i = 0; i < at->n_mig; i++) {
+        const struct mig_interval *v = &at->mig[i];
+        gs_podutil_attribute_mig(at->plan, c, v->gpu, v->uuid, v->m, v->ratio, c->pod_util, GS_METRICS_MAX_POD_UTIL,
+                                 &c->n_pod_util);
+    }
+}
+
+/* GPU i in MIG mode: each GPU instance's GPM figure since the last pass, into mig[*n..). The
+ * first MIG device of each instance names it. Returns 0 or the -errno of the first failure. */
+static int sample_mig(struct agent *a, unsigned i, struct mig_interval *mig, unsigned *n) {
+    const struct gs_gpu *g = &a->inv->gpus[i];
+    int rc = 0;
+    for (unsigned k = 0; k < g->n_mig && rc == 0; k++) {
+        const struct gs_mig_device *m = &g->mig[k];
+        bool first = true;
+        for (unsigned j = 0; j < k && first; j++)
+            first = g->mig[j].gi_id != m->gi_id;
+        if (!first || m->gi_id >= GS_MAX_GIS)
+            continue;
+        struct gi_state *s = &gis[i][m->gi_id];
+        s->seen = true;
+        if (strcmp(s->mig_uuid, m->uuid) != 0) { /* another instance: start over */
+            gpu_gpm_free(a->node, s->sample);
+            s->sample = NULL;
+            gs_strlcpy(s->mig_uuid, m->uuid, sizeof(s->mig_uuid));
+        }
+        double pct = 0;
+        bool have = false;
+        rc = gpu_gpm_mig_util(a->node, i, m->gi_id, &s->sample, &pct, &have);
+        if (rc == 0 && have)
+            mig[(*n)++] = (struct mig_interval){ i, g->uuid, m, pct / 100.0 };
+    }
+    return rc;
+}
+
+/* Forgets the GPM samples of GPU instances not seen in this pass. */
+static void forget_gis(struct agent *a) {
+    for (unsigned i = 0; i < GS_MAX_GPUS; i++)
+        for (unsigned k = 0; k < GS_MAX_GIS; k++) {
+            if (!gis[i][k].seen && (gis[i][k].sample || gis[i][k].mig_uuid[0])) {
+                gpu_gpm_free(a->node, gis[i][k].sample);
+                gis[i][k].sample = NULL;
+                gis[i][k].mig_uuid[0] = '\0';
+            }
+            gis[i][k].seen = false;
+        }
 }
 
 static unsigned long long realtime_us(void) {
@@ -71,13 +134,13 @@ static void say(unsigned i, const char *uuid, int rc, unsigned n) {
         return;
     gpus[i].said = rc;
     if (rc == -EOPNOTSUPP)
-        log_info("GPU %u (%s): NVML has no per-process utilization (MIG mode, or not supported): no per-pod "
-                 "utilization for it or its MIG devices", i, uuid);
+        log_info("GPU %u (%s): NVML has no per-process utilization (in MIG mode: no GPM, which needs Hopper or newer): "
+                 "no per-pod utilization for it", i, uuid);
     else if (rc == -ENOBUFS)
         log_warn("GPU %u (%s): %u per-process utilization samples in one interval, more than %d: interval "
                  "dropped (shorten --pod-attribution-interval-ms)", i, uuid, n, GS_PODUTIL_MAX_SAMPLES);
     else
-        log_warn("GPU %u (%s): nvmlDeviceGetProcessUtilization: %s: no per-pod utilization for it", i, uuid,
+        log_warn("GPU %u (%s): reading its utilization samples: %s: no per-pod utilization for it", i, uuid,
                  strerror(-rc));
 }
 
@@ -132,14 +195,20 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
     struct gpu_interval *iv = n_gpus ? calloc(n_gpus, sizeof(*iv)) : NULL;
     struct gpu_util_sample *raw = malloc(GS_PODUTIL_MAX_SAMPLES * sizeof(*raw));
     struct gs_util_sample *smp = malloc(GS_PODUTIL_MAX_SAMPLES * sizeof(*smp));
-    unsigned n_iv = 0;
+    unsigned n_iv = 0, n_mig = 0;
+    struct mig_interval *mig = n_gpus ? calloc((size_t)n_gpus * GS_MAX_MIG_DEVICES, sizeof(*mig)) : NULL;
     unsigned long long interval_us = (unsigned long long)a->o->pod_attribution_ms * 1000ULL;
     for (unsigned i = 0; iv && raw && smp && i < n_gpus; i++) {
         const struct gs_gpu *g = &a->inv->gpus[i];
         if (g->lost || g->error[0] || g->mig_current) {
             gpus[i].uuid[0] = '\0'; /* a fresh window when it is back */
-            if (g->mig_current) /* the driver has no per-process utilization under MIG */
-                say(i, g->uuid, -EOPNOTSUPP, 0);
+            if (!g->lost && !g->error[0]) { /* MIG: no per-process utilization, GPM per GPU instance */
+                int rc = mig ? sample_mig(a, i, mig, &n_mig) : -ENOMEM;
+                if (rc < 0)
+                    say(i, g->uuid, rc, 0);
+                else
+                    gpus[i].said = 0;
+            }
             continue;
         }
         if (strcmp(gpus[i].uuid, g->uuid) != 0) {
@@ -178,10 +247,12 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
     struct uid_devices ck = { &a->plan, n_iv ? calloc(MAX_UID_DEVICES, sizeof(*ck.d)) : NULL, 0 };
     if (ck.d)
         read_checkpoint(a, &ck);
-    struct attribution at = { &a->plan, iv, n_iv, &ck };
+    forget_gis(a);
+    struct attribution at = { &a->plan, iv, n_iv, &ck, mig, n_mig };
     if ((iv || !n_gpus) && raw && smp) /* no GPU any more: no entry either */
         agent_shared_with_counters(&a->shared, attribute, &at);
     free(ck.d);
+    free(mig);
     free(iv);
     free(raw);
     free(smp);

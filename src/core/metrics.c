@@ -176,14 +176,18 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
             esc(pd->resource, e3, sizeof(e3)), esc(pd->device, e1, sizeof(e1)));
     }
     header(&o, "gpuslice_pod_gpu_utilization_ratio", "gauge",
-           "Share of the GPU's time a container's processes kept it busy, mean over the last sampling interval "
-           "(NVML per-process samples); empty namespace/pod/container: processes of no known container.");
+           "Share of the GPU's time (of the MIG device's, with mig_uuid) a container's processes kept it busy, mean "
+           "over the last sampling interval; empty namespace/pod/container: processes of no known container.");
     for (unsigned i = 0; i < c->n_pod_util; i++) {
         const struct gs_pod_util *u = &c->pod_util[i];
         char ns[128], pod[256], ctr[128];
-        put(&o, "gpuslice_pod_gpu_utilization_ratio{namespace=\"%s\",pod=\"%s\",container=\"%s\",gpu=\"%u\",UUID=\"%s\"} %.4f\n",
+        put(&o, "gpuslice_pod_gpu_utilization_ratio{namespace=\"%s\",pod=\"%s\",container=\"%s\",gpu=\"%u\",UUID=\"%s\"",
             esc(u->ns, ns, sizeof(ns)), esc(u->pod, pod, sizeof(pod)), esc(u->container, ctr, sizeof(ctr)), u->gpu,
-            esc(u->uuid, e1, sizeof(e1)), u->ratio);
+            esc(u->uuid, e1, sizeof(e1)));
+        if (u->mig_uuid[0])
+            put(&o, ",GPU_I_ID=\"%u\",GPU_I_PROFILE=\"%s\",mig_uuid=\"%s\"", u->gi_id, esc(u->profile, e2, sizeof(e2)),
+                esc(u->mig_uuid, e3, sizeof(e3)));
+        put(&o, "} %.4f\n", u->ratio);
     }
     header(&o, "gpuslice_mps_daemon_state", "gauge",
            "1 for the state the MPS control daemon of a GPU or MIG instance is in (running, starting, restarting, failed).");

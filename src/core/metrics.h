@@ -47,7 +47,10 @@ struct gs_pod_util {
     char ns[64], pod[128], container[64];
     unsigned gpu;                                  /* NVML index */
     char uuid[GS_UUID_LEN];
-    double ratio;                                  /* 0..1 */
+    double ratio;                                  /* 0..1: of the GPU's time, or of its GPU instance's */
+    char mig_uuid[GS_UUID_LEN];                    /* "" for a whole GPU; else the GPU instance's (first) */
+    unsigned gi_id;                                /* MIG device, its GPU instance's ID and profile */
+    char profile[GS_PROFILE_NAME_LEN + 16];
 };
 
 struct gs_metrics_counters {

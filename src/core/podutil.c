@@ -108,6 +108,31 @@ static bool on_gpu(const struct gs_plan *plan, const char *resource, const char 
     return d && d->gpu == gpu && !gs_device_is_mig(d);
 }
 
+/* Adds an entry (from out[*n] on) for every container that holds, in PodResources, a device of
+ * GPU gpu: one of the whole GPU (gi < 0: the GPU, a replica, a unit), or of its GPU instance gi
+ * (a MIG device or a replica of one). Returns the first such container (NULL: none); *several
+ * when there are others. */
+static const struct gs_pod_device *holders(const struct gs_plan *plan, const struct gs_metrics_counters *c,
+                                           unsigned gpu, int gi, const char *uuid, struct gs_pod_util *out,
+                                           unsigned max, unsigned *n, bool *several) {
+    unsigned first = *n;
+    const struct gs_pod_device *only = NULL;
+    *several = false;
+    for (unsigned i = 0; c->pods_known && i < c->n_pod_devices; i++) {
+        const struct gs_pod_device *pd = &c->pod_devices[i];
+        const struct gs_resource *r = gs_plan_resource(plan, pd->resource);
+        const struct gs_device *d = r ? gs_resource_device(r, pd->device) : NULL;
+        if (!d || d->gpu != gpu || gs_device_is_mig(d) != (gi >= 0) || (gi >= 0 && d->gi_id != (unsigned)gi))
+            continue;
+        entry(pd, gpu, uuid, out, first, max, n);
+        if (!only)
+            only = pd;
+        else if (!same_container(only, pd))
+            *several = true;
+    }
+    return only;
+}
+
 /* Rule 2 of gs_podutil_attribute: pod UID uid's container on GPU gpu, into *tmp (its container
  * "" when several); NULL when the checkpoint names none of uid's devices on it. */
 static const struct gs_pod_device *by_uid(const struct gs_plan *plan, const struct gs_metrics_counters *c,
@@ -138,19 +163,8 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
                           const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
                           unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n) {
     unsigned first = *n;
-    /* The containers that hold a device of this GPU (not one of its MIG devices). */
-    const struct gs_pod_device *only = NULL;
-    bool several = false;
-    for (unsigned i = 0; c->pods_known && i < c->n_pod_devices; i++) {
-        const struct gs_pod_device *pd = &c->pod_devices[i];
-        if (!on_gpu(plan, pd->resource, pd->device, gpu))
-            continue;
-        entry(pd, gpu, uuid, out, first, max, n);
-        if (!only)
-            only = pd;
-        else if (!same_container(only, pd))
-            several = true;
-    }
+    bool several;
+    const struct gs_pod_device *only = holders(plan, c, gpu, -1, uuid, out, max, n, &several);
     struct gs_pod_util *none = entry(NULL, gpu, uuid, out, first, max, n);
     for (unsigned i = 0; i < n_pu; i++) {
         const struct gs_util_owner *o = NULL;
@@ -166,6 +180,23 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
         struct gs_pod_util *u = pd ? entry(pd, gpu, uuid, out, first, max, n) : none;
         if (u)
             u->ratio = u->ratio + pu[i].ratio > 1 ? 1 : u->ratio + pu[i].ratio;
+    }
+}
+
+void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                              const char *uuid, const struct gs_mig_device *m, double ratio, struct gs_pod_util *out,
+                              unsigned max, unsigned *n) {
+    unsigned first = *n;
+    bool several;
+    const struct gs_pod_device *only = holders(plan, c, gpu, (int)m->gi_id, uuid, out, max, n, &several);
+    struct gs_pod_util *none = entry(NULL, gpu, uuid, out, first, max, n);
+    struct gs_pod_util *u = only && !several ? entry(only, gpu, uuid, out, first, max, n) : none;
+    if (u)
+        u->ratio = ratio < 0 ? 0 : ratio > 1 ? 1 : ratio;
+    for (unsigned i = first; i < *n; i++) {
+        snprintf(out[i].mig_uuid, sizeof(out[i].mig_uuid), "%s", m->uuid);
+        snprintf(out[i].profile, sizeof(out[i].profile), "%s", m->profile);
+        out[i].gi_id = m->gi_id;
     }
 }
 

@@ -85,6 +85,15 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
                           const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
                           unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n);
 
+/* The entries of MIG device m (the first of its GPU instance) of GPU `gpu`, whose GPU instance
+ * was busy `ratio` of the interval (NVML GPM: no per-process figure under MIG), appended to
+ * out[*n..max): one per container that holds a MIG device of that GPU instance (or a replica of
+ * one) in PodResources; when exactly one does, the ratio is its; else (none, or several that
+ * cannot be told apart) it goes to the instance's entry with empty namespace/pod/container. */
+void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                              const char *uuid, const struct gs_mig_device *m, double ratio, struct gs_pod_util *out,
+                              unsigned max, unsigned *n);
+
 /* True if a /proc/PID/cgroup text places the process in a Kubernetes pod (a "kubepods" path
  * component: cgroupfs /kubepods/..., systemd kubepods.slice / kubepods-*.slice). */
 bool gs_cgroup_in_pod(const char *text);

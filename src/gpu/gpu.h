@@ -44,6 +44,11 @@ struct nvml_api {
     nvmlReturn_t (*DeviceGetComputeRunningProcesses)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
     nvmlReturn_t (*DeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
                                                 unsigned long long);
+    nvmlReturn_t (*GpmQueryDeviceSupport)(nvmlDevice_t, nvmlGpmSupport_t *);
+    nvmlReturn_t (*GpmSampleAlloc)(nvmlGpmSample_t *);
+    nvmlReturn_t (*GpmSampleFree)(nvmlGpmSample_t);
+    nvmlReturn_t (*GpmMigSampleGet)(nvmlDevice_t, unsigned, nvmlGpmSample_t);
+    nvmlReturn_t (*GpmMetricsGet)(nvmlGpmMetricsGet_t *);
     nvmlReturn_t (*DeviceGetMigMode)(nvmlDevice_t, unsigned *, unsigned *);
     nvmlReturn_t (*DeviceSetMigMode)(nvmlDevice_t, unsigned, nvmlReturn_t *);
     nvmlReturn_t (*DeviceGetGpuInstanceProfileInfo)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_t *);
@@ -124,6 +129,16 @@ struct gpu_util_sample {
 };
 int gpu_process_util(struct gpu_node *node, unsigned gpu, unsigned long long last_seen_us, struct gpu_util_sample *out,
                      unsigned max, unsigned *n);
+
+/* The share of the time any kernel ran on GPU instance gi_id of GPU `gpu` (NVML GPM's
+ * GRAPHICS_UTIL, percent) between two samples: *sample is the previous one (NULL: none yet), and
+ * is replaced by the one taken now; *pct is set when there was a previous one (*have true).
+ * 0; -EOPNOTSUPP where GPM is not there (before Hopper, older drivers); other -errno (the
+ * sample is dropped). gpu_gpm_free frees a sample. Does not update gpu_node_error. */
+struct gpu_gpm_sample;
+int gpu_gpm_mig_util(struct gpu_node *node, unsigned gpu, unsigned gi_id, struct gpu_gpm_sample **sample,
+                     double *pct, bool *have);
+void gpu_gpm_free(struct gpu_node *node, struct gpu_gpm_sample *sample);
 
 /* MIG operations (GPU by NVML index). */
 int gpu_mig_set_mode(struct gpu_node *node, unsigned gpu, bool enable, nvmlReturn_t *activation);

@@ -4,9 +4,10 @@ emulator) says which container holds which device, and each container's metric m
 processes' share of the GPU within TOL, with the processes of no pod under empty pod labels and
 the sum over a GPU equal to the GPU's own utilization. Covered: a time-sliced GPU with the guard
 and a fractional GPU (processes tied to their container by the guard's counters region they map),
-an MPS GPU held by one container (a process in a pod's cgroup, beside a host process), a GPU in
-MIG mode (NVML has no per-process utilization there: no per-pod figure, said in the log), and a
-real Prometheus (Debian's `prometheus`) scraping the agent and answering a PromQL query.
+an MPS GPU held by one container (a process in a pod's cgroup, beside a host process), time-sliced
+and MPS GPUs shared by two pods without the guard (pod UIDs from cgroups and the kubelet's
+checkpoint), MIG instances of an H100 (NVML GPM per GPU instance) and an A100 in MIG mode (no
+figure at all: said once), and a real Prometheus (Debian's `prometheus`) scraping the agent and answering a PromQL query.
 
 Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT, FAKE_MPS_CONTROL."""
 import json
@@ -320,24 +321,70 @@ def test_shared_gpu_without_the_guard_by_pod_uid(h, mode):
         pr.stop()
 
 
-MIG_NODE = "gpus:\n  - model: H100-SXM5-80GB\n    count: 1\n    mig: enabled\n"
+def _mig_series(text):
+    """{(namespace, pod, container, mig_uuid): value} of METRIC's MIG series."""
+    out = {}
+    for key, v in _samples(text).items():
+        if key.startswith(METRIC + "{") and "mig_uuid=" in key:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', key))
+            out[(labels["namespace"], labels["pod"], labels["container"], labels["mig_uuid"])] = v
+    return out
 
 
-def test_mig_gpu_has_no_per_pod_figure(h):
-    """NVML has no per-process utilization under MIG: the agent says so once and exports nothing
-    for the GPU rather than a wrong figure."""
-    node = h.node(MIG_NODE)
-    mig = node.mig_create(0, "3g.40gb", 0)
+H100_MIG = "gpus:\n  - model: H100-SXM5-80GB\n    count: 1\n    mig: enabled\n"
+A100_MIG = "gpus:\n  - model: A100-SXM4-40GB\n    count: 1\n    mig: enabled\n"
+MIXED = "version: v1\nflags:\n  migStrategy: mixed\n"
+
+
+def test_mig_instances_by_gpm(h):
+    """Under MIG NVML has no per-process utilization: each GPU instance's GPM figure (Hopper) goes
+    to the one container holding its MIG device, or to the instance's no-pod series."""
+    node = h.node(H100_MIG)
+    held, free = node.mig_create(0, "3g.40gb", 0), node.mig_create(0, "3g.40gb", 4)
+    gi_held, gi_free = node.mig_device(held)["gi_id"], node.mig_device(free)["gi_id"]
     procs = Procs()
     pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
     try:
-        a = _agent(h, node, "version: v1\n", pr)
-        gi = node.mig_device(mig)["gi"] if "gi" in node.mig_device(mig) else node.mig_device(mig)["gi_id"]
-        node.run("sim", "process", "add", "--gpu", "0", "--gi", str(gi), "--pid", str(procs.sleeper()),
-                 "--mem", "256MiB")
-        a.wait_log(r"GPU 0 \(.*\): NVML has no per-process utilization", timeout=10)
+        pr.set([("ml", "big", "main", "nvidia.com/mig-3g.40gb", [held])])
+        a = _agent(h, node, MIXED, pr)
+        a.wait_resources(["nvidia.com/mig-3g.40gb"])
+        for gi, sm in ((gi_held, "20"), (gi_held, "30,0"), (gi_free, "25")):
+            pid = procs.sleeper()
+            node.run("sim", "process", "add", "--gpu", "0", "--gi", str(gi), "--pid", str(pid), "--mem", "256MiB")
+            node.run("sim", "util", "--pid", str(pid), "--sm", sm)
+        deadline = time.monotonic() + 15
+        want = {("ml", "big", "main", held): 0.35, ("", "", "", held): 0.0, ("", "", "", free): 0.25}
+        while True:
+            text = _scrape(a)
+            got = _mig_series(text)
+            if set(got) == set(want) and all(abs(got[k] - v) <= TOL for k, v in want.items()):
+                break
+            assert time.monotonic() < deadline, f"expected {want}, got {got}\n{a.log()[-3000:]}"
+            time.sleep(0.2)
+        line = [ln for ln in text.splitlines() if ln.startswith(METRIC + '{namespace="ml"')][0]
+        assert f'GPU_I_ID="{gi_held}",GPU_I_PROFILE="3g.40gb",mig_uuid="{held}"' in line, line
+        assert "no per-pod utilization" not in a.log()
+    finally:
+        procs.stop()
+        pr.stop()
+
+
+def test_mig_gpu_before_hopper_has_no_per_pod_figure(h):
+    """An A100 in MIG mode has neither per-process utilization nor GPM: the agent says so once and
+    exports nothing for the GPU rather than a wrong figure."""
+    node = h.node(A100_MIG)
+    mig = node.mig_create(0, "3g.20gb", 0)
+    procs = Procs()
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        pr.set([("ml", "a", "main", "nvidia.com/mig-3g.20gb", [mig])])
+        a = _agent(h, node, MIXED, pr)
+        node.run("sim", "process", "add", "--gpu", "0", "--gi", str(node.mig_device(mig)["gi_id"]), "--pid",
+                 str(procs.sleeper()), "--mem", "256MiB")
+        a.wait_log(r"GPU 0 \(.*\): NVML has no per-process utilization \(in MIG mode: no GPM", timeout=10)
         time.sleep(2 * INTERVAL_MS / 1000)
-        assert _series(_scrape(a), 0) == {}
+        text = _scrape(a)
+        assert not [ln for ln in text.splitlines() if ln.startswith(METRIC + "{")], text
         assert len(re.findall(r"NVML has no per-process utilization", a.log())) == 1
     finally:
         procs.stop()

@@ -261,6 +261,57 @@ static void test_attribution(void **state) {
     free(inv);
 }
 
+/* MIG: a GPU instance held by one container gets its GPM figure; shared by several, or held by
+ * none, the figure is the instance's no-pod entry; the entries carry the instance's labels. */
+static void test_attribution_mig(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("580.65.06", 13000);
+    struct gs_gpu *g = fx_gpu(inv, "NVIDIA H100 80GB HBM3", FX_HOPPER, 9, 0, 80);
+    fx_mig(g, "3g.40gb", 1, 0, 3, 40192, 60);
+    fx_mig(g, "3g.40gb", 2, 0, 3, 40192, 60);
+    struct fx_planned pl = fx_plan(inv, "version: v1\nflags:\n  migStrategy: mixed\n", NULL);
+    struct gs_metrics_counters *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->pods_known = true;
+    c->n_pod_devices = 1;
+    c->pod_devices[0] = (struct gs_pod_device){ "ml", "big", "main", "nvidia.com/mig-3g.40gb", "" };
+    memcpy(c->pod_devices[0].device, g->mig[0].uuid, sizeof(c->pod_devices[0].device));
+    static struct gs_pod_util out[16];
+    unsigned n = 0;
+    gs_podutil_attribute_mig(&pl.plan, c, 0, g->uuid, &g->mig[0], 0.35, out, 16, &n);
+    gs_podutil_attribute_mig(&pl.plan, c, 0, g->uuid, &g->mig[1], 0.2, out, 16, &n);
+    assert_int_equal(n, 3);
+    assert_true(fabs(ratio_of(out, 2, "big", "main") - 0.35) < 1e-9 && ratio_of(out, 2, "", "") == 0);
+    assert_true(!out[2].pod[0] && fabs(out[2].ratio - 0.2) < 1e-9 && out[2].gi_id == 2);
+    assert_string_equal(out[0].mig_uuid, g->mig[0].uuid);
+    assert_string_equal(out[2].mig_uuid, g->mig[1].uuid);
+    /* a second container on the same instance: not split */
+    c->n_pod_devices = 2;
+    c->pod_devices[1] = c->pod_devices[0];
+    snprintf(c->pod_devices[1].container, sizeof(c->pod_devices[1].container), "side");
+    n = 0;
+    gs_podutil_attribute_mig(&pl.plan, c, 0, g->uuid, &g->mig[0], 0.35, out, 16, &n);
+    assert_int_equal(n, 3);
+    assert_true(ratio_of(out, n, "big", "main") == 0 && ratio_of(out, n, "big", "side") == 0);
+    assert_true(fabs(ratio_of(out, n, "", "") - 0.35) < 1e-9);
+    /* the text */
+    c->n_pod_util = 1;
+    c->pod_util[0] = out[0];
+    char *buf = malloc(1 << 20);
+    assert_non_null(buf);
+    assert_true(gs_metrics_format(inv, &pl.plan, NULL, c, buf, 1 << 20) > 0);
+    char line[512];
+    snprintf(line, sizeof(line),
+             "gpuslice_pod_gpu_utilization_ratio{namespace=\"ml\",pod=\"big\",container=\"main\",gpu=\"0\",UUID=\"%s\","
+             "GPU_I_ID=\"1\",GPU_I_PROFILE=\"3g.40gb\",mig_uuid=\"%s\"} 0.0000",
+             g->uuid, g->mig[0].uuid);
+    assert_true(fx_has_line(buf, line));
+    free(buf);
+    free(c);
+    fx_plan_free(&pl);
+    free(inv);
+}
+
 static void test_cgroup_in_pod(void **state) {
     (void)state;
     assert_true(gs_cgroup_in_pod("0::/kubepods/burstable/pod1234-5678/abcdef\n"));
@@ -291,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_fold_jittered_timestamps),
         cmocka_unit_test(test_fold_period_unknown),
         cmocka_unit_test(test_attribution),
+        cmocka_unit_test(test_attribution_mig),
         cmocka_unit_test(test_cgroup_in_pod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
