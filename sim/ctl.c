@@ -107,7 +107,9 @@ EXPORT int gpusliceSimProcessAdd(unsigned gpu, int gi_id, int ci_id, unsigned pi
     }
     sim_energy_settle(g); /* the power it draws changes from now */
     struct sim_proc *p = &g->procs[g->n_procs++];
-    *p = (struct sim_proc){ .pid = pid, .mem = mem_bytes, .gi = g->mig_current ? gi_id : -1, .ci = ci_id };
+    *p = (struct sim_proc){
+        .pid = pid, .mem = mem_bytes, .gi = g->mig_current ? gi_id : -1, .ci = ci_id, .since_us = sim_now_us()
+    };
     gs_strlcpy(p->name, name ? name : "", sizeof(p->name));
     CTL_END(0);
 }
@@ -131,6 +133,45 @@ EXPORT int gpusliceSimProcessRemove(unsigned pid, int gpu, char *err, size_t err
     }
     if (!removed) {
         snprintf(err, errlen, "no simulated process %u", pid);
+        CTL_END(-ESRCH);
+    }
+    CTL_END(0);
+}
+
+EXPORT int gpusliceSimProcessUtil(unsigned pid, int gpu, const unsigned *sm, unsigned n, char *err, size_t errlen) {
+    CTL_BEGIN;
+    if (n > SIM_UTIL_STEPS) {
+        snprintf(err, errlen, "a duty schedule has at most %d steps, not %u", SIM_UTIL_STEPS, n);
+        CTL_END(-E2BIG);
+    }
+    for (unsigned k = 0; k < n; k++) {
+        if (sm[k] > 100) {
+            snprintf(err, errlen, "step %u of the duty schedule: %u is not a percentage (0..100)", k + 1, sm[k]);
+            CTL_END(-EINVAL);
+        }
+    }
+    unsigned found = 0;
+    unsigned long long now = sim_now_us();
+    for (unsigned i = 0; i < sim_st->n_gpus; i++) {
+        if (gpu >= 0 && (unsigned)gpu != i)
+            continue;
+        struct sim_gpu *g = &sim_st->gpus[i];
+        for (unsigned k = 0; k < g->n_procs; k++) {
+            struct sim_proc *p = &g->procs[k];
+            if (p->pid != pid)
+                continue;
+            found++;
+            p->n_util = n;
+            p->util_since_us = now;
+            for (unsigned j = 0; j < n; j++)
+                p->util[j] = (unsigned char)sm[j];
+        }
+    }
+    if (!found) {
+        if (gpu >= 0)
+            snprintf(err, errlen, "no simulated process %u on GPU %d", pid, gpu);
+        else
+            snprintf(err, errlen, "no simulated process %u", pid);
         CTL_END(-ESRCH);
     }
     CTL_END(0);

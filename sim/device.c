@@ -253,8 +253,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilizatio
     if (r == NVML_SUCCESS && !u)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
-        /* The simulator has no clock of work: a GPU with processes is reported busy. */
-        u->gpu = ref.gpu->n_procs ? 100 : 0;
+        /* The last complete sampling period (util.c): what the processes ran, at most all of it. */
+        unsigned long long end = sim_now_us() / SIM_UTIL_PERIOD_US * SIM_UTIL_PERIOD_US;
+        unsigned sum = 0;
+        for (unsigned i = 0; i < ref.gpu->n_procs; i++)
+            sum += sim_proc_util(&ref.gpu->procs[i], ref.gpu->n_procs, end);
+        bool scheduled = false;
+        for (unsigned i = 0; i < ref.gpu->n_procs && !scheduled; i++)
+            scheduled = ref.gpu->procs[i].n_util != 0;
+        u->gpu = !scheduled ? (ref.gpu->n_procs ? 100 : 0) : sum > 100 ? 100 : sum;
         unsigned long long total, used;
         memory_of(&ref, &total, &used);
         u->memory = total ? (unsigned)(used * 100 / total) : 0;

@@ -8,7 +8,7 @@
 #include "util/util.h"
 
 /* Every NVML function of the library that reads or changes the node, in the library's spelling.
- * nvmlInit*, nvmlShutdown, nvmlErrorString and nvmlEventSetFree are not in it. test_simfaults
+ * nvmlInit*, nvmlShutdown, nvmlErrorString, nvmlEventSetFree and nvmlGpmSampleAlloc/Free are not in it. test_simfaults
  * checks that the library exports each of them. */
 static const char *const functions[] = {
     "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion_v2",
@@ -50,6 +50,7 @@ static const char *const functions[] = {
     "nvmlDeviceGetFieldValues", "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
     "nvmlDeviceGetDisplayActive", "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDriverModel_v2",
+    "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
 };
 
 /* Older names whose calls run the newer function: one function, one counter. */

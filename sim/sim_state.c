@@ -179,9 +179,14 @@ char *sim_state_to_json(const struct sim_state *s) {
         json_t *procs = json_array();
         for (unsigned p = 0; p < g->n_procs; p++) {
             const struct sim_proc *pr = &g->procs[p];
-            json_array_append_new(procs, json_pack("{s:I,s:I,s:i,s:i,s:s}", "pid", (json_int_t)pr->pid, "mem",
-                                                   (json_int_t)pr->mem, "gi", pr->gi, "ci", pr->ci, "name",
-                                                   pr->name));
+            json_t *jp = json_pack("{s:I,s:I,s:i,s:i,s:s,s:I,s:I}", "pid", (json_int_t)pr->pid, "mem",
+                                   (json_int_t)pr->mem, "gi", pr->gi, "ci", pr->ci, "name", pr->name, "since",
+                                   (json_int_t)pr->since_us, "util_since", (json_int_t)pr->util_since_us);
+            json_t *ju = json_array();
+            for (unsigned k = 0; k < pr->n_util; k++)
+                json_array_append_new(ju, json_integer(pr->util[k]));
+            json_object_set_new(jp, "util", ju);
+            json_array_append_new(procs, jp);
         }
         json_object_set_new(jg, "procs", procs);
         json_t *events = json_array();
@@ -287,6 +292,19 @@ static int parse_gpu(json_t *jg, struct sim_gpu *g, unsigned idx, const char *pa
         GET(jp, "ci", -1, SIM_MAX_CI - 1, pr->ci);
         const char *nm = json_string_value(json_object_get(jp, "name"));
         gs_strlcpy(pr->name, nm ? nm : "", sizeof(pr->name));
+        if (json_object_get(jp, "since")) /* absent in state files of older versions: no schedule */
+            GET(jp, "since", 0, LLONG_MAX, pr->since_us);
+        if (json_object_get(jp, "util_since"))
+            GET(jp, "util_since", 0, LLONG_MAX, pr->util_since_us);
+        json_t *ju = json_object_get(jp, "util"), *jv;
+        size_t k;
+        if (ju && (!json_is_array(ju) || json_array_size(ju) > SIM_UTIL_STEPS))
+            goto bad;
+        json_array_foreach(ju, k, jv) {
+            if (!json_is_integer(jv) || json_integer_value(jv) < 0 || json_integer_value(jv) > 100)
+                goto bad;
+            pr->util[pr->n_util++] = (unsigned char)json_integer_value(jv);
+        }
     }
     json_t *events = json_object_get(jg, "events"), *je;
     if (!json_is_array(events) || json_array_size(events) > SIM_EVENT_RING)

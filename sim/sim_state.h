@@ -18,6 +18,7 @@
 #define SIM_MAX_PROCS 128    /* per GPU */
 #define SIM_EVENT_RING 64    /* per GPU; older events are dropped */
 #define SIM_UUID_LEN 48
+#define SIM_UTIL_STEPS 16    /* entries of a process's duty schedule */
 
 struct sim_ci {
     bool used;
@@ -38,6 +39,10 @@ struct sim_proc {
     unsigned long long mem;    /* bytes */
     int gi, ci;                /* -1 when not on a MIG device */
     char name[64];
+    unsigned long long since_us;      /* when it started (CLOCK_REALTIME us): no sample before */
+    unsigned long long util_since_us; /* when its duty schedule was set (util.c) */
+    unsigned n_util;                  /* 0: no schedule, busy sharing the GPU evenly (100/n %) */
+    unsigned char util[SIM_UTIL_STEPS]; /* SM % of each sampling period, cycled from util_since_us */
 };
 
 struct sim_event {

@@ -17,6 +17,10 @@ int gpusliceSimProcessAdd(unsigned gpu, int gi_id, int ci_id, unsigned pid, unsi
                           const char *name, char *err, size_t errlen);
 /* Removes process `pid` from GPU `gpu` (-1: from every GPU). */
 int gpusliceSimProcessRemove(unsigned pid, int gpu, char *err, size_t errlen);
+/* The duty schedule of process `pid` on GPU `gpu` (-1: on every GPU it runs on): the SM
+ * utilization (percent) of each of its sampling periods, sm[0..n) cycled from now on; n == 0
+ * returns to no schedule (every process busy, sharing the GPU evenly). See docs/simulator.md. */
+int gpusliceSimProcessUtil(unsigned pid, int gpu, const unsigned *sm, unsigned n, char *err, size_t errlen);
 /* A GPU reset: a pending MIG mode takes effect, every MIG instance is dropped; refused while
  * processes run. */
 int gpusliceSimResetGpu(unsigned gpu, char *err, size_t errlen);
@@ -42,6 +46,7 @@ unsigned long long gpusliceSimCallCount(void);
 typedef __typeof__(&gpusliceSimInjectXid) gs_sim_inject_xid_fn;
 typedef __typeof__(&gpusliceSimProcessAdd) gs_sim_process_add_fn;
 typedef __typeof__(&gpusliceSimProcessRemove) gs_sim_process_remove_fn;
+typedef __typeof__(&gpusliceSimProcessUtil) gs_sim_process_util_fn;
 typedef __typeof__(&gpusliceSimResetGpu) gs_sim_reset_gpu_fn;
 typedef __typeof__(&gpusliceSimSetLost) gs_sim_set_lost_fn;
 typedef __typeof__(&gpusliceSimSetFaults) gs_sim_set_faults_fn;

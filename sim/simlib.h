@@ -11,6 +11,7 @@
  * topology.c  PCIe topology between GPUs, NVLink
  * root.c      the node's root (proc, dev, sys, the stand-in driver root); ldcache_write.c its
  *             linker cache
+ * util.c      per-process utilization; gpm.c GPU performance monitoring (per GPU instance)
  * power.c     clocks, power limits and energy, fans, P-state, persistence mode
  * ecc.c       ECC mode and counters, retired pages, remapped rows; their controls
  * board.c     BAR1, serial, VBIOS, board ID, PCIe link and throughput, encoder/decoder,
@@ -84,6 +85,13 @@ nvmlReturn_t resolve_mig_device_out(nvmlDevice_t d, struct dev_ref *ref, const v
 static inline nvmlReturn_t with_out(nvmlReturn_t r, const void *out) {
     return r == NVML_SUCCESS && !out ? NVML_ERROR_INVALID_ARGUMENT : r;
 }
+
+/* util.c: the sampling clock (CLOCK_REALTIME microseconds, as the driver's CPU timestamps); the
+ * SM % process p (one of n_procs on its GPU) ran in the sampling period ending at end_us. */
+#define SIM_UTIL_PERIOD_US 100000ULL /* one sample per process that ran, per period */
+#define SIM_UTIL_BUFFER 200          /* periods the driver keeps (20 s) */
+unsigned long long sim_now_us(void);
+unsigned sim_proc_util(const struct sim_proc *p, unsigned n_procs, unsigned long long end_us);
 
 /* device.c: bytes used by processes on GPU g, or on its GPU instance gi (and compute instance ci). */
 unsigned long long used_bytes(const struct sim_gpu *g, int gi, int ci);

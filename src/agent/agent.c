@@ -25,6 +25,7 @@
 #include "agent/cleanup.h"
 #include "agent/dra_glue.h"
 #include "agent/metrics_http.h"
+#include "agent/utilization.h"
 #include "agent/state.h"
 #include "dra/dra.h"
 #include "kubelet/deviceplugin.h"
@@ -210,6 +211,7 @@ static int setup_jobs(struct agent *a) {
           NULL },
         { "MIG re-lay", LOOP_TICK_INTERVAL, pod_resources ? o->pod_attribution_ms : 0, agent_mig_relay_job, NULL },
         { "guard reconcile", LOOP_TICK_INTERVAL, o->guard_reconcile_ms, agent_guard_reconcile_job, NULL },
+        { "pod utilization", LOOP_TICK_INTERVAL, o->pod_attribution_ms, agent_pod_util_job, NULL }, /* utilization.c */
         { "health recovery", LOOP_TICK, 0, agent_recovery_job, NULL },
         { "heap trim", LOOP_TICK, 0, trim_job, NULL },
         { "plan", LOOP_TICK, 0, agent_plan_job, NULL },

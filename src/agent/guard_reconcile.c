@@ -17,6 +17,7 @@
 
 #include "../guard/guard_limits.h"
 #include "../guard/guard_region.h"
+#include "core/podutil.h"
 #include "core/procmaps.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -172,6 +173,27 @@ static long long excess(const struct gs_guard_usage *u) {
     return (long long)u->nvml - (long long)u->counted;
 }
 
+/* One device an allocation was allocated for (the first "RESOURCE\tID" line of its devices
+ * record), for the pod attribution; "" when unreadable. */
+static void first_device(const char *dir, char resource[GS_RESOURCE_NAME_MAX], char device[GS_DEVICE_ID_MAX]) {
+    char path[PATH_MAX];
+    _cleanup_free_ char *devices = NULL;
+    resource[0] = device[0] = '\0';
+    if (snprintf(path, sizeof(path), "%s/devices", dir) >= (int)sizeof(path) ||
+        gs_read_file_ex(path, 1 << 16, GS_READ_NOFOLLOW, &devices, NULL, NULL, 0) < 0)
+        return;
+    char *tab = strchr(devices, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
+    if (tab && (size_t)(tab - devices) < GS_RESOURCE_NAME_MAX) {
+        memcpy(resource, devices, (size_t)(tab - devices));
+        resource[tab - devices] = '\0';
+        size_t dl = nl ? (size_t)(nl - tab - 1) : strlen(tab + 1);
+        if (dl < GS_DEVICE_ID_MAX) {
+            memcpy(device, tab + 1, dl);
+            device[dl] = 0;
+        }
+    }
+}
+
 /* One allocation: every GPU of its limits file that NVML knows. */
 static void reconcile_one(const char *dir, const char *name, const char *proc_root, const struct gs_inventory *inv,
                           const struct gs_guard_usage *prev, size_t n_prev, struct gs_guard_usage *out, size_t max,
@@ -188,22 +210,8 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
         log_debug("Guard reconcile: %s", err);
         return;
     }
-    /* One device it was allocated for ("RESOURCE\tID" lines), for the pod attribution. */
-    char resource[GS_RESOURCE_NAME_MAX] = "", device[GS_DEVICE_ID_MAX] = "";
-    _cleanup_free_ char *devices = NULL;
-    if (snprintf(path, sizeof(path), "%s/devices", dir) < (int)sizeof(path) &&
-        gs_read_file_ex(path, 1 << 16, GS_READ_NOFOLLOW, &devices, NULL, NULL, 0) == 0) {
-        char *tab = strchr(devices, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
-        if (tab && (size_t)(tab - devices) < sizeof(resource)) {
-            memcpy(resource, devices, (size_t)(tab - devices));
-            resource[tab - devices] = '\0';
-            size_t dl = nl ? (size_t)(nl - tab - 1) : strlen(tab + 1);
-            if (dl < sizeof(device)) {
-                memcpy(device, tab + 1, dl);
-                device[dl] = 0;
-            }
-        }
-    }
+    char resource[GS_RESOURCE_NAME_MAX], device[GS_DEVICE_ID_MAX];
+    first_device(dir, resource, device);
     struct stat st;
     uint64_t used[GS_GUARD_MAX_DEVICES];
     char why[160];
@@ -291,4 +299,52 @@ void guard_reconcile(const char *guard_root, const char *proc_root, const struct
     for (unsigned i = n_damaged; i-- > 0;) /* gone (or left unread): forgotten */
         if (!damaged[i].seen)
             damaged[i] = damaged[--n_damaged];
+}
+
+/* A guarded allocation's counters region, by device and inode, and the device it was allocated for. */
+#define MAX_REGIONS 256
+struct region_id {
+    unsigned long long dev, ino;
+    char resource[GS_RESOURCE_NAME_MAX], device[GS_DEVICE_ID_MAX];
+};
+
+void guard_region_owners(const char *guard_root, const char *proc_root, struct gs_util_owner *owners, size_t n) {
+    DIR *d = n ? opendir(guard_root) : NULL;
+    if (!d)
+        return;
+    struct region_id *r = calloc(MAX_REGIONS, sizeof(*r));
+    size_t nr = 0;
+    struct dirent *e;
+    while (r && (e = readdir(d)) && nr < MAX_REGIONS) {
+        char dir[PATH_MAX], path[PATH_MAX + 16];
+        if (e->d_name[0] != 'a' || snprintf(dir, sizeof(dir), "%s/%s", guard_root, e->d_name) >= (int)sizeof(dir))
+            continue;
+        snprintf(path, sizeof(path), "%s/state/region", dir);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        first_device(dir, r[nr].resource, r[nr].device);
+        if (!r[nr].device[0])
+            continue;
+        r[nr].dev = st.st_dev;
+        r[nr].ino = st.st_ino;
+        nr++;
+    }
+    closedir(d);
+    for (size_t i = 0; i < n && nr; i++) {
+        char path[PATH_MAX];
+        _cleanup_free_ char *text = NULL;
+        if (snprintf(path, sizeof(path), "%s/%u/maps", proc_root, owners[i].pid) >= (int)sizeof(path) ||
+            gs_read_file(path, 16 << 20, &text, NULL) < 0)
+            continue;
+        for (size_t k = 0; k < nr; k++) {
+            if (gs_maps_has_file(text, major(r[k].dev), minor(r[k].dev), r[k].ino)) {
+                gs_strlcpy(owners[i].resource, r[k].resource, sizeof(owners[i].resource));
+                gs_strlcpy(owners[i].device, r[k].device, sizeof(owners[i].device));
+                break;
+            }
+        }
+    }
+    free(r);
 }

@@ -22,4 +22,11 @@ void guard_reconcile(const char *guard_root, const char *proc_root, const struct
                      const struct gs_guard_usage *prev, size_t n_prev, struct gs_guard_usage *out, size_t max,
                      size_t *n);
 
+/* For each owners[i].pid, the guarded allocation under GUARD_ROOT whose counters region the
+ * process maps (PROC_ROOT/PID/maps): the first device of its devices record, in resource and
+ * device (left as they are when none). Every allocation whose region exists is looked at, at most
+ * 256. */
+struct gs_util_owner;
+void guard_region_owners(const char *guard_root, const char *proc_root, struct gs_util_owner *owners, size_t n);
+
 #endif

@@ -117,6 +117,12 @@ void agent_shared_set_pods(struct agent_shared *s, bool known, const struct gs_p
     pthread_mutex_unlock(&s->lock);
 }
 
+void agent_shared_with_counters(struct agent_shared *s, void (*fn)(struct gs_metrics_counters *c, void *ctx), void *ctx) {
+    pthread_mutex_lock(&s->lock);
+    fn(&s->counters, ctx);
+    pthread_mutex_unlock(&s->lock);
+}
+
 int agent_shared_metrics(struct agent_shared *s, const struct gs_inventory *inv, const struct gs_plan *plan,
                          const struct gs_health *health, char *buf, size_t len) {
     pthread_mutex_lock(&s->lock);

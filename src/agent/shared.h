@@ -60,6 +60,9 @@ void agent_shared_set_guard(struct agent_shared *s, const struct gs_guard_usage 
 /* known false: PodResources did not answer (no attribution). */
 void agent_shared_set_pods(struct agent_shared *s, bool known, const struct gs_pod_device *pd, unsigned n);
 
+/* Runs fn on the counters under the lock (the pod utilization's attribution, utilization.c). */
+void agent_shared_with_counters(struct agent_shared *s, void (*fn)(struct gs_metrics_counters *c, void *ctx), void *ctx);
+
 /* Renders the metrics (gs_metrics_format) with the counters. */
 int agent_shared_metrics(struct agent_shared *s, const struct gs_inventory *inv, const struct gs_plan *plan,
                          const struct gs_health *health, char *buf, size_t len);

@@ -2,6 +2,7 @@
  *   sim xid GPU XID [--gi ID]          deliver an Xid event to every NVML event set on GPU
  *   sim process add --gpu N --pid P --mem SIZE [--gi ID] [--ci ID] [--name NAME]
  *   sim process remove --pid P [--gpu N]
+ *   sim util --pid P [--gpu N] --sm PCT[,PCT...]|none   its duty schedule (per sampling period)
  *   sim reset-gpu GPU                  GPU reset: activates a pending MIG mode, drops instances
  *   sim gpu-lost GPU [--recover]       the GPU falls off the bus (NVML_ERROR_GPU_IS_LOST)
  *   sim mig-create --gpu N --profile NAME|ID --start S   a GPU instance + its full compute instance
@@ -28,6 +29,10 @@ static void sim_usage(FILE *f) {
                "                            a process using SIZE (e.g. 2GiB) of GPU N or of its MIG\n"
                "                            device GI ID (CI defaults to the first one)\n"
                "  process remove --pid PID [--gpu N]\n"
+               "  util --pid PID [--gpu N] --sm PCT[,PCT...]|none\n"
+               "                            the SM utilization process PID runs in each sampling period\n"
+               "                            (100 ms), the list cycled (at most 16 steps); 'none': busy,\n"
+               "                            sharing the GPU evenly with the others (the default)\n"
                "  reset-gpu GPU             GPU reset: a pending MIG mode takes effect and every MIG\n"
                "                            instance is dropped; refused while processes run\n"
                "  gpu-lost GPU [--recover]  the GPU falls off the bus: NVML calls on it return\n"
@@ -207,6 +212,62 @@ static int sim_process(struct gpu_node *node, int argc, char **argv) {
                   err);
 }
 
+/* util --pid P [--gpu N] --sm LIST|none */
+static int sim_util(struct gpu_node *node, int argc, char **argv) {
+    static const struct option opts[] = {
+        { "gpu", required_argument, NULL, 'g' }, { "pid", required_argument, NULL, 'p' },
+        { "sm", required_argument, NULL, 's' },  { 0 },
+    };
+    unsigned long long gpu = ~0ULL, pid = 0;
+    const char *sm = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'g': r = gs_parse_uint(optarg, 0, 63, &gpu); break;
+        case 'p': r = gs_parse_uint(optarg, 1, 0x7fffffff, &pid); break;
+        case 's': sm = optarg; break;
+        default: return GS_EXIT_USAGE;
+        }
+        if (r < 0) {
+            fprintf(stderr, "gpuslice sim util: invalid value '%s' for --%s (a non-negative integer in range)\n",
+                    optarg, c == 'g' ? "gpu" : "pid");
+            return GS_EXIT_USAGE;
+        }
+    }
+    if (!pid || !sm || optind != argc) {
+        fprintf(stderr, "gpuslice sim util: needs --pid and --sm (and no other argument)\n");
+        return GS_EXIT_USAGE;
+    }
+    unsigned steps[16], n = 0;
+    if (strcmp(sm, "none") != 0) {
+        char list[256];
+        if (gs_strlcpy(list, sm, sizeof(list)) < 0) {
+            fprintf(stderr, "gpuslice sim util: --sm: the list is too long\n");
+            return GS_EXIT_USAGE;
+        }
+        char *save = NULL;
+        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            unsigned long long v;
+            if (n == 16 || gs_parse_uint(t, 0, 100, &v) < 0) {
+                fprintf(stderr, "gpuslice sim util: --sm: %s\n",
+                        n == 16 ? "at most 16 steps" : "each step is a percentage in 0..100");
+                return GS_EXIT_USAGE;
+            }
+            steps[n++] = (unsigned)v;
+        }
+        if (!n) {
+            fprintf(stderr, "gpuslice sim util: --sm: expected percentages such as 30 or 80,0, or 'none'\n");
+            return GS_EXIT_USAGE;
+        }
+    }
+    gs_sim_process_util_fn fn = (gs_sim_process_util_fn)sim_symbol(node, "gpusliceSimProcessUtil");
+    if (!fn)
+        return GS_EXIT_FAILURE;
+    char err[256];
+    return finish(fn((unsigned)pid, gpu == ~0ULL ? -1 : (int)gpu, steps, n, err, sizeof(err)), err);
+}
+
 static int sim_gpu_command(struct gpu_node *node, int argc, char **argv, bool lost_cmd) {
     static const struct option opts[] = { { "recover", no_argument, NULL, 'r' }, { 0 } };
     bool recover = false;
@@ -311,7 +372,7 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
         return argc < 2 ? GS_EXIT_USAGE : GS_EXIT_OK;
     }
     const char *sub = argv[1];
-    bool known = !strcmp(sub, "xid") || !strcmp(sub, "process") || !strcmp(sub, "reset-gpu") ||
+    bool known = !strcmp(sub, "xid") || !strcmp(sub, "process") || !strcmp(sub, "util") || !strcmp(sub, "reset-gpu") ||
                  !strcmp(sub, "gpu-lost") || !strcmp(sub, "mig-create") || !strcmp(sub, "mig-destroy") ||
                  !strcmp(sub, "ecc") || !strcmp(sub, "retire-page");
     if (!known) {
@@ -334,6 +395,8 @@ int cmd_sim(const struct cli *cli, int argc, char **argv) {
         rc = sim_process(node, argc - 1, argv + 1);
     else if (!strcmp(sub, "ecc") || !strcmp(sub, "retire-page"))
         rc = sim_memory(node, argc - 1, argv + 1, !strcmp(sub, "ecc"));
+    else if (!strcmp(sub, "util"))
+        rc = sim_util(node, argc - 1, argv + 1);
     else if (!strncmp(sub, "mig-", 4))
         rc = sim_mig(node, argc - 1, argv + 1, !strcmp(sub, "mig-create"));
     else

@@ -63,8 +63,8 @@ void gs_metrics_count_alloc(struct gs_metrics_counters *c, const char *resource,
         c->res[i].errors++;
 }
 
-static const struct gs_pod_device *pod_of(const struct gs_metrics_counters *c, const char *resource,
-                                          const char *device) {
+const struct gs_pod_device *gs_metrics_pod_of(const struct gs_metrics_counters *c, const char *resource,
+                                              const char *device) {
     for (unsigned i = 0; c->pods_known && device[0] && i < c->n_pod_devices; i++)
         if (!strcmp(c->pod_devices[i].resource, resource) && !strcmp(c->pod_devices[i].device, device))
             return &c->pod_devices[i];
@@ -156,7 +156,7 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
         header(&o, guard_metrics[m].name, "gauge", guard_metrics[m].help);
         for (unsigned i = 0; i < c->n_guard; i++) {
             const struct gs_guard_usage *g = &c->guard[i];
-            const struct gs_pod_device *pd = pod_of(c, g->resource, g->device);
+            const struct gs_pod_device *pd = gs_metrics_pod_of(c, g->resource, g->device);
             char ns[128], pod[256], ctr[128];
             unsigned long long v;
             memcpy(&v, (const char *)g + guard_metrics[m].field, sizeof(v));
@@ -174,6 +174,20 @@ int gs_metrics_format(const struct gs_inventory *inv, const struct gs_plan *plan
         put(&o, "gpuslice_pod_device_info{namespace=\"%s\",pod=\"%s\",container=\"%s\",resource=\"%s\",device=\"%s\"} 1\n",
             esc(pd->ns, ns, sizeof(ns)), esc(pd->pod, pod, sizeof(pod)), esc(pd->container, ctr, sizeof(ctr)),
             esc(pd->resource, e3, sizeof(e3)), esc(pd->device, e1, sizeof(e1)));
+    }
+    header(&o, "gpuslice_pod_gpu_utilization_ratio", "gauge",
+           "Share of the GPU's time (of the MIG device's, with mig_uuid) a container's processes kept it busy, mean "
+           "over the last sampling interval; empty namespace/pod/container: processes of no known container.");
+    for (unsigned i = 0; i < c->n_pod_util; i++) {
+        const struct gs_pod_util *u = &c->pod_util[i];
+        char ns[128], pod[256], ctr[128];
+        put(&o, "gpuslice_pod_gpu_utilization_ratio{namespace=\"%s\",pod=\"%s\",container=\"%s\",gpu=\"%u\",UUID=\"%s\"",
+            esc(u->ns, ns, sizeof(ns)), esc(u->pod, pod, sizeof(pod)), esc(u->container, ctr, sizeof(ctr)), u->gpu,
+            esc(u->uuid, e1, sizeof(e1)));
+        if (u->mig_uuid[0])
+            put(&o, ",GPU_I_ID=\"%u\",GPU_I_PROFILE=\"%s\",mig_uuid=\"%s\"", u->gi_id, esc(u->profile, e2, sizeof(e2)),
+                esc(u->mig_uuid, e3, sizeof(e3)));
+        put(&o, "} %.4f\n", u->ratio);
     }
     header(&o, "gpuslice_mps_daemon_state", "gauge",
            "1 for the state the MPS control daemon of a GPU or MIG instance is in (running, starting, restarting, failed).");

@@ -40,6 +40,19 @@ struct gs_pod_device {
     char device[GS_DEVICE_ID_MAX];
 };
 
+/* One container's share of a GPU's time over the last sampling interval (src/core/podutil.h);
+ * ns, pod and container empty: the GPU's processes no container is known for. */
+#define GS_METRICS_MAX_POD_UTIL 1024
+struct gs_pod_util {
+    char ns[64], pod[128], container[64];
+    unsigned gpu;                                  /* NVML index */
+    char uuid[GS_UUID_LEN];
+    double ratio;                                  /* 0..1: of the GPU's time, or of its GPU instance's */
+    char mig_uuid[GS_UUID_LEN];                    /* "" for a whole GPU; else the GPU instance's (first) */
+    unsigned gi_id;                                /* MIG device, its GPU instance's ID and profile */
+    char profile[GS_PROFILE_NAME_LEN + 16];
+};
+
 struct gs_metrics_counters {
     unsigned long long xid_total[GS_MAX_GPUS];     /* every Xid seen, ignored ones included */
     unsigned n_resources;
@@ -57,10 +70,17 @@ struct gs_metrics_counters {
     bool pods_known;                               /* PodResources answered (else no attribution) */
     unsigned n_pod_devices;
     struct gs_pod_device pod_devices[GS_METRICS_MAX_POD_DEVICES];
+    unsigned n_pod_util;
+    struct gs_pod_util pod_util[GS_METRICS_MAX_POD_UTIL];
 };
 
 /* Counts one Allocate of resource (creating its entry). */
 void gs_metrics_count_alloc(struct gs_metrics_counters *c, const char *resource, bool ok);
+
+/* The container PodResources names for device `device` of `resource`, or NULL (none, or
+ * PodResources not known). */
+const struct gs_pod_device *gs_metrics_pod_of(const struct gs_metrics_counters *c, const char *resource,
+                                              const char *device);
 
 /* Renders every metric; returns the length, or -ENOSPC / -ENOMEM. Label values are escaped as
  * the format requires. */

@@ -42,6 +42,13 @@ struct nvml_api {
     nvmlReturn_t (*DeviceGetTemperature)(nvmlDevice_t, unsigned, unsigned *);
     nvmlReturn_t (*DeviceGetPowerUsage)(nvmlDevice_t, unsigned *);
     nvmlReturn_t (*DeviceGetComputeRunningProcesses)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*DeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
+                                                unsigned long long);
+    nvmlReturn_t (*GpmQueryDeviceSupport)(nvmlDevice_t, nvmlGpmSupport_t *);
+    nvmlReturn_t (*GpmSampleAlloc)(nvmlGpmSample_t *);
+    nvmlReturn_t (*GpmSampleFree)(nvmlGpmSample_t);
+    nvmlReturn_t (*GpmMigSampleGet)(nvmlDevice_t, unsigned, nvmlGpmSample_t);
+    nvmlReturn_t (*GpmMetricsGet)(nvmlGpmMetricsGet_t *);
     nvmlReturn_t (*DeviceGetMigMode)(nvmlDevice_t, unsigned *, unsigned *);
     nvmlReturn_t (*DeviceSetMigMode)(nvmlDevice_t, unsigned, nvmlReturn_t *);
     nvmlReturn_t (*DeviceGetGpuInstanceProfileInfo)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_t *);
@@ -109,6 +116,29 @@ int gpu_inventory_read_sysfs(struct gpu_node *node, const char *sysfs_root, stru
 /* Compute mode (NVML_COMPUTEMODE_*) of GPU `gpu`: a setting of the GPU, changed only when the
  * policy asks (gpuslice.mps.exclusiveProcess); needs root on a real driver. */
 int gpu_set_compute_mode(struct gpu_node *node, unsigned gpu, unsigned mode);
+
+/* Per-process utilization samples of GPU `gpu` (NVML index) newer than last_seen_us
+ * (nvmlDeviceGetProcessUtilization; 0: every sample the driver keeps), at most max into out, *n
+ * written. 0; -ENOENT when there is no sample since (NVML_ERROR_NOT_FOUND: no process ran);
+ * -ENOBUFS when more than max are there (*n: how many); -EOPNOTSUPP where the driver has none (MIG
+ * mode, older GPUs); other -errno. Does not update gpu_node_error (the caller logs per GPU). */
+struct gpu_util_sample {
+    unsigned pid;
+    unsigned sm;                 /* percent of the sampling period */
+    unsigned long long ts_us;    /* the period's end */
+};
+int gpu_process_util(struct gpu_node *node, unsigned gpu, unsigned long long last_seen_us, struct gpu_util_sample *out,
+                     unsigned max, unsigned *n);
+
+/* The share of the time any kernel ran on GPU instance gi_id of GPU `gpu` (NVML GPM's
+ * GRAPHICS_UTIL, percent) between two samples: *sample is the previous one (NULL: none yet), and
+ * is replaced by the one taken now; *pct is set when there was a previous one (*have true).
+ * 0; -EOPNOTSUPP where GPM is not there (before Hopper, older drivers); other -errno (the
+ * sample is dropped). gpu_gpm_free frees a sample. Does not update gpu_node_error. */
+struct gpu_gpm_sample;
+int gpu_gpm_mig_util(struct gpu_node *node, unsigned gpu, unsigned gi_id, struct gpu_gpm_sample **sample,
+                     double *pct, bool *have);
+void gpu_gpm_free(struct gpu_node *node, struct gpu_gpm_sample *sample);
 
 /* MIG operations (GPU by NVML index). */
 int gpu_mig_set_mode(struct gpu_node *node, unsigned gpu, bool enable, nvmlReturn_t *activation);

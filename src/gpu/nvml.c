@@ -83,6 +83,12 @@ static const struct symbol symbols[] = {
     SYM(DeviceGetPowerUsage, false, "nvmlDeviceGetPowerUsage"),
     SYM(DeviceGetComputeRunningProcesses, false, "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetComputeRunningProcesses_v2"),
+    SYM(DeviceGetProcessUtilization, false, "nvmlDeviceGetProcessUtilization"),
+    SYM(GpmQueryDeviceSupport, false, "nvmlGpmQueryDeviceSupport"),
+    SYM(GpmSampleAlloc, false, "nvmlGpmSampleAlloc"),
+    SYM(GpmSampleFree, false, "nvmlGpmSampleFree"),
+    SYM(GpmMigSampleGet, false, "nvmlGpmMigSampleGet"),
+    SYM(GpmMetricsGet, false, "nvmlGpmMetricsGet"),
     SYM(DeviceGetMigMode, false, "nvmlDeviceGetMigMode"),
     SYM(DeviceSetMigMode, false, "nvmlDeviceSetMigMode"),
     SYM(DeviceGetGpuInstanceProfileInfo, false, "nvmlDeviceGetGpuInstanceProfileInfo"),
@@ -495,6 +501,96 @@ int gpu_set_compute_mode(struct gpu_node *n, unsigned gpu, unsigned mode) {
     nvmlReturn_t r = n->api.DeviceSetComputeMode(d, mode);
     if (r != NVML_SUCCESS)
         return fail(n, r, "nvmlDeviceSetComputeMode(GPU %u, %u)", gpu, mode);
+    return 0;
+}
+
+int gpu_process_util(struct gpu_node *n, unsigned gpu, unsigned long long last_seen_us, struct gpu_util_sample *out,
+                     unsigned max, unsigned *count) {
+    *count = 0;
+    if (!n->api.DeviceGetProcessUtilization)
+        return -EOPNOTSUPP;
+    nvmlDevice_t d;
+    if (gpu >= GS_MAX_GPUS)
+        return -ENODEV;
+    nvmlReturn_t r = n->api.DeviceGetHandleByIndex(gpu, &d);
+    if (r != NVML_SUCCESS)
+        return gpu_errno(r);
+    enum { CHUNK = 256 };
+    nvmlProcessUtilizationSample_t buf[CHUNK];
+    nvmlProcessUtilizationSample_t *s = max <= CHUNK ? buf : malloc(max * sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    unsigned c = max;
+    r = n->api.DeviceGetProcessUtilization(d, max ? s : NULL, &c, last_seen_us);
+    int e = gpu_errno(r);
+    if (r == NVML_SUCCESS && c > max)
+        e = -EIO; /* more than the room given: not trusted */
+    if (r == NVML_SUCCESS && e == 0) {
+        for (unsigned i = 0; i < c; i++)
+            out[i] = (struct gpu_util_sample){ s[i].pid, s[i].smUtil, s[i].timeStamp };
+        *count = c;
+    } else if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+        *count = c;
+    }
+    if (s != buf)
+        free(s);
+    return e;
+}
+
+/* A GPM sample and what it is of. */
+struct gpu_gpm_sample {
+    nvmlGpmSample_t s;
+    unsigned gpu, gi;
+};
+
+void gpu_gpm_free(struct gpu_node *n, struct gpu_gpm_sample *g) {
+    if (!g)
+        return;
+    if (g->s && n->api.GpmSampleFree)
+        n->api.GpmSampleFree(g->s);
+    free(g);
+}
+
+int gpu_gpm_mig_util(struct gpu_node *n, unsigned gpu, unsigned gi_id, struct gpu_gpm_sample **prev, double *pct,
+                     bool *have) {
+    const struct nvml_api *a = &n->api;
+    *have = false;
+    if (!a->GpmQueryDeviceSupport || !a->GpmSampleAlloc || !a->GpmSampleFree || !a->GpmMigSampleGet ||
+        !a->GpmMetricsGet)
+        return -EOPNOTSUPP;
+    nvmlDevice_t d;
+    nvmlReturn_t r = a->DeviceGetHandleByIndex(gpu, &d);
+    nvmlGpmSupport_t sup = { .version = NVML_GPM_SUPPORT_VERSION };
+    if (r == NVML_SUCCESS && (r = a->GpmQueryDeviceSupport(d, &sup)) == NVML_SUCCESS && !sup.isSupportedDevice)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    struct gpu_gpm_sample *cur = r == NVML_SUCCESS ? calloc(1, sizeof(*cur)) : NULL;
+    if (r == NVML_SUCCESS && !cur)
+        r = NVML_ERROR_MEMORY;
+    if (r == NVML_SUCCESS) {
+        *cur = (struct gpu_gpm_sample){ NULL, gpu, gi_id };
+        r = a->GpmSampleAlloc(&cur->s);
+    }
+    if (r == NVML_SUCCESS)
+        r = a->GpmMigSampleGet(d, gi_id, cur->s);
+    struct gpu_gpm_sample *old = *prev;
+    if (r == NVML_SUCCESS && old && old->gpu == gpu && old->gi == gi_id) {
+        nvmlGpmMetricsGet_t m = { .version = NVML_GPM_METRICS_GET_VERSION, .numMetrics = 1, .sample1 = old->s,
+                                  .sample2 = cur->s };
+        m.metrics[0].metricId = NVML_GPM_METRIC_GRAPHICS_UTIL;
+        nvmlReturn_t mr = a->GpmMetricsGet(&m);
+        if (mr == NVML_SUCCESS && m.metrics[0].nvmlReturn == NVML_SUCCESS && m.metrics[0].value >= 0 &&
+            m.metrics[0].value <= 100) {
+            *pct = m.metrics[0].value;
+            *have = true;
+        }
+    }
+    gpu_gpm_free(n, old);
+    *prev = NULL;
+    if (r != NVML_SUCCESS) {
+        gpu_gpm_free(n, cur);
+        return gpu_errno(r);
+    }
+    *prev = cur;
     return 0;
 }
 

@@ -141,6 +141,37 @@ typedef struct nvmlProcessInfo_v1_st {
     unsigned long long usedGpuMemory;
 } nvmlProcessInfo_v1_t;
 
+/* One sample of nvmlDeviceGetProcessUtilization: the share (percent) of one sampling period in
+ * which the process's kernels ran (smUtil), stamped at the period's end (CPU time, microseconds). */
+typedef struct nvmlProcessUtilizationSample_st {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* GPU performance monitoring (GPM, Hopper and newer): a sample handle, and the metrics of two. */
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName, *longName, *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+#define NVML_GPM_METRIC_GRAPHICS_UTIL 1 /* percent of the time any kernel ran */
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define GS_GPM_METRICS 4 /* entries of gpuslice's nvmlGpmMetricsGet_t (the header's has more; numMetrics says) */
+typedef struct {
+    unsigned int version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[GS_GPM_METRICS];
+} nvmlGpmMetricsGet_t;
+typedef struct {
+    unsigned int version, isSupportedDevice;
+} nvmlGpmSupport_t;
+
 typedef struct nvmlEventData_st {
     nvmlDevice_t device;
     unsigned long long eventType;
@@ -227,6 +258,8 @@ _Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32, "nvmlComputeInstanceInfo
 _Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "nvmlDeviceAttributes_t");
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t");
 _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t");
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
 

@@ -105,6 +105,39 @@ int gs_kl_checkpoint_each(const char *text, size_t len, void (*fn)(const char *r
     return r;
 }
 
+static void pod_ids(json_t *e, json_t *ids,
+                    void (*fn)(const char *, const char *, const char *, const char *, void *), void *ctx) {
+    const char *uid = json_string_value(json_object_get(e, "PodUID"));
+    const char *ctr = json_string_value(json_object_get(e, "ContainerName"));
+    const char *res = json_string_value(json_object_get(e, "ResourceName"));
+    size_t i;
+    json_t *id;
+    json_array_foreach(ids, i, id) {
+        if (uid && ctr && res && json_is_string(id))
+            fn(uid, ctr, res, json_string_value(id), ctx);
+    }
+}
+
+int gs_kl_checkpoint_pods(const char *text, size_t len,
+                          void (*fn)(const char *pod_uid, const char *container, const char *resource, const char *id,
+                                     void *ctx),
+                          void *ctx, char *err, size_t errlen) {
+    json_t *root, *reg;
+    int r = registered(text, len, &root, &reg, err, errlen);
+    json_t *entries = r == 0 ? json_object_get(json_object_get(root, "Data"), "PodDeviceEntries") : NULL, *e;
+    size_t i;
+    json_array_foreach(entries, i, e) {
+        json_t *ids = json_object_get(e, "DeviceIDs"), *per_node;
+        const char *numa;
+        if (json_is_array(ids))
+            pod_ids(e, ids, fn, ctx);
+        else
+            json_object_foreach(ids, numa, per_node) pod_ids(e, per_node, fn, ctx);
+    }
+    json_decref(root);
+    return r;
+}
+
 enum gs_kl_socket_kind gs_kl_socket_kind(const char *name) {
     if (!gs_has_suffix(name, ".sock"))
         return GS_KL_SOCK_NONE;

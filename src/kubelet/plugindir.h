@@ -32,6 +32,15 @@ int gs_kl_checkpoint_foreign(const char *text, size_t len, const char *resource,
 int gs_kl_checkpoint_each(const char *text, size_t len, void (*fn)(const char *resource, const char *id, void *ctx),
                           void *ctx, char *err, size_t errlen);
 
+/* Calls fn(pod_uid, container, resource, id, ctx) for every device the checkpoint's
+ * Data.PodDeviceEntries assign (DeviceIDs an array, or an object of arrays by NUMA node, as the
+ * kubelet has written them); entries with fields of other types are skipped. Returns 0, or
+ * -EINVAL (err: why) as above. */
+int gs_kl_checkpoint_pods(const char *text, size_t len,
+                          void (*fn)(const char *pod_uid, const char *container, const char *resource, const char *id,
+                                     void *ctx),
+                          void *ctx, char *err, size_t errlen);
+
 /* What a file name in the device-plugins directory is. */
 enum gs_kl_socket_kind {
     GS_KL_SOCK_NONE,    /* not a *.sock name (the checkpoint, ...) */

@@ -1,5 +1,5 @@
 /* fuzz_doctor.c: the doctor's parsers of node files: the runtime config scanner (containerd and
- * CRI-O), the kubelet's device-plugin checkpoint, CapEff. The first byte picks the parser. */
+ * CRI-O), the kubelet's device-plugin checkpoint (registered devices and pods' entries), CapEff. The first byte picks the parser. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,6 +9,12 @@
 #include "kubelet/plugindir.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void pod_device(const char *uid, const char *container, const char *resource, const char *id, void *ctx) {
+    (void)ctx;
+    if (!uid || !container || !resource || !id)
+        abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)
@@ -37,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (gs_kl_checkpoint_parse(text, len, names, GS_KL_MAX_RESOURCES, &n, &devs, err, sizeof(err)) == 0 &&
             n > GS_KL_MAX_RESOURCES)
             abort();
+        (void)gs_kl_checkpoint_pods(text, len, pod_device, NULL, err, sizeof(err));
         break;
     }
     default: {

@@ -280,6 +280,22 @@ out["mig_device"] = {"uuid": s(N.nvmlDeviceGetUUID(mig)), "name": s(N.nvmlDevice
                               N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Used],
                      "clock_error": err(N.nvmlDeviceGetClockInfo, mig, N.NVML_CLOCK_SM),
                      "ecc_error": err(N.nvmlDeviceGetEccMode, mig)}
+# GPM: per GPU instance under MIG (no process runs: 0 %), the whole GPU; NOT_SUPPORTED before Hopper
+out["gpm_support"] = [N.nvmlGpmQueryDeviceSupport(x).isSupportedDevice for x in (h, h4)]
+s1, s2 = N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc()
+N.nvmlGpmMigSampleGet(h, out["mig_device"]["gi"], s1)
+time.sleep(0.25)
+N.nvmlGpmMigSampleGet(h, out["mig_device"]["gi"], s2)
+mg = N.c_nvmlGpmMetricsGet_t()
+mg.version, mg.numMetrics, mg.sample1, mg.sample2 = N.NVML_GPM_METRICS_GET_VERSION, 2, s1, s2
+mg.metrics[0].metricId, mg.metrics[1].metricId = N.NVML_GPM_METRIC_GRAPHICS_UTIL, N.NVML_GPM_METRIC_DRAM_BW_UTIL
+N.nvmlGpmMetricsGet(mg)
+out["gpm_mig"] = [[m.nvmlReturn, m.value] for m in mg.metrics[:2]]
+N.nvmlGpmSampleGet(h, s1)
+out["gpm_mixed"] = err(N.nvmlGpmMetricsGet, mg)          # a GPU's sample with a GPU instance's
+out["gpm_h4"] = err(N.nvmlGpmSampleGet, h4, s2)
+N.nvmlGpmSampleFree(s1)
+N.nvmlGpmSampleFree(s2)
 # an Xid through an event set, injected by the test before this ran is not seen (sets see later
 # events): wait for the timeout, then register and read the one the test's controls cannot time.
 es = N.nvmlEventSetCreate()

@@ -122,6 +122,9 @@ def test_every_exported_function_through_nvidia_ml_py():
     assert m["name"] == "NVIDIA H100 80GB HBM3 MIG 1g.10gb" and m["is_mig"] == 1 and (m["gi"], m["ci"]) == (7, 0)
     assert m["memory"] == 9984 << 20 and m["sm"] == 16 and m["parent"] == inv["gpus"][1]["uuid"]
     assert m["uuid"] in m["by_index"] and len(m["by_index"]) == 2
+    assert out["gpm_support"] == [1, 0]                             # H100, L4
+    assert out["gpm_mig"] == [[0, 0.0], [3, 0.0]]                   # idle GI; DRAM bandwidth not simulated
+    assert out["gpm_mixed"] == 2 and out["gpm_h4"] == 3             # INVALID_ARGUMENT, NOT_SUPPORTED
     assert out["wait_timeout"] == 10 and out["wait_v1"] == 10      # NVML_ERROR_TIMEOUT: no Xid on GPU 4
     check_monitoring(out, inv, sleeper.pid)
 
