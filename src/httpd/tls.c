@@ -3,7 +3,7 @@
  * "TLS client": a certificate whose extended key usage leaves out clientAuth is refused); one
  * that does not verify ends the handshake with an alert. No session tickets and no renegotiation,
  * so that after the handshake a read only reads and a write only writes, except for what TLS
- * itself may ask (handled through *want). */
+ * itself may ask (handled through *want). libssl is loaded with the first context (sslload.h). */
 #include "httpd/tls.h"
 
 #include <errno.h>
@@ -11,9 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
+#include "httpd/sslload.h"
 
 /* OpenSSL's last error queue entry as text, the queue cleared. */
 static void ossl_reason(char *to, size_t len) {
@@ -31,6 +29,10 @@ SSL_CTX *httpd_tls_ctx(const struct httpd_tls *t, const char *what, char *err, s
     char why[256];
     if (!t->cert_file || !t->key_file || !t->client_ca_file) {
         snprintf(err, errlen, "%s: TLS needs a certificate, its key and a client CA file", what);
+        return NULL;
+    }
+    if (gs_ssl_load(why, sizeof(why)) < 0) {
+        snprintf(err, errlen, "cannot serve %s: %s", what, why);
         return NULL;
     }
     ERR_clear_error();
@@ -77,7 +79,8 @@ fail:
 }
 
 void httpd_tls_ctx_free(SSL_CTX *ctx) {
-    SSL_CTX_free(ctx);
+    if (ctx) /* without TLS, libssl was never loaded */
+        SSL_CTX_free(ctx);
 }
 
 SSL *httpd_tls_new(SSL_CTX *ctx, int fd) {
