@@ -116,18 +116,17 @@ static ssize_t outcome(SSL *s, int r, short *want, char *err, size_t errlen) {
     case SSL_ERROR_WANT_WRITE: *want = POLLOUT; errno = EAGAIN; return -1;
     case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); return 0;
     case SSL_ERROR_SYSCALL:
-        if (ERR_peek_error() == 0) { /* the socket's own error, or an end without close_notify */
-            if (errno == 0 || r == 0)
-                return 0;
-            snprintf(err, errlen, "%s", strerror(errno));
-            return -1;
-        }
-        /* fall through */
-    default:
-        ossl_reason(err, errlen);
-        errno = EPROTO;
+        if (ERR_peek_error() != 0)
+            break; /* OpenSSL's reason, below */
+        if (errno == 0 || r == 0) /* an end without close_notify */
+            return 0;
+        snprintf(err, errlen, "%s", strerror(errno)); /* the socket's own error */
         return -1;
+    default: break;
     }
+    ossl_reason(err, errlen);
+    errno = EPROTO;
+    return -1;
 }
 
 ssize_t httpd_tls_read(SSL *s, void *buf, size_t len, short *want, char *err, size_t errlen) {
