@@ -13,7 +13,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc libstdc++-12-dev pkg-config meson ninja-build \
-      libyaml-dev libjansson-dev libcurl4-openssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
+      libyaml-dev libjansson-dev libcurl4-openssl-dev libssl-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -29,10 +29,11 @@ RUN mkdir -p /out/usr/share/doc/gpuslice/bundled \
  && dpkg-query -W -f '${Package} ${Version}\n' $BUNDLED > /out/usr/share/doc/gpuslice/bundled/versions.txt
 
 FROM debian:bookworm-slim
-# The shared libraries the binaries link (gRPC core, abseil and libstdc++ are linked in statically).
+# The shared libraries the binaries link (gRPC core, abseil and libstdc++ are linked in statically),
+# and libssl3, which the extender loads for TLS.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libyaml-0-2 libjansson4 libcurl4 libprotobuf-c1 zlib1g \
+      libyaml-0-2 libjansson4 libcurl4 libssl3 libprotobuf-c1 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/gpuslice /usr/bin/gpuslice
 COPY --from=build /out/usr/bin/gpuslice-cdi-hook /usr/bin/gpuslice-cdi-hook

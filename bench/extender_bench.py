@@ -69,7 +69,8 @@ def main():
         names = [r["sn"] for r in csv.DictReader(f)]
     log = tempfile.NamedTemporaryFile("w+", suffix=".log")
     p = subprocess.Popen(["taskset", "-c", a.cpu, a.gpuslice, "extender", "--snapshot", a.nodes,
-                          "--listen", "127.0.0.1:0", "--policy", a.policy], stdout=log, stderr=subprocess.STDOUT)
+                          "--listen", "127.0.0.1:0", "--insecure-loopback-http", "--policy", a.policy], stdout=log,
+                         stderr=subprocess.STDOUT)
     try:
         port = None
         for _ in range(200):

@@ -514,7 +514,8 @@ def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs
         if run in POLICY:
             api_src = a.ext_source == "api"
             src = ["--kubeconfig", os.path.join(cl.dir, "admin.kubeconfig")] if api_src else ["--snapshot", a.nodes_csv]
-            cmd = [a.gpuslice, "extender", *src, "--listen", "127.0.0.1:0", "--policy", POLICY[run]]
+            cmd = [a.gpuslice, "extender", *src, "--listen", "127.0.0.1:0", "--insecure-loopback-http",
+                   "--policy", POLICY[run]]
             if run == "fgd":
                 cmd += ["--workload", a.wl_files[workload]]
             ext = Proc(cl.dir, "kwok-extender", cmd)

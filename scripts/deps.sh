@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   gcc libstdc++-12-dev clang libclang-rt-14-dev pkg-config meson ninja-build
-  libyaml-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev
+  libyaml-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev libssl-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   prometheus shellcheck
   python3 python3-pip python3-pytest python3-yaml python3-grpcio python3-grpc-tools python3-protobuf python3-jsonschema

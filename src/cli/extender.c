@@ -13,18 +13,31 @@
 #include "extender/apisource.h"
 #include "extender/server.h"
 #include "extender/snapshot.h"
+#include "httpd/httpd.h"
 #include "place/replay.h"
 #include "util/log.h"
 #include "util/util.h"
 
+#define MAX_CLIENT_NAMES 8
+
 static void usage(FILE *f) {
     fprintf(f, "Usage: gpuslice extender --snapshot FILE | --kubeconfig FILE | --api [--listen 127.0.0.1:8888]\n"
+               "                         --tls-cert-file FILE --tls-key-file FILE --client-ca-file FILE\n"
+               "                         [--allowed-client-name NAME]... | --insecure-loopback-http\n"
                "                         [--policy fgd|gpuslice] [--workload PODS.csv] [--max-body BYTES]\n\n"
                "The kube-scheduler extender (docs/extender.md): POST .../filter fails the nodes where no GPU\n"
                "(or set of GPUs) holds the pod, whatever the node's sum; POST .../prioritize scores the nodes\n"
                "with the placement policy, 0..10; POST .../bind picks the GPU, records it and, with the API server,\n"
                "binds the pod with the gpuslice.io/gpu-index annotation; GET /healthz, /metrics.\n\n"
                "  --listen HOST:PORT  where to serve (default 127.0.0.1:8888; port 0: any free port)\n"
+               "  --tls-cert-file FILE   HTTPS with this certificate (PEM, with its chain)...\n"
+               "  --tls-key-file FILE    ...and its key...\n"
+               "  --client-ca-file FILE  ...and client certificates verified against these CAs: every request but\n"
+               "                      GET /healthz needs one (401 without; one that does not verify ends the TLS\n"
+               "                      handshake)\n"
+               "  --allowed-client-name NAME  only a client certificate naming NAME (a DNS subjectAltName, else its\n"
+               "                      CN); repeatable, up to 8 (default: any the client CA verifies)\n"
+               "  --insecure-loopback-http  plain HTTP, every request trusted: only on a 127.x.x.x --listen\n"
                "  --snapshot FILE     the nodes: a trace node list (.csv) or a JSON snapshot\n"
                "  --kubeconfig FILE   the nodes and bound pods from the API server (watched), and bind there\n"
                "  --api               the same with $KUBECONFIG, in-cluster, else ~/.kube/config\n"
@@ -38,9 +51,25 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
     (void)cli;
     const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL,
                *workload = NULL;
-    bool api = false;
+    bool api = false, plain = false;
     unsigned long long max_body = 8ull << 20;
-    enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG, OPT_API, OPT_WORKLOAD };
+    struct httpd_tls tls = { 0 };
+    const char *client_names[MAX_CLIENT_NAMES + 1] = { 0 };
+    size_t n_client_names = 0;
+    enum {
+        OPT_LISTEN = 1,
+        OPT_SNAPSHOT,
+        OPT_POLICY,
+        OPT_MAX_BODY,
+        OPT_KUBECONFIG,
+        OPT_API,
+        OPT_WORKLOAD,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_CLIENT_CA,
+        OPT_CLIENT_NAME,
+        OPT_PLAIN
+    };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, OPT_LISTEN },
         { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
@@ -49,6 +78,11 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
         { "api", no_argument, NULL, OPT_API },
         { "workload", required_argument, NULL, OPT_WORKLOAD },
+        { "tls-cert-file", required_argument, NULL, OPT_TLS_CERT },
+        { "tls-key-file", required_argument, NULL, OPT_TLS_KEY },
+        { "client-ca-file", required_argument, NULL, OPT_CLIENT_CA },
+        { "allowed-client-name", required_argument, NULL, OPT_CLIENT_NAME },
+        { "insecure-loopback-http", no_argument, NULL, OPT_PLAIN },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -66,6 +100,16 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         case OPT_KUBECONFIG: kubeconfig = optarg, api = true; break;
         case OPT_API: api = true; break;
         case OPT_WORKLOAD: workload = optarg; break;
+        case OPT_TLS_CERT: tls.cert_file = optarg; break;
+        case OPT_TLS_KEY: tls.key_file = optarg; break;
+        case OPT_CLIENT_CA: tls.client_ca_file = optarg; break;
+        case OPT_CLIENT_NAME:
+            if (n_client_names == MAX_CLIENT_NAMES || !optarg[0])
+                return cli_usage_error("extender", "--allowed-client-name '%s': a name, at most %d of them", optarg,
+                                       MAX_CLIENT_NAMES);
+            client_names[n_client_names++] = optarg;
+            break;
+        case OPT_PLAIN: plain = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
         }
@@ -84,6 +128,26 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
                                            "API server");
     if (snapshot && api)
         return cli_usage_error("extender", "--snapshot and the API server (--kubeconfig, --api): one or the other");
+    bool any_tls = tls.cert_file || tls.key_file || tls.client_ca_file;
+    if (plain && any_tls)
+        return cli_usage_error("extender", "--insecure-loopback-http and TLS (--tls-cert-file, --tls-key-file, "
+                                           "--client-ca-file): one or the other");
+    if (any_tls && !(tls.cert_file && tls.key_file && tls.client_ca_file))
+        return cli_usage_error("extender", "TLS needs all of --tls-cert-file, --tls-key-file and --client-ca-file "
+                                           "(missing: %s%s%s)",
+                               tls.cert_file ? "" : "--tls-cert-file ", tls.key_file ? "" : "--tls-key-file ",
+                               tls.client_ca_file ? "" : "--client-ca-file");
+    if (!plain && !any_tls)
+        return cli_usage_error("extender", "no TLS: serve HTTPS with --tls-cert-file, --tls-key-file and "
+                                           "--client-ca-file (the scheduler's client certificate), or plain HTTP on "
+                                           "loopback with --insecure-loopback-http");
+    if (plain && !httpd_addr_is_loopback(listen))
+        return cli_usage_error("extender", "--listen %s without TLS: plain HTTP is served only on a loopback address "
+                                           "(127.x.x.x:PORT); anyone who can reach it could bind pods",
+                               listen);
+    if (n_client_names && !any_tls)
+        return cli_usage_error("extender", "--allowed-client-name: a TLS client's name; give TLS too");
+    tls.client_names = n_client_names ? client_names : NULL;
     if (workload && pol != PL_FGD)
         return cli_usage_error("extender", "--workload: FGD's target workload; --policy %s takes none", policy);
     char err[1024];
@@ -141,8 +205,15 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         ex_model_free(&model);
         return GS_EXIT_FAILURE;
     }
-    struct ex_server_config cfg = { .addr = listen, .max_body = (size_t)max_body, .model = &model, .lock = &lock,
-                                    .bind = src ? ex_api_bind : NULL, .bind_ctx = src };
+    struct ex_server_config cfg = { .addr = listen,
+                                    .tls = any_tls ? &tls : NULL,
+                                    .plain_trusted = plain,
+                                    .max_body = (size_t)max_body,
+                                    .model = &model,
+                                    .lock = &lock,
+                                    .bind = src ? ex_api_bind : NULL,
+                                    .check = src ? ex_api_check : NULL,
+                                    .bind_ctx = src };
     struct ex_server *s = ex_server_start(&cfg, err, sizeof(err));
     if (!s) {
         fprintf(stderr, "gpuslice extender: %s\n", err);
@@ -151,12 +222,14 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         ex_model_free(&model);
         return GS_EXIT_FAILURE;
     }
+    const char *how = any_tls ? "HTTPS, client certificates of " : "plain HTTP, every request trusted";
+    const char *ca = any_tls ? tls.client_ca_file : "";
     if (snapshot)
-        log_info("Extender serving on %s (port %u): %zu nodes from %s, policy %s", listen, ex_server_port(s), n,
-                 snapshot, pl_policy_name(pol));
+        log_info("Extender serving on %s (port %u) over %s%s: %zu nodes from %s, policy %s", listen, ex_server_port(s),
+                 how, ca, n, snapshot, pl_policy_name(pol));
     else
-        log_info("Extender serving on %s (port %u): nodes and pods from the API server, policy %s", listen,
-                 ex_server_port(s), pl_policy_name(pol));
+        log_info("Extender serving on %s (port %u) over %s%s: nodes and pods from the API server, policy %s", listen,
+                 ex_server_port(s), how, ca, pl_policy_name(pol));
     int sig = 0;
     sigwait(&set, &sig);
     log_info("Extender: signal %d, stopping", sig);

@@ -110,6 +110,37 @@ json_t *ex_binding_json(const struct ex_bind_args *b, const struct pl_choice *ch
                      "target", "apiVersion", "v1", "kind", "Node", "name", b->node);
 }
 
+int ex_pod_bindable(const json_t *pod, const struct ex_bind_args *b, char *err, size_t errlen) {
+    const json_t *md = json_object_get(pod, "metadata");
+    const char *uid = json_string_value(json_object_get(md, "uid"));
+    const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    if (!json_is_object(pod) || !uid) {
+        snprintf(err, errlen, "pod %s/%s: the API server's answer has no metadata.uid", b->ns, b->name);
+        return -EBADMSG;
+    }
+    if (strcmp(uid, b->uid) != 0) {
+        snprintf(err, errlen, "pod %s/%s: uid %s is not the API server's (%.64s): not bound", b->ns, b->name, b->uid,
+                 uid);
+        return -ESTALE;
+    }
+    if (node && node[0]) {
+        snprintf(err, errlen, "pod %s/%s (uid %s): already bound to node %.253s: not bound again", b->ns, b->name,
+                 b->uid, node);
+        return -EEXIST;
+    }
+    if (json_object_get(md, "deletionTimestamp") && !json_is_null(json_object_get(md, "deletionTimestamp"))) {
+        snprintf(err, errlen, "pod %s/%s (uid %s): being deleted: not bound", b->ns, b->name, b->uid);
+        return -EPERM;
+    }
+    if (!phase || strcmp(phase, "Pending") != 0) {
+        snprintf(err, errlen, "pod %s/%s (uid %s): status.phase %.32s, not Pending: not bound", b->ns, b->name, b->uid,
+                 phase ? phase : "(none)");
+        return -EPERM;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------- */
 
 struct cached_pod {
@@ -535,16 +566,41 @@ void ex_api_stop(struct ex_api *a) {
     free(a);
 }
 
+static int pod_path(const struct ex_bind_args *b, char *path, size_t len, char *err, size_t errlen) {
+    if (kube_path(path, len, "v1", b->ns, "pods", b->name) < 0 || strlen(path) + sizeof("/binding") > len) {
+        snprintf(err, errlen, "pod %s/%s: name too long", b->ns, b->name);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* On the server's bind workers, before anything is committed: a read from the API server itself
+ * (a GET without resourceVersion is served from storage, not a cache). */
+int ex_api_check(void *ctx, const struct ex_bind_args *b, char *err, size_t errlen) {
+    struct ex_api *a = ctx;
+    char path[EX_NAME_MAX * 2 + 64];
+    int r = pod_path(b, path, sizeof(path), err, errlen);
+    if (r < 0)
+        return r;
+    json_t *pod = NULL;
+    char why[1024];
+    if ((r = kube_get(a->cfg.client, path, &pod, why, sizeof(why))) < 0) {
+        snprintf(err, errlen, "pod %s/%s (uid %s): not bound: %s", b->ns, b->name, b->uid, why);
+        return r;
+    }
+    r = ex_pod_bindable(pod, b, err, errlen);
+    json_decref(pod);
+    return r;
+}
+
 /* On the server's bind workers, several at once: the client is shared by threads (kube.h), the
  * recent binds are under the model's lock. */
 int ex_api_bind(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err, size_t errlen) {
     struct ex_api *a = ctx;
     char path[EX_NAME_MAX * 2 + 64];
-    if (kube_path(path, sizeof(path), "v1", b->ns, "pods", b->name) < 0 ||
-        strlen(path) + sizeof("/binding") > sizeof(path)) {
-        snprintf(err, errlen, "pod %s/%s: name too long", b->ns, b->name);
-        return -EINVAL;
-    }
+    int e = pod_path(b, path, sizeof(path), err, errlen);
+    if (e < 0)
+        return e;
     strcat(path, "/binding");
     json_t *obj = ex_binding_json(b, ch);
     if (!obj) {

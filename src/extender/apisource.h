@@ -41,8 +41,15 @@ int ex_api_start(const struct ex_api_config *cfg, struct ex_api **out, char *err
 bool ex_api_synced(struct ex_api *a);
 void ex_api_stop(struct ex_api *a);
 /* The server's bind (ex_bind_fn, ctx the ex_api): POST .../pods/NAME/binding to the node with the
- * GPU annotation; 0 or -errno with the API server's message in err. */
+ * GPU annotation and the pod's UID (metadata.uid: the API server's precondition, as
+ * kube-scheduler's DefaultBinder sets it); 0 or -errno with the API server's message in err. */
 int ex_api_bind(void *ctx, const struct ex_bind_args *b, const struct pl_choice *ch, char *err, size_t errlen);
+/* The server's check (ex_check_fn): GET the pod, then ex_pod_bindable. */
+int ex_api_check(void *ctx, const struct ex_bind_args *b, char *err, size_t errlen);
+/* Pure: whether the v1.Pod pod may be bound by b: its metadata.uid b->uid (-ESTALE), no
+ * spec.nodeName (-EEXIST), no deletionTimestamp and status.phase Pending (-EPERM); -EBADMSG
+ * without a uid. The reason in err. */
+int ex_pod_bindable(const json_t *pod, const struct ex_bind_args *b, char *err, size_t errlen);
 
 /* Pure, for the tests: a Node's spec from its labels and status.allocatable: 1 (a GPU node), 0 (no
  * gpuslice.io/gpu.count), -EINVAL with the label in err. */

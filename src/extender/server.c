@@ -6,7 +6,16 @@
  * (httpd_complete), while the HTTP thread answers the next filter and prioritize calls. At most
  * bind_workers bindings are in flight, the others wait in the queue, which holds as many as
  * httpd defers (HTTPD_MAX_DEFERRED); beyond that a bind is answered on the HTTP thread, as all
- * were before. */
+ * were before.
+ *
+ * Who may ask: with TLS (cfg.tls) a request without a client certificate the client CA verified
+ * is answered 401 and changes nothing, except GET /healthz (open, for the kubelet's probes);
+ * plain HTTP is served only when cfg.plain_trusted says so (a loopback address, asked for
+ * explicitly: the caller checks both). A bind is taken only for a pod the filter saw, by its UID
+ * (PodUID; the namespace and name must be those the filter saw with it), then, with the API
+ * server (cfg.check), only for a pod it shows Pending and not bound with that UID: that read,
+ * the GPUs committed and the Binding (the UID its precondition) are made in that order, so that a
+ * refused bind leaves the model as it was. */
 #include "extender/server.h"
 
 #include <errno.h>
@@ -21,7 +30,7 @@
 #include "util/log.h"
 #include "util/util.h"
 
-#define RECENT 1024 /* pods remembered from filter/prioritize for bind (which names the pod only) */
+#define RECENT 1024 /* pods remembered from filter for bind (which names the pod only) */
 #define BIND_WORKERS 4 /* bindings in flight at once, by default */
 #define BIND_QUEUE HTTPD_MAX_DEFERRED
 
@@ -31,14 +40,12 @@ static const char *const verb_names[V_COUNT] = { "filter", "prioritize", "bind" 
 static const double buckets[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25 };
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
-/* a bind whose Binding a worker writes */
+/* a bind a worker makes (the pod read, the GPUs committed, the Binding written) */
 struct bind_job {
     struct httpd_deferred *answer;
     struct ex_bind_args b;
-    struct pl_choice ch;
-    char uid[EX_UID_MAX]; /* the pod's, as the model knows it */
-    bool fresh;           /* committed by this bind (not the scheduler's retry): released on an error */
-    uint64_t t0, cpu;     /* the request's arrival, the HTTP thread's CPU time on it */
+    struct ex_pod pod;  /* as the filter saw it */
+    uint64_t t0, cpu;   /* the request's arrival, the HTTP thread's CPU time on it */
 };
 
 struct ex_server {
@@ -56,7 +63,7 @@ struct ex_server {
      * (taken by both threads); requests and the filter's are the server's thread's alone */
     pthread_mutex_t counts;
     uint64_t requests[V_COUNT], errors[V_COUNT];
-    uint64_t fit, failed, unresolvable, bound;
+    uint64_t fit, failed, unresolvable, bound, unauthorized;
     uint64_t hist[V_COUNT][N_BUCKETS + 1];
     double lat_sum[V_COUNT];
     struct ex_pod recent[RECENT];
@@ -86,10 +93,13 @@ static void remember(struct ex_server *s, const struct ex_pod *p) {
     s->next_recent = (s->next_recent + 1) % RECENT;
 }
 
-static const struct ex_pod *recall(const struct ex_server *s, const char *uid, const char *ns, const char *name) {
+/* The pod the filter saw with uid (never by its name: a bind without PodUID finds none). */
+static const struct ex_pod *recall(const struct ex_server *s, const char *uid) {
+    if (!uid[0])
+        return NULL;
     for (size_t k = 0; k < RECENT; k++) {
         const struct ex_pod *p = &s->recent[k];
-        if (p->uid[0] && (uid[0] ? strcmp(p->uid, uid) == 0 : !strcmp(p->ns, ns) && !strcmp(p->name, name)))
+        if (p->uid[0] && strcmp(p->uid, uid) == 0)
             return p;
     }
     return NULL;
@@ -193,6 +203,31 @@ static int write_binding(struct ex_server *s, const struct ex_bind_args *b, cons
     return e;
 }
 
+/* The bind of p (the pod the filter saw) to b->node: the pod read from the API server and refused
+ * unless Pending and unbound with p's UID (cfg.check), the GPUs chosen and committed, the Binding
+ * written (an error gives them back). 0 or -errno with the reason in err; on either thread. */
+static int make_bind(struct ex_server *s, const struct ex_bind_args *b, const struct ex_pod *p, char *err,
+                     size_t errlen) {
+    int e;
+    if (s->cfg.check && (e = s->cfg.check(s->cfg.bind_ctx, b, err, errlen)) < 0)
+        return e;
+    struct pl_choice ch;
+    pthread_mutex_lock(s->cfg.lock);
+    e = ex_bind(s->cfg.model, p, b->node, &ch, err, errlen);
+    if (e == -EALREADY && ch.node >= 0 && ch.node != ex_model_find(s->cfg.model, b->node)) {
+        snprintf(err, errlen, "pod %s/%s (uid %s): bound to another node in the extender's model, not %s", b->ns,
+                 b->name, b->uid, b->node);
+        e = -EEXIST;
+    }
+    pthread_mutex_unlock(s->cfg.lock);
+    bool fresh = e == 0;
+    if (e == -EALREADY) /* the scheduler's retry: the same GPUs, bound again */
+        e = 0;
+    if (e == 0 && s->cfg.bind)
+        e = write_binding(s, b, &ch, p->uid, fresh, err, errlen);
+    return e;
+}
+
 /* A bind's ExtenderBindingResult into r (e: 0, or the error, its reason in err when there is
  * one), counted and logged; on either thread. */
 static void bind_result(struct ex_server *s, const struct ex_bind_args *b, int e, char *err, size_t errlen,
@@ -215,7 +250,7 @@ static void bind_result(struct ex_server *s, const struct ex_bind_args *b, int e
 static void run_job(struct ex_server *s, struct bind_job *j) {
     uint64_t c0 = cpu_ns();
     char err[1200] = "", timing[96];
-    int e = write_binding(s, &j->b, &j->ch, j->uid, j->fresh, err, sizeof(err));
+    int e = make_bind(s, &j->b, &j->pod, err, sizeof(err));
     struct httpd_response r = { 0 };
     bind_result(s, &j->b, e, err, sizeof(err), &r);
     uint64_t wall = gs_now_ns() - j->t0;
@@ -245,17 +280,16 @@ static void *bind_worker(void *arg) {
     return NULL;
 }
 
-/* Hands the Binding's write to a worker, and the answer with it; false when there are no workers,
- * the queue or httpd's deferred answers are full, or without memory (the caller writes it now). */
+/* Hands the bind to a worker, and the answer with it; false when there are no workers, the queue
+ * or httpd's deferred answers are full, or without memory (the caller makes it now). */
 static bool defer_bind(struct ex_server *s, const struct httpd_request *req, const struct ex_bind_args *b,
-                       const struct pl_choice *ch, const char *uid, bool fresh, uint64_t t0, uint64_t c0) {
+                       const struct ex_pod *p, uint64_t t0, uint64_t c0) {
     if (!s->n_workers)
         return false;
     struct bind_job *j = malloc(sizeof(*j));
     if (!j)
         return false;
-    *j = (struct bind_job){ .b = *b, .ch = *ch, .fresh = fresh, .t0 = t0 };
-    snprintf(j->uid, sizeof(j->uid), "%s", uid);
+    *j = (struct bind_job){ .b = *b, .pod = *p, .t0 = t0 };
     pthread_mutex_lock(&s->pool);
     if (s->q_len < BIND_QUEUE && !s->stopping)
         j->answer = httpd_defer(req);
@@ -272,8 +306,8 @@ static bool defer_bind(struct ex_server *s, const struct httpd_request *req, con
     return deferred;
 }
 
-/* The bind verb: the GPUs chosen and committed here, the Binding written by a worker (true: the
- * answer is deferred) or, when none can take it, here. */
+/* The bind verb: the pod the filter saw with PodUID (else refused here, nothing changed), then the
+ * bind made by a worker (true: the answer is deferred) or, when none can take it, here. */
 static bool bind(struct ex_server *s, const struct httpd_request *req, struct httpd_response *r, uint64_t t0,
                  uint64_t c0) {
     struct ex_bind_args b;
@@ -285,23 +319,20 @@ static bool bind(struct ex_server *s, const struct httpd_request *req, struct ht
         json_answer(r, 400, body, len);
         return false;
     }
-    const struct ex_pod *p = recall(s, b.uid, b.ns, b.name);
-    int e = -ENOENT;
-    if (!p) {
+    const struct ex_pod *p = recall(s, b.uid);
+    int e = -EPERM;
+    if (!b.uid[0]) {
+        snprintf(err, sizeof(err), "bind %s/%s: no PodUID: the extender binds only a pod its filter saw, by its UID",
+                 b.ns, b.name);
+    } else if (!p) {
         snprintf(err, sizeof(err), "pod %s/%s (uid %s): not seen by the extender's filter", b.ns, b.name, b.uid);
+    } else if (strcmp(p->ns, b.ns) != 0 || strcmp(p->name, b.name) != 0) {
+        snprintf(err, sizeof(err), "pod %s/%s (uid %s): the extender's filter saw that uid as %s/%s", b.ns, b.name,
+                 b.uid, p->ns, p->name);
+    } else if (defer_bind(s, req, &b, p, t0, c0)) {
+        return true;
     } else {
-        struct pl_choice ch;
-        pthread_mutex_lock(s->cfg.lock);
-        e = ex_bind(s->cfg.model, p, b.node, &ch, err, sizeof(err));
-        pthread_mutex_unlock(s->cfg.lock);
-        bool fresh = e == 0;
-        if (e == -EALREADY) /* the scheduler's retry: the same GPUs, bound again */
-            e = 0;
-        if (e == 0 && s->cfg.bind) {
-            if (defer_bind(s, req, &b, &ch, p->uid, fresh, t0, c0))
-                return true;
-            e = write_binding(s, &b, &ch, p->uid, fresh, err, sizeof(err));
-        }
+        e = make_bind(s, &b, p, err, sizeof(err));
     }
     bind_result(s, &b, e, err, sizeof(err), r);
     return false;
@@ -339,6 +370,9 @@ static char *metrics_text(struct ex_server *s, size_t *len) {
     OUT("gpuslice_extender_filter_nodes_total{result=\"fit\"} %" PRIu64 "\n", s->fit);
     OUT("gpuslice_extender_filter_nodes_total{result=\"failed\"} %" PRIu64 "\n", s->failed);
     OUT("gpuslice_extender_filter_nodes_total{result=\"unresolvable\"} %" PRIu64 "\n", s->unresolvable);
+    OUT("# HELP gpuslice_extender_unauthorized_total Requests refused for want of a verified client certificate.\n"
+        "# TYPE gpuslice_extender_unauthorized_total counter\ngpuslice_extender_unauthorized_total %" PRIu64 "\n",
+        s->unauthorized);
     OUT("# HELP gpuslice_extender_binds_total Pods bound with a GPU choice.\n# TYPE gpuslice_extender_binds_total "
         "counter\ngpuslice_extender_binds_total %" PRIu64 "\n",
         s->bound);
@@ -384,6 +418,12 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
     struct ex_server *s = ctx;
     const struct gs_http_head *h = req->head;
     bool get = !strcmp(h->method, "GET") || !strcmp(h->method, "HEAD");
+    if (!s->cfg.plain_trusted && !req->client_verified && strcmp(h->path, "/healthz") != 0) {
+        s->unauthorized++;
+        text_answer(r, 401, "gpuslice extender: a client certificate that the extender's client CA verifies is "
+                            "required (docs/extender.md, TLS)\n");
+        return;
+    }
     if (!strcmp(h->path, "/healthz") || !strcmp(h->path, "/metrics")) {
         if (!get) {
             r->status = 405;
@@ -444,7 +484,8 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
             log_debug("Extender %s: %s", verb_names[v], err);
             return;
         }
-        remember(s, &a.pod);
+        if (v == V_FILTER) /* what a bind may name (prioritize follows filter: nothing new) */
+            remember(s, &a.pod);
         if (v == V_FILTER)
             filter(s, &a, r);
         else
@@ -486,7 +527,7 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
     pthread_mutex_init(&s->pool, NULL);
     pthread_mutex_init(&s->counts, NULL);
     pthread_cond_init(&s->work, NULL);
-    unsigned want = cfg->bind ? (cfg->bind_workers ? cfg->bind_workers : BIND_WORKERS) : 0;
+    unsigned want = cfg->bind || cfg->check ? (cfg->bind_workers ? cfg->bind_workers : BIND_WORKERS) : 0;
     s->workers = want ? calloc(want, sizeof(*s->workers)) : NULL;
     if (want && !s->workers) {
         snprintf(err, errlen, "out of memory");
@@ -502,7 +543,8 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
         }
     }
     struct httpd_config hc = {
-        .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body, .handler = handle, .ctx = s
+        .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body, .handler = handle, .ctx = s,
+        .tls = cfg->tls
     };
     s->http = httpd_start(&hc, err, errlen);
     if (!s->http) {

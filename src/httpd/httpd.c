@@ -20,7 +20,14 @@
  * (HTTPD_MAX_DEFERRED), so that a slow round trip elsewhere cannot hold all 16 slots; a deferred
  * connection gets 30 s for its answer (then it is closed and the answer dropped when it comes). A
  * body longer than the configured bound is refused (413) before it is read. Responses hold their
- * body by reference (the handler's release). */
+ * body by reference (the handler's release).
+ *
+ * TLS (tls.c, with httpd_config.tls): the same state machine over OpenSSL on the non-blocking
+ * socket. The handshake is made by the connection's first read, under the head's deadline; a read
+ * or write that TLS makes wait for the other direction polls for that one (conn.want); bytes
+ * OpenSSL decrypted beyond what a read took are served without waiting for poll. A handshake that
+ * fails (a client certificate the client CA does not verify, not TLS at all) closes the
+ * connection, logged at most once every 10 s with the number left out. */
 #include "httpd/httpd.h"
 
 #include <arpa/inet.h>
@@ -29,6 +36,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/httphead.h"
+#include "httpd/tls.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -49,10 +58,15 @@
 #define ACCEPT_PAUSE_MS 100    /* after accept failed for want of descriptors or memory */
 #define DEFER_MS 30000         /* for a deferred answer to come */
 #define EXTRA_MAX 256          /* a deferred answer's extra header fields */
+#define TLS_LOG_MS 10000       /* at most one failed handshake logged in this time */
 
 struct conn {
     struct httpd *m;
     int fd; /* -1: free slot */
+    SSL *ssl;   /* with TLS */
+    short want; /* the event TLS waits for before the state's operation can go on (0: the state's) */
+    bool client_known, client_verified; /* the TLS client's certificate, once the handshake is done */
+    char client_cn[128];
     enum { READING, BODY, WRITING, DRAINING, DEFERRED } state;
     unsigned gen; /* counts the slot's connections: a deferred answer finds its own or none */
     struct httpd_deferred *deferred; /* the handler's httpd_defer, while it runs */
@@ -96,6 +110,9 @@ struct httpd {
     char what[32];
     unsigned port;
     long long accept_paused_until;
+    SSL_CTX *tls;
+    long long tls_logged_at; /* the last failed handshake logged, and those left out since */
+    unsigned tls_unlogged;
     struct conn conns[MAX_CONNS];
 };
 
@@ -125,6 +142,11 @@ static void free_request_body(struct conn *c) {
 }
 
 static void conn_close(struct conn *c) {
+    httpd_tls_close(c->ssl, false);
+    c->ssl = NULL;
+    c->want = 0;
+    c->client_known = c->client_verified = false;
+    c->client_cn[0] = '\0';
     close(c->fd);
     release_response(c);
     free_request_body(c);
@@ -153,6 +175,63 @@ static const char *reason_of(int code) {
     case 505: return "HTTP Version Not Supported";
     default: return code >= 500 ? "Internal Server Error" : code >= 400 ? "Bad Request" : "OK";
     }
+}
+
+/* A failed handshake or a bad record, logged at most once in TLS_LOG_MS. */
+static void tls_failed(struct httpd *m, const char *why) {
+    long long now = now_ms();
+    if (m->tls_logged_at && now - m->tls_logged_at < TLS_LOG_MS) {
+        m->tls_unlogged++;
+        return;
+    }
+    if (m->tls_unlogged)
+        log_warn("HTTP server (%s): TLS: %s (and %u more connections refused since the last)", m->what, why,
+                 m->tls_unlogged);
+    else
+        log_warn("HTTP server (%s): TLS: %s", m->what, why);
+    m->tls_logged_at = now;
+    m->tls_unlogged = 0;
+}
+
+/* recv(2) on the connection, through TLS where it has it. */
+static ssize_t conn_recv(struct conn *c, void *buf, size_t len) {
+    if (!c->ssl)
+        return recv(c->fd, buf, len, 0);
+    char why[256] = "";
+    short want = 0;
+    ssize_t n = httpd_tls_read(c->ssl, buf, len, &want, why, sizeof(why));
+    int e = errno;
+    c->want = want == POLLOUT ? POLLOUT : 0; /* a read waits for input anyway */
+    if (n < 0 && e != EAGAIN)
+        tls_failed(c->m, why);
+    errno = e;
+    return n;
+}
+
+/* sendmsg(2) of iov on the connection, through TLS where it has it (one record a piece). */
+static ssize_t conn_send(struct conn *c, const struct iovec *iov, int n_iov) {
+    if (!c->ssl) {
+        struct msghdr msg = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n_iov };
+        return sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    }
+    ssize_t sent = 0;
+    for (int k = 0; k < n_iov; k++) {
+        char why[256] = "";
+        short want = 0;
+        ssize_t w = httpd_tls_write(c->ssl, iov[k].iov_base, iov[k].iov_len, &want, why, sizeof(why));
+        int e = errno;
+        c->want = want == POLLIN ? POLLIN : 0; /* a write waits to be writable anyway */
+        if (w < 0 && e != EAGAIN)
+            tls_failed(c->m, why);
+        if (w < 0) {
+            errno = e;
+            return sent ? sent : -1;
+        }
+        sent += w;
+        if ((size_t)w < iov[k].iov_len)
+            break;
+    }
+    return sent;
 }
 
 /* Starts sending a response (its body held until sent, then released). */
@@ -194,7 +273,11 @@ static void serve_request(struct httpd *m, struct conn *c, const struct gs_http_
     c->head_only = strcmp(h->method, "HEAD") == 0;
     c->ka10 = ka10;
     c->deferred = NULL;
-    struct httpd_request req = { h, body, body_len, c };
+    if (c->ssl && !c->client_known) {
+        c->client_verified = httpd_tls_client(c->ssl, m->cfg.tls->client_names, c->client_cn, sizeof(c->client_cn));
+        c->client_known = true;
+    }
+    struct httpd_request req = { h, body, body_len, c, c->client_verified, c->client_cn };
     struct httpd_response r = { 0 };
     m->cfg.handler(m->cfg.ctx, &req, &r);
     if (c->deferred) { /* httpd_complete answers */
@@ -341,7 +424,7 @@ static void process_input(struct httpd *m, struct conn *c) {
 
 static void on_readable(struct httpd *m, struct conn *c) {
     if (c->state == DRAINING) {
-        ssize_t n = recv(c->fd, c->in, sizeof(c->in), 0);
+        ssize_t n = recv(c->fd, c->in, sizeof(c->in), 0); /* after close_notify: the raw socket */
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             conn_close(c);
         return;
@@ -351,7 +434,7 @@ static void on_readable(struct httpd *m, struct conn *c) {
     size_t room = body ? (size_t)c->req.content_length - c->req_len : sizeof(c->in) - c->in_len;
     if (room == 0) /* DEFERRED with a full buffer of pipelined input: read after the answer */
         return;
-    ssize_t n = recv(c->fd, to, room, 0);
+    ssize_t n = conn_recv(c, to, room);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         conn_close(c); /* a deferred connection too: its answer is dropped when it comes */
         return;
@@ -380,8 +463,7 @@ static void on_writable(struct httpd *m, struct conn *c) {
         size_t off = c->sent > c->head_len ? c->sent - c->head_len : 0;
         iov[n_iov++] = (struct iovec){ (char *)c->body_ptr + off, c->body_len - off };
     }
-    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n_iov };
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = conn_send(c, iov, n_iov);
     if (n < 0) {
         if (errno != EAGAIN && errno != EINTR)
             conn_close(c);
@@ -394,6 +476,8 @@ static void on_writable(struct httpd *m, struct conn *c) {
     if (c->close_after) {
         /* Closing with unread input would reset the connection, and the client could lose the
          * response (RFC 9112 §9.6): shut the write side and drain until the client closes. */
+        httpd_tls_close(c->ssl, true); /* TLS's close_notify first */
+        c->ssl = NULL;
         shutdown(c->fd, SHUT_WR);
         phase(c, DRAINING, LINGER_MS);
         return;
@@ -466,15 +550,35 @@ static void accept_one(struct httpd *m) {
         close(fd);
         return;
     }
+    if (m->tls && !(slot->ssl = httpd_tls_new(m->tls, fd))) {
+        close(fd);
+        return;
+    }
     slot->fd = fd;
     phase(slot, READING, PHASE_MS);
 }
 
+/* Whether c has input OpenSSL decrypted and the state would read now (poll does not see it). */
+static bool tls_buffered(const struct conn *c) {
+    if (!c->ssl || c->want || (c->state != READING && c->state != BODY))
+        return false;
+    if (c->state == READING && c->in_len == sizeof(c->in))
+        return false;
+    return httpd_tls_pending(c->ssl);
+}
+
 static void *serve(void *arg) {
     struct httpd *m = arg;
+    /* a TLS write to a peer gone raises SIGPIPE on this thread (OpenSSL writes without
+     * MSG_NOSIGNAL): blocked here, the write fails with EPIPE instead */
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
     for (;;) {
         struct pollfd p[3 + MAX_CONNS];
         int idx[MAX_CONNS];
+        bool buffered[MAX_CONNS];
         int np = 0, nc = 0;
         long long now = now_ms(), next = now + PHASE_MS;
         p[np++] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
@@ -489,8 +593,12 @@ static void *serve(void *arg) {
             }
             if (c->deadline < next)
                 next = c->deadline;
+            buffered[nc] = tls_buffered(c);
+            if (buffered[nc])
+                next = now;
             idx[nc++] = i;
-            short events = c->state == WRITING                                   ? POLLOUT
+            short events = c->want                                               ? c->want
+                           : c->state == WRITING                                 ? POLLOUT
                            : c->state == DEFERRED && c->in_len == sizeof(c->in) ? 0
                                                                                 : POLLIN;
             p[np++] = (struct pollfd){ .fd = c->fd, .events = events };
@@ -506,14 +614,14 @@ static void *serve(void *arg) {
             usleep(100000);
             continue;
         }
-        if (r <= 0)
+        if (r < 0)
             continue;
         if (p[0].revents)
             break;
         for (int k = 0; k < nc; k++) {
             struct conn *c = &m->conns[idx[k]];
             short ev = p[2 + k].revents;
-            if (!ev || c->fd < 0)
+            if ((!ev && !buffered[k]) || c->fd < 0)
                 continue;
             if (c->state == DEFERRED && c->in_len == sizeof(c->in))
                 conn_close(c); /* POLLHUP or POLLERR: nothing to answer any more */
@@ -565,6 +673,9 @@ struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errl
     m->done_tail = &m->done;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->drained, NULL);
+    m->lfd = -1;
+    if (cfg->tls && !(m->tls = httpd_tls_ctx(cfg->tls, what, err, errlen)))
+        goto fail;
     int one = 1;
     m->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (m->lfd < 0 || setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
@@ -594,10 +705,22 @@ fail:
         if (m->ready[i] >= 0)
             close(m->ready[i]);
     }
+    httpd_tls_ctx_free(m->tls);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->drained);
     free(m);
     return NULL;
+}
+
+bool httpd_addr_is_loopback(const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    char host[64];
+    if (!colon || (size_t)(colon - addr) >= sizeof(host) || colon == addr)
+        return false;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 unsigned httpd_port(const struct httpd *m) {
@@ -621,6 +744,7 @@ void httpd_stop(struct httpd *m) {
         close(m->wake[i]);
         close(m->ready[i]);
     }
+    httpd_tls_ctx_free(m->tls);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->drained);
     free(m);

@@ -4,10 +4,13 @@
  * handed to the handler with the head. A handler may defer its answer to another thread
  * (httpd_defer, httpd_complete) while the thread serves the other connections. Limits (fixed
  * per-phase deadlines, 16 connections and who is evicted for a 17th, 8 deferred answers) are
- * described in httpd.c. */
+ * described in httpd.c. With TLS (struct httpd_tls), each connection is TLS 1.2 or later and a client
+ * certificate, when one is sent, must verify against the client CA: the handler learns whether the
+ * request came with one (httpd_request.client_verified) and decides what is open without. */
 #ifndef GS_HTTPD_H
 #define GS_HTTPD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/httphead.h"
@@ -20,6 +23,10 @@ struct httpd_request {
     const char *body; /* body_len bytes (not NUL-terminated); NULL when there is none or it was not read */
     size_t body_len;
     void *conn; /* the server's, for httpd_defer */
+    /* TLS: the client presented a certificate the client CA verified (and that names one of
+     * httpd_tls.client_names, where given); client_cn its subject's CN. Plain HTTP: false, "". */
+    bool client_verified;
+    const char *client_cn;
 };
 
 /* What the handler fills; the server has zeroed it (status 0 is taken as 500). */
@@ -37,6 +44,14 @@ struct httpd_response {
  * request the server sends the head only. */
 typedef void (*httpd_handler_fn)(void *ctx, const struct httpd_request *req, struct httpd_response *resp);
 
+/* TLS for every connection (PEM files, read once at httpd_start). */
+struct httpd_tls {
+    const char *cert_file;           /* the server's certificate, with its chain */
+    const char *key_file;            /* its private key */
+    const char *client_ca_file;      /* the CAs a client certificate must chain to */
+    const char *const *client_names; /* NULL-terminated; NULL or empty: any verified client */
+};
+
 struct httpd_config {
     const char *what; /* what is served, in error messages: "metrics", "extender" */
     const char *addr; /* "HOST:PORT" or ":PORT" (all addresses); PORT 0 picks a free port */
@@ -44,6 +59,7 @@ struct httpd_config {
                             * are not read, and a connection that sent one closes after the answer */
     httpd_handler_fn handler;
     void *ctx;
+    const struct httpd_tls *tls; /* NULL: plain HTTP */
 };
 
 /* Deferred answers, for a handler whose answer waits on a round trip elsewhere (the extender's
@@ -64,8 +80,11 @@ struct httpd_deferred *httpd_defer(const struct httpd_request *req);
 void httpd_complete(struct httpd_deferred *d, const struct httpd_response *r);
 
 /* Returns NULL with the reason in err ("WHAT address 'ADDR': expected HOST:PORT or :PORT",
- * "cannot serve WHAT on ADDR: ..."). */
+ * "cannot serve WHAT on ADDR: ...", or a TLS file's error naming the file). */
 struct httpd *httpd_start(const struct httpd_config *cfg, char *err, size_t errlen);
+/* Whether addr ("HOST:PORT") names an IPv4 loopback address (127.0.0.0/8); ":PORT" (every
+ * address), another host or a malformed addr: false. Pure. */
+bool httpd_addr_is_loopback(const char *addr);
 /* The port actually bound. */
 unsigned httpd_port(const struct httpd *h);
 /* Stops the thread, closes every connection and waits for the deferred answers outstanding (NULL:

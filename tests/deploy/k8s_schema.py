@@ -18,7 +18,7 @@ from kubernetes.client import models
 
 # apiVersion of each kind the chart and the examples use.
 API_VERSIONS = {
-    "Namespace": "v1", "ServiceAccount": "v1", "ConfigMap": "v1", "Service": "v1", "Pod": "v1",
+    "Namespace": "v1", "ServiceAccount": "v1", "ConfigMap": "v1", "Secret": "v1", "Service": "v1", "Pod": "v1",
     "DaemonSet": "apps/v1", "Deployment": "apps/v1", "NetworkPolicy": "networking.k8s.io/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
 }

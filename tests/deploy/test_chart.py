@@ -898,15 +898,17 @@ def test_metrics_network_policy_example():
 # ------------------------------------------------------------------------------------------ the scheduler extender (issue 20)
 
 EXTENDER = {"extender": {"enabled": True}}
-EXTENDER_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
+EXTENDER_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+                  "Secret", "Secret", "NetworkPolicy"]
 
 
-def extender_objects(over=None):
-    """{kind: object} of the extender's objects (component: extender) in a render with extender.enabled."""
+def extender_objects(over=None, kinds=EXTENDER_KINDS):
+    """{kind: object} of the extender's objects (component: extender) in a render with extender.enabled
+    (the Secrets by name)."""
     objs = objects(helmchart.render({"extender": {"enabled": True, **(over or {})}}))
     mine = [o for o in objs if o["metadata"]["labels"].get("app.kubernetes.io/component") == "extender"]
-    assert sorted(o["kind"] for o in mine) == sorted(EXTENDER_KINDS), [o["kind"] for o in mine]
-    return {o["kind"]: o for o in mine}, objs
+    assert sorted(o["kind"] for o in mine) == sorted(kinds), [o["kind"] for o in mine]
+    return {o["metadata"]["name"] if o["kind"] == "Secret" else o["kind"]: o for o in mine}, objs
 
 
 def _help_flags(*args):
@@ -915,57 +917,18 @@ def _help_flags(*args):
     return set(re.findall(r"^\s+(--[\w-]+)", p.stdout, re.M))
 
 
-def _doctor_extender_args(objs):
-    """The doctor init container's `--extender URL --extender-warn`, taken out of objs (a copy);
-    returns (URL or None, the objects without them)."""
-    objs = json.loads(json.dumps(objs))
-    doctor = pod_spec(objs)["initContainers"][0]
-    assert doctor["name"] == "doctor"
-    args = doctor["args"]
-    if "--extender" not in args:
-        assert "--extender-warn" not in args, args
-        return None, objs
-    i = args.index("--extender")
-    assert args.count("--extender") == 1 and args[i + 2] == "--extender-warn" and i > args.index("doctor"), args
-    url = args[i + 1]
-    del args[i:i + 3]
-    return url, objs
-
-
 def test_extender_off_by_default():
     """Off by default: no object of the extender, and the rest of the render as without the block
-    but for the doctor's check of the extender (test_doctor_checks_the_charts_extender); the plain
-    manifests are compared byte for byte in test_plain_manifests_are_what_the_script_renders."""
+    (the doctor does not check the extender: it answers only the scheduler's client certificate);
+    the plain manifests are compared byte for byte in test_plain_manifests_are_what_the_script_renders."""
     assert helmchart.load_chart()[1]["extender"]["enabled"] is False
     default = default_objects()
     assert not [o for o in default if "extender" in o["metadata"]["name"]]
     _, objs = extender_objects()
     rest = [o for o in objs if o["metadata"]["labels"].get("app.kubernetes.io/component") != "extender"]
-    url, rest = _doctor_extender_args(rest)
-    assert url and _doctor_extender_args(default)[0] is None
-    assert rest == default, "extender.enabled adds objects and changes none of the agent's but the doctor's args"
+    assert rest == default, "extender.enabled adds objects and changes none of the agent's"
+    assert all("--extender" not in c.get("args", []) for c in pod_spec(objs)["initContainers"])
     assert "extender" not in helmchart.notes()
-
-
-def test_doctor_checks_the_charts_extender():
-    """With extender.enabled the doctor init container checks the extender at the scheduler's
-    urlPrefix (the Service's name, or extender.clusterIP and extender.port), warn-only: its
-    findings never fail the init container (docs/doctor.md). Not without the extender, and no doctor
-    with doctor.enabled false."""
-    for over in ({}, {"clusterIP": "10.96.0.88", "port": 9900}):
-        ext, objs = extender_objects(over)
-        (entry,) = _scheduler_config(ext)["extenders"]
-        url, _ = _doctor_extender_args(objs)
-        assert url == entry["urlPrefix"], (url, entry)
-    assert url == "http://10.96.0.88:9900/gpuslice"
-    svc = ext["Service"]
-    assert _doctor_extender_args(extender_objects()[1])[0] == \
-        f"http://{svc['metadata']['name']}.{helmchart.NAMESPACE}.svc:8888/gpuslice"
-    assert {"--extender", "--extender-warn"} <= _help_flags("doctor")
-    assert _doctor_extender_args(default_objects())[0] is None
-    assert _doctor_extender_args(objects(helmchart.render(DRA)))[0] is None
-    off = pod_spec(objects(helmchart.render({"extender": {"enabled": True}, "doctor": {"enabled": False}})))
-    assert all("--extender" not in c.get("args", []) for c in off["initContainers"] + off["containers"])
     out = helmchart.lint({"extender": {"enabled": True, "clusterIP": "10.96.0.88"}})
     assert "0 chart(s) failed" in out and "[WARNING]" not in out, out
 
@@ -988,14 +951,20 @@ def test_extender_deployment():
         "--api takes the in-cluster service account's token"
     (c,) = spec["containers"]
     assert c["image"] == agent_container(objs)["image"] and "command" not in c
-    assert c["args"] == ["extender", "--api", "--listen", "0.0.0.0:8888", "--policy", "gpuslice"]
+    d = "/etc/gpuslice/extender-tls"
+    assert c["args"] == ["extender", "--api", "--listen", "0.0.0.0:8888", "--tls-cert-file", f"{d}/tls.crt",
+                         "--tls-key-file", f"{d}/tls.key", "--client-ca-file", f"{d}/ca.crt",
+                         "--allowed-client-name", "kube-scheduler", "--policy", "gpuslice"]
     flags = _help_flags("extender")
     assert {a for a in c["args"] if a.startswith("--")} <= flags, flags
-    assert c["ports"] == [{"name": "http", "containerPort": 8888, "protocol": "TCP"}]
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 8888, "targetPort": "http", "protocol": "TCP"}]
+    assert c["volumeMounts"] == [{"name": "tls", "mountPath": d, "readOnly": True}]
+    assert spec["volumes"] == [{"name": "tls", "secret": {"secretName": "gpuslice-extender-tls", "defaultMode": 0o440}}]
+    assert spec["securityContext"] == {"fsGroup": 65534} and c["securityContext"]["runAsGroup"] == 65534
+    assert c["ports"] == [{"name": "https", "containerPort": 8888, "protocol": "TCP"}]
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 8888, "targetPort": "https", "protocol": "TCP"}]
     assert svc["spec"]["type"] == "ClusterIP" and "clusterIP" not in svc["spec"]
     for probe in (c["livenessProbe"], c["readinessProbe"]):
-        assert probe["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert probe["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
     assert c["resources"] == helmchart.load_chart()[1]["extender"]["resources"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
     sc = c["securityContext"]
@@ -1011,39 +980,122 @@ def test_extender_deployment():
     over, _ = extender_objects({"policy": "fgd", "port": 9900, "nodeSelector": {"role": "ctl"},
                                 "tolerations": [{"key": "ctl", "operator": "Exists"}]})
     oc = over["Deployment"]["spec"]["template"]["spec"]
-    assert oc["containers"][0]["args"][-3:] == ["0.0.0.0:9900", "--policy", "fgd"]
+    assert oc["containers"][0]["args"][-2:] == ["--policy", "fgd"] and "0.0.0.0:9900" in oc["containers"][0]["args"]
     assert oc["nodeSelector"] == {"role": "ctl"} and oc["tolerations"] == [{"key": "ctl", "operator": "Exists"}]
     assert over["Service"]["spec"]["ports"][0]["port"] == 9900
 
 
-def test_rendered_doctor_warns_of_the_extender_and_passes(pods, monkeypatch, tmp_path):
-    """The rendered doctor on the simulated node with extender.enabled: the extender's Service does
-    not resolve here (as on a node whose extender is not up yet), a warning, the node ready; with
-    extender.clusterIP 127.0.0.1 and the port of a real `gpuslice extender`, both findings ok."""
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent")  # no API server, not this machine's config
-    monkeypatch.setenv("NODE_NAME", "split")  # spec.nodeName (the env's valueFrom): a node of the snapshot
-    pod = pods(EXTENDER)
-    t0 = time.monotonic()
-    pod.run_init_containers()  # asserts the doctor's exit status 0
-    assert time.monotonic() - t0 < 30
-    lines = [ln for ln in pod.doctor.stdout.splitlines() if " extender" in ln.split(":")[0]]
-    assert len(lines) == 1 and lines[0].startswith(
-        "warn extender: http://gpuslice-extender.gpuslice-system.svc:8888: GET /healthz: "), pod.doctor.stdout
-    assert "(--extender-warn: a warning, the agent starts); fix: " in lines[0]
-    assert "node ready" in pod.doctor.stdout
-    assert "warn extender: " in read(os.path.join(pod.base, "termination-log"))
-    sys.path.insert(0, os.path.join(ROOT, "tests", "extender"))
-    from test_extender_http import Extender
-    e = Extender(tmp_path, policy="gpuslice")
+def _write_secret(secret, d):
+    """The Secret's data as files in d (tls.crt, tls.key, ca.crt); returns d."""
+    import base64
+    os.makedirs(d, exist_ok=True)
+    for k, v in secret["data"].items():
+        with open(os.path.join(d, k), "wb") as f:
+            f.write(base64.b64decode(v))
+    return d
+
+
+def test_extender_tls_secrets_serve_the_scheduler(tmp_path):
+    """The certificates the chart makes work with the real extender: its serving certificate is
+    valid for the Service's names and extender.clusterIP under the chart's CA, the scheduler's
+    client certificate (CN and DNS name kube-scheduler, clientAuth) is served with
+    --allowed-client-name kube-scheduler as the chart passes it, no certificate gets 401, and
+    another release's client certificate (another CA) fails the handshake. A named Secret
+    (extender.tls.secretName) replaces both: none is made, the Deployment mounts that one."""
+    import http.client
+    import socket
+    import ssl
+    ext, _ = extender_objects({"clusterIP": "10.96.0.88"})
+    srv = _write_secret(ext["gpuslice-extender-tls"], str(tmp_path / "srv"))
+    cli = _write_secret(ext["gpuslice-extender-scheduler-client"], str(tmp_path / "cli"))
+    assert ext["gpuslice-extender-tls"]["type"] == "kubernetes.io/tls"
+    text = subprocess.run(["openssl", "x509", "-in", os.path.join(srv, "tls.crt"), "-noout", "-text"],
+                          capture_output=True, text=True, check=True).stdout
+    svc = f"gpuslice-extender.{helmchart.NAMESPACE}.svc"
+    for name in ("DNS:gpuslice-extender,", f"DNS:{svc},", f"DNS:{svc}.cluster.local", "IP Address:10.96.0.88"):
+        assert name in text, text
+    text = subprocess.run(["openssl", "x509", "-in", os.path.join(cli, "tls.crt"), "-noout", "-text"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "CN = kube-scheduler" in text and "DNS:kube-scheduler" in text and "TLS Web Client Authentication" in text
+    for d in (srv, cli):
+        assert subprocess.run(["openssl", "verify", "-CAfile", os.path.join(d, "ca.crt"), os.path.join(d, "tls.crt")],
+                              capture_output=True).returncode == 0
+    other, _ = extender_objects()
+    stranger = _write_secret(other["gpuslice-extender-scheduler-client"], str(tmp_path / "other"))
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps({"nodes": [{"name": "n", "cpuMilli": 8000, "memoryMiB": 65536, "gpuModel": "A100",
+                                           "gpuMemoryMiB": 81920, "gpuFree": [1000]}]}))
+    args = ext["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    mount = "/etc/gpuslice/extender-tls"
+    tls_args = [a.replace(mount, srv) for a in args[args.index("--tls-cert-file"):args.index("--policy")]]
+    log = open(tmp_path / "ext.log", "w+")
+    p = subprocess.Popen([GPUSLICE, "extender", "--snapshot", str(snap), "--listen", "127.0.0.1:0", *tls_args],
+                         stdout=log, stderr=subprocess.STDOUT)
     try:
-        up = pods({"extender": {"enabled": True, "clusterIP": "127.0.0.1", "port": e.port}})
-        up.run_init_containers()
+        port = None
+        for _ in range(200):
+            m = re.search(r"\(port (\d+)\)", read(log.name))
+            if m:
+                port = int(m.group(1))
+                break
+            assert p.poll() is None, read(log.name)
+            time.sleep(0.05)
+        assert port, read(log.name)
+
+        def call(cert_dir, path="/gpuslice/filter"):
+            ctx = ssl.create_default_context(cafile=os.path.join(cli, "ca.crt"))
+            if cert_dir:
+                ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            # the Service's name checked against the certificate, as the scheduler checks the urlPrefix's host
+            c.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname=svc)
+            body = json.dumps({"Pod": {"metadata": {"name": "p", "namespace": "d", "uid": "u"},
+                                       "spec": {"containers": []}}, "NodeNames": ["n"]})
+            c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            out = (r.status, r.read())
+            c.close()
+            return out
+        st, body = call(cli)
+        assert st == 200 and json.loads(body)["NodeNames"] == ["n"], body
+        assert call(None)[0] == 401
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            call(stranger)
     finally:
-        assert e.stop() == 0
-    lines = [ln for ln in up.doctor.stdout.splitlines() if " extender" in ln.split(":")[0]]
-    assert [ln.split(":")[0].split() for ln in lines] == [["ok", "extender"], ["ok", "extender.filter"]], \
-        up.doctor.stdout
-    assert f"http://127.0.0.1:{e.port}/gpuslice/filter passes a pod that asks for no GPU on split" in lines[1]
+        p.terminate()
+        p.wait(10)
+        log.close()
+    named, _ = extender_objects({"tls": {"secretName": "mine"}},
+                                kinds=[k for k in EXTENDER_KINDS if k != "Secret"])
+    vols = named["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert vols == [{"name": "tls", "secret": {"secretName": "mine", "defaultMode": 0o440}}]
+
+
+def test_extender_network_policy():
+    """The NetworkPolicy selects the extender's pods and admits to its port only the scheduler: its
+    pods (kube-system, component: kube-scheduler by default) and the CIDRs of a host-network
+    scheduler; a policy naming neither is refused at render (it would admit everyone); off with
+    extender.networkPolicy.enabled false."""
+    ext, _ = extender_objects()
+    np = ext["NetworkPolicy"]
+    labels = ext["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    sel = np["spec"]["podSelector"]["matchLabels"]
+    assert all(labels.get(k) == v for k, v in sel.items()) and sel == ext["Service"]["spec"]["selector"]
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    assert np["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"component": "kube-scheduler"}}}],
+        "ports": [{"protocol": "TCP", "port": 8888}]}]
+    assert k8s_schema.validate(np) == []
+    hosts, _ = extender_objects({"port": 9900, "networkPolicy": {"schedulerPodLabels": None,
+                                                                 "schedulerCIDRs": ["10.0.0.10/32", "10.0.0.11/32"]}})
+    assert hosts["NetworkPolicy"]["spec"]["ingress"] == [{"from": [{"ipBlock": {"cidr": "10.0.0.10/32"}},
+                                                                   {"ipBlock": {"cidr": "10.0.0.11/32"}}],
+                                                          "ports": [{"protocol": "TCP", "port": 9900}]}]
+    with pytest.raises(helmchart.HelmError, match="schedulerPodLabels or schedulerCIDRs"):
+        helmchart.render({"extender": {"enabled": True, "networkPolicy": {"schedulerPodLabels": None}}})
+    extender_objects({"networkPolicy": {"enabled": False}}, kinds=[k for k in EXTENDER_KINDS if k != "NetworkPolicy"])
+    notes = helmchart.notes(EXTENDER)
+    assert "extender.networkPolicy.schedulerCIDRs" in notes and "gpuslice-extender-scheduler-client" in notes
 
 
 def test_extender_policy_is_accepted():
@@ -1067,14 +1119,14 @@ def test_extender_rbac_is_exactly_what_docs_say():
     dra = {("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "resourceclaimtemplates")
            for v in ("list", "watch")}
     assert granted == {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list"), ("", "pods", "watch"),
-                       ("", "pods/binding", "create")} | dra
+                       ("", "pods", "get"), ("", "pods/binding", "create")} | dra
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"]), "no resourceNames etc."
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": helmchart.NAMESPACE}]
     doc = read(os.path.join(ROOT, "docs", "extender.md"))
-    assert "needs `list` and `watch` on nodes and pods and `create`\non `pods/binding`" in doc
+    assert "needs `list` and `watch` on nodes and pods, `get` on pods and\n`create` on `pods/binding`" in doc
     assert "`list` and `watch` on `resourceslices`, `resourceclaims` and\n`resourceclaimtemplates`" in doc
 
 
@@ -1099,14 +1151,14 @@ def test_extender_scheduler_config():
     (entry,) = cfg["extenders"]
     (doc_entry,) = want["extenders"]
     svc = ext["Service"]
-    url = f"http://{svc['metadata']['name']}.{helmchart.NAMESPACE}.svc:{svc['spec']['ports'][0]['port']}/gpuslice"
+    url = f"https://{svc['metadata']['name']}.{helmchart.NAMESPACE}.svc:{svc['spec']['ports'][0]['port']}/gpuslice"
     assert entry["urlPrefix"] == url
     assert {k: v for k, v in entry.items() if k != "urlPrefix"} == {k: v for k, v in doc_entry.items() if k != "urlPrefix"}
     assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == ("filter", "prioritize", "bind")
     fixed, _ = extender_objects({"clusterIP": "10.96.0.88", "port": 9900, "weight": 2,
                                  "ignoreFractionalResources": True})
     (e2,) = _scheduler_config(fixed)["extenders"]
-    assert e2["urlPrefix"] == "http://10.96.0.88:9900/gpuslice" and e2["weight"] == 2
+    assert e2["urlPrefix"] == "https://10.96.0.88:9900/gpuslice" and e2["weight"] == 2
     assert fixed["Service"]["spec"]["clusterIP"] == "10.96.0.88"
     assert {r["name"]: r["ignoredByScheduler"] for r in e2["managedResources"]} == {
         "nvidia.com/gpu": False, "gpuslice.io/gpu-compute": True, "gpuslice.io/gpu-memory": True}
@@ -1115,6 +1167,13 @@ def test_extender_scheduler_config():
     (e3,) = _scheduler_config(claims)["extenders"]
     assert "managedResources" not in e3
     assert {k: v for k, v in e3.items()} == {k: v for k, v in entry.items() if k != "managedResources"}
+    # HTTPS with the scheduler's client certificate, its files where extender.tls.schedulerCertDir says
+    assert entry["enableHTTPS"] is True
+    d = "/etc/kubernetes/gpuslice-extender"
+    assert entry["tlsConfig"] == {"certFile": f"{d}/tls.crt", "keyFile": f"{d}/tls.key", "caFile": f"{d}/ca.crt"}
+    other, _ = extender_objects({"tls": {"schedulerCertDir": "/srv/x"}})
+    assert _scheduler_config(other)["extenders"][0]["tlsConfig"]["keyFile"] == "/srv/x/tls.key"
+    assert "BEGIN" not in ext["ConfigMap"]["data"]["scheduler-config.yaml"], "no key or certificate inline"
 
 
 def test_extender_lint_and_notes():

@@ -1,8 +1,9 @@
 #!/bin/bash
-# cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
+# cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler|extender-certs DIR, cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]: a one-node Kubernetes cluster on loopback, for gpuslice's e2e
 # tests (docs/e2e.md). Everything lives under DIR (an absolute path, short: unix socket paths
 # under it must stay below 108 bytes):
-#   pki/        CA, serving and client certificates (openssl), the service-account key pair
+#   pki/        CA, serving and client certificates (openssl), the service-account key pair, and
+#               the scheduler extender's own CA and certificates (extender-certs)
 #   *.kubeconfig admin (for kubectl), kubelet, scheduler, controller-manager
 #   etcd/ containerd/ kubelet/ (the kubelet's --root-dir: device-plugins/, pod-resources/)
 #   cdi/        the CDI spec directory containerd reads (cdi_spec_dirs)
@@ -32,8 +33,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 dir=${2:-}
-case $cmd in up|down|status|restart-kubelet|restart-apiserver|restart-scheduler|image) ;;
-*) echo "usage: cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
+case $cmd in up|down|status|restart-kubelet|restart-apiserver|restart-scheduler|extender-certs|image) ;;
+*) echo "usage: cluster.sh up|down|status|restart-kubelet|restart-apiserver|restart-scheduler|extender-certs DIR, or cluster.sh image DIR NAME ROOTFS [ENTRYPOINT]" >&2; exit 2 ;;
 esac
 case $dir in /*) ;; *) echo "cluster.sh: DIR must be an absolute path (got '${dir}')" >&2; exit 2 ;; esac
 
@@ -105,9 +106,10 @@ kc() { kubectl --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 
 # ---------------------------------------------------------------------------- certificates
 
-# cert NAME CN [O] [SAN]: a key and a certificate signed by the cluster's CA.
+# cert NAME CN [O] [SAN]: a key and a certificate signed by the cluster's CA (CERT_CA=NAME: by
+# DIR/pki/NAME.crt instead).
 cert() {
-    local name=$1 cn=$2 o=${3:-} san=${4:-} subj ext
+    local name=$1 cn=$2 o=${3:-} san=${4:-} ca=${CERT_CA:-ca} subj ext
     [ -f "$dir/pki/$name.crt" ] && return 0
     subj="/CN=$cn"; [ -n "$o" ] && subj="/O=$o$subj"
     ext=$dir/pki/$name.ext
@@ -123,18 +125,22 @@ cert() {
     } >"$ext"
     openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/pki/$name.key" -subj "$subj" \
         -out "$dir/pki/$name.csr" 2>/dev/null
-    openssl x509 -req -in "$dir/pki/$name.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" \
+    openssl x509 -req -in "$dir/pki/$name.csr" -CA "$dir/pki/$ca.crt" -CAkey "$dir/pki/$ca.key" \
         -CAcreateserial -days 30 -extfile "$ext" -out "$dir/pki/$name.crt" 2>/dev/null
     rm -f "$dir/pki/$name.csr" "$ext"
 }
 
-certificates() {
+# ca NAME CN: DIR/pki/NAME.crt and .key, a self-signed CA, unless it exists.
+ca() {
     mkdir -p "$dir/pki"
     chmod 700 "$dir/pki"
-    if [ ! -f "$dir/pki/ca.crt" ]; then
-        openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$dir/pki/ca.key" -days 30 \
-            -subj "/CN=gpuslice-e2e-ca" -out "$dir/pki/ca.crt" 2>/dev/null
-    fi
+    [ -f "$dir/pki/$1.crt" ] && return 0
+    openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$dir/pki/$1.key" -days 30 \
+        -subj "/CN=$2" -out "$dir/pki/$1.crt" 2>/dev/null
+}
+
+certificates() {
+    ca ca gpuslice-e2e-ca
     cert apiserver kube-apiserver "" \
         "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
     cert kubelet-serving "system:node:$NODE" system:nodes "IP:127.0.0.1,DNS:localhost,DNS:$NODE"
@@ -145,6 +151,17 @@ certificates() {
     cert controller-manager system:kube-controller-manager
     [ -f "$dir/pki/sa.key" ] || openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
     openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null
+    extender_certs
+}
+
+# extender-certs (also at up): the scheduler extender's TLS (docs/extender.md) in DIR/pki, under a
+# CA of its own that signs nothing else: extender.crt/key, its serving certificate for
+# 127.0.0.1, and extender-scheduler.crt/key, kube-scheduler's client certificate (CN
+# kube-scheduler); extender-ca.crt verifies both. Kept when they exist.
+extender_certs() {
+    ca extender-ca gpuslice-e2e-extender-ca
+    CERT_CA=extender-ca cert extender gpuslice-extender "" "IP:127.0.0.1"
+    CERT_CA=extender-ca cert extender-scheduler kube-scheduler
 }
 
 # kubeconfig NAME CERT: a kubeconfig for the API server with the client certificate CERT.
@@ -592,6 +609,7 @@ case $cmd in
 restart-kubelet) restart_kubelet ;;
 restart-apiserver) restart_apiserver ;;
 restart-scheduler) restart_scheduler ;;
+extender-certs) extender_certs ;;
 image) import_image "${3:-}" "${4:-}" "${5:-}" ;;
 *) "$cmd" ;;
 esac

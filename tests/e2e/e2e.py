@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -263,18 +264,49 @@ class HostProc:
         return ok
 
 
+def extender_certs(cluster):
+    """The extender's TLS files in the cluster's pki/ (`cluster.sh extender-certs`: its own CA, its
+    serving certificate for 127.0.0.1, kube-scheduler's client certificate), made if missing;
+    returns {name: path}."""
+    p = subprocess.run(["bash", CLUSTER_SH, "extender-certs", cluster.dir], capture_output=True, text=True,
+                       timeout=60, env=dict(cluster.env, GS_E2E_PORT_BASE=str(cluster.port_base)))
+    if p.returncode != 0:
+        raise E2EError(f"cluster.sh extender-certs: exit {p.returncode}\n{p.stderr[-2000:]}")
+    pki = os.path.join(cluster.dir, "pki")
+    return {k: os.path.join(pki, f) for k, f in (("ca", "extender-ca.crt"), ("cert", "extender.crt"),
+                                                 ("key", "extender.key"), ("client_cert", "extender-scheduler.crt"),
+                                                 ("client_key", "extender-scheduler.key"))}
+
+
 def start_extender(cluster, name, addr, policy="gpuslice"):
-    """`gpuslice extender --kubeconfig` (its model from the cluster's API server) on ADDR: a
-    HostProc NAME."""
+    """`gpuslice extender --kubeconfig` (its model from the cluster's API server) on ADDR over
+    HTTPS, answering only kube-scheduler's client certificate (extender_certs): a HostProc NAME."""
+    c = extender_certs(cluster)
     return HostProc(cluster, name, [GPUSLICE, "extender", "--kubeconfig", cluster.kubeconfig, "--listen", addr,
+                                    "--tls-cert-file", c["cert"], "--tls-key-file", c["key"],
+                                    "--client-ca-file", c["ca"], "--allowed-client-name", "kube-scheduler",
                                     "--policy", policy])
 
 
+def extender_open(cluster, addr, path, body=None, timeout=10):
+    """A request to the extender at ADDR (https) with the scheduler's client certificate, as the
+    scheduler makes it: GET PATH, or POST BODY (an object, as JSON). The response (urllib's)."""
+    c = extender_certs(cluster)
+    ctx = ssl.create_default_context(cafile=c["ca"])
+    ctx.load_cert_chain(c["client_cert"], c["client_key"])
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"https://{addr}{path}", data=data,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    return urllib.request.urlopen(req, timeout=timeout, context=ctx)
+
+
 def write_sched_config(path, cluster, url, managed=()):
-    """Writes to PATH (returned) the KubeSchedulerConfiguration naming the extender at URL as
-    filter, prioritize and bind (nodeCacheCapable, not ignorable), for `cluster.sh
+    """Writes to PATH (returned) the KubeSchedulerConfiguration naming the extender at URL (https)
+    as filter, prioritize and bind (nodeCacheCapable, not ignorable), over TLS with the
+    scheduler's client certificate and the extender's CA (extender_certs), for `cluster.sh
     restart-scheduler`. MANAGED: the extended resources it manages (not ignored by the scheduler);
     none: the scheduler sends it every pod."""
+    c = extender_certs(cluster)
     text = f"""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -288,7 +320,11 @@ extenders:
   bindVerb: bind
   weight: 5
   nodeCacheCapable: true
-  enableHTTPS: false
+  enableHTTPS: true
+  tlsConfig:
+    certFile: "{c["client_cert"]}"
+    keyFile: "{c["client_key"]}"
+    caFile: "{c["ca"]}"
   httpTimeout: 5s
   ignorable: false
 """

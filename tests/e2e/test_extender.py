@@ -17,11 +17,10 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
-from e2e import CLUSTER_SH, NS, start_extender, wait, write_sched_config
+from e2e import CLUSTER_SH, NS, extender_open, start_extender, wait, write_sched_config
 
 H100X2 = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n"
 POLICY = ("version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n"
@@ -43,8 +42,9 @@ def restart_scheduler(cluster, config):
     assert p.returncode == 0, f"cluster.sh restart-scheduler: exit {p.returncode}\n{p.stderr[-3000:]}"
 
 
-def metrics(addr):
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+def metrics(cluster, addr):
+    """The extender's /metrics (over HTTPS with the scheduler's client certificate), {name: value}."""
+    with extender_open(cluster, addr, "/metrics", timeout=5) as r:
         out = {}
         for line in r.read().decode().splitlines():
             if line and not line.startswith("#"):
@@ -68,7 +68,7 @@ def extender(cluster):
     addr = f"127.0.0.1:{cluster.port_base + 410}"
     ext = start_extender(cluster, "extender", addr)
     conf = write_sched_config(os.path.join(cluster.dir, "extender-scheduler.yaml"), cluster,
-                              f"http://{addr}/gpuslice", managed=(MEM, SM, "nvidia.com/gpu"))
+                              f"https://{addr}/gpuslice", managed=(MEM, SM, "nvidia.com/gpu"))
     labelled = []
     try:
         yield addr, conf, ext.proc, ext.log_path, labelled
@@ -116,7 +116,7 @@ def test_extender_in_the_real_scheduler(cluster, agent, extender):
     assert labels[MEM + ".count"] == "2", labels
     labelled.extend(labels)
     cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
-    wait(lambda: metrics(addr).get("gpuslice_extender_nodes") == 1, 30, "the extender's model of the Node")
+    wait(lambda: metrics(cluster, addr).get("gpuslice_extender_nodes") == 1, 30, "the extender's model of the Node")
     restart_scheduler(cluster, conf)
 
     # 40 GiB: bound by the extender (the Binding's annotation on the pod), its device that GPU
@@ -131,7 +131,7 @@ def test_extender_in_the_real_scheduler(cluster, agent, extender):
     cluster.wait_phase("ext-b", ("Running",), timeout=90)
     assert gpu_of(cluster, "ext-b") == other
     assert devices(cluster, "ext-b") == [f"nvidia{other}"]
-    m = metrics(addr)
+    m = metrics(cluster, addr)
     assert m["gpuslice_extender_binds_total"] == 2 and m["gpuslice_extender_pods_bound"] == 2, m
 
     # 60 GiB: the node's sum has 80 units free, no GPU has 60 GiB: Pending with the reason
@@ -148,7 +148,7 @@ def test_extender_in_the_real_scheduler(cluster, agent, extender):
     cluster.wait_phase("ext-d", ("Running",), timeout=90)
     assert gpu_of(cluster, "ext-d") == ga
     assert devices(cluster, "ext-d") == [f"nvidia{ga}"]
-    wait(lambda: metrics(addr).get("gpuslice_extender_pods_bound") == 2, 30, "ext-a's share given back")
+    wait(lambda: metrics(cluster, addr).get("gpuslice_extender_pods_bound") == 2, 30, "ext-a's share given back")
     assert proc.poll() is None
     with open(log_path, errors="replace") as f:
         log = f.read()

@@ -21,14 +21,13 @@ and claims deleted while the agent still serves (so that they are unprepared).""
 import json
 import os
 import time
-import urllib.request
 
 import pytest
 import yaml
 
 from dra_util import DRIVER, GIB, SHARED_GPU0, allocation, apply_classes, apply_objects, case_dirs, claim_pod, \
     delete_prefixed, dra_args, dra_policy, h100_node, shared_claim, slice_devices, slices
-from e2e import NS, E2EError, start_extender, wait, write_sched_config
+from e2e import NS, E2EError, extender_open, start_extender, wait, write_sched_config
 from test_extender import features, metrics, restart_scheduler
 
 NODE = h100_node()
@@ -41,18 +40,17 @@ SCRIPT = ("ls /dev | grep -E '^nvidia[0-9]+$' | tr '\\n' ' ' > /out/$NAME.tmp; m
           "sleep 3600")
 
 
-def _metrics(addr):
+def _metrics(cluster, addr):
     """The extender's metrics, {} while it does not answer yet."""
     try:
-        return metrics(addr)
+        return metrics(cluster, addr)
     except OSError:
         return {}
 
 
-def post(addr, verb, body):
-    req = urllib.request.Request(f"http://{addr}/gpuslice/{verb}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+def post(cluster, addr, verb, body):
+    """The extender's VERB with BODY, as the scheduler calls it (its client certificate)."""
+    with extender_open(cluster, addr, f"/gpuslice/{verb}", body) as r:
         return json.loads(r.read())
 
 
@@ -102,12 +100,12 @@ def setup(cluster, agent):
         labelled.extend(labels)
         cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
         ext = start_extender(cluster, "extender-claims", addr)
-        wait(lambda: _metrics(addr).get("gpuslice_extender_nodes") == 1, 60, "the extender's model of the Node")
+        wait(lambda: _metrics(cluster, addr).get("gpuslice_extender_nodes") == 1, 60, "the extender's model of the Node")
         # filter, prioritize and bind for every pod (no managedResources: a pod with only claims asks
         # for no extended resource, and the scheduler sends an extender only pods asking for one of
         # its managedResources when it has any)
         conf = write_sched_config(os.path.join(os.path.dirname(node), "scheduler.yaml"), cluster,
-                                  f"http://{addr}/gpuslice")
+                                  f"https://{addr}/gpuslice")
         restarted = True
         restart_scheduler(cluster, conf)
         yield a, addr, out, ext.proc, ext.log_path
@@ -128,7 +126,7 @@ def _allocation(cluster, name):
 
 def _filter(cluster, addr, name):
     """The extender's filter answer for the pod as the API server has it, on the node."""
-    return post(addr, "filter", {"Pod": cluster.pod(PREFIX + name), "NodeNames": [cluster.node_name]})
+    return post(cluster, addr, "filter", {"Pod": cluster.pod(PREFIX + name), "NodeNames": [cluster.node_name]})
 
 
 def test_claims_in_the_extender(cluster, setup):
@@ -144,7 +142,7 @@ def test_claims_in_the_extender(cluster, setup):
         cluster.wait_phase(PREFIX + name, ("Running",), timeout=180)
         r = _allocation(cluster, name)
         assert r["device"] == "gpu-0" and quantity_bytes(r["consumedCapacity"]["memory"]) == gib * GIB, r
-    wait(lambda: metrics(addr).get("gpuslice_extender_binds_total", 0) >= 2, 30, "the extender's binds")
+    wait(lambda: metrics(cluster, addr).get("gpuslice_extender_binds_total", 0) >= 2, 30, "the extender's binds")
 
     # 30Gi: Pending; the extender's filter refuses the node per GPU (20 GiB free of 80, less 60 taken)
     apply_objects(cluster, _claim("m30", 30), _claim_pod(cluster, "m30"))
@@ -191,11 +189,11 @@ def test_claims_in_the_extender(cluster, setup):
     # two GPUs: the device plugin serves one of the node's two
     two = _gpu_pod(cluster, "g2", 2, out)
     two["metadata"]["uid"] = "ext-claims-g2-uid"
-    ans = post(addr, "filter", {"Pod": two, "NodeNames": [node]})
+    ans = post(cluster, addr, "filter", {"Pod": two, "NodeNames": [node]})
     why = (ans.get("FailedAndUnresolvableNodes") or {}).get(node, "")
     assert "the device plugin serves 1 of the node's 2: GPU 0 the DRA driver's" in why, ans
 
-    m = metrics(addr)
+    m = metrics(cluster, addr)
     assert m["gpuslice_extender_binds_total"] >= 4, m  # m20, m40, m15, g1
     assert proc.poll() is None
     with open(log_path, errors="replace") as f:

@@ -24,9 +24,8 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
-from e2e import NS, ROOT, E2EError, HostProc, wait
+from e2e import NS, ROOT, E2EError, HostProc, extender_open, wait
 from test_extender import ANN, H100X2, MEM, POLICY, SCRIPT, SM, devices, extender, features, metrics  # noqa: F401
 from test_extender import gpu_of, restart_scheduler
 
@@ -85,12 +84,10 @@ def pod_object(cluster, name, gib, node=None, cpu=None, memory=None):
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
-def prioritize(addr, pod, nodes):
-    """The extender's /prioritize as the scheduler calls it (nodeCacheCapable: NodeNames): {node: score}."""
-    body = json.dumps({"Pod": pod, "NodeNames": nodes}).encode()
-    req = urllib.request.Request(f"http://{addr}/gpuslice/prioritize", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+def prioritize(cluster, addr, pod, nodes):
+    """The extender's /prioritize as the scheduler calls it (nodeCacheCapable: NodeNames; its client
+    certificate): {node: score}."""
+    with extender_open(cluster, addr, "/gpuslice/prioritize", {"Pod": pod, "NodeNames": nodes}) as r:
         return {h["Host"]: h["Score"] for h in json.loads(r.read())}
 
 
@@ -121,7 +118,7 @@ def test_extender_score_places_among_nodes(cluster, agent, extender):
         wait(lambda: ready(cluster, KWOK_NODE) and cluster.get("node", KWOK_NODE)["status"]
              .get("allocatable", {}).get(MEM) == "160", 120, f"{KWOK_NODE} Ready with its allocatable (kwok)")
         assert kwok.alive(), kwok.log()[-3000:]
-        wait(lambda: metrics(addr).get("gpuslice_extender_nodes") == 2, 60, "the extender's model of both Nodes")
+        wait(lambda: metrics(cluster, addr).get("gpuslice_extender_nodes") == 2, 60, "the extender's model of both Nodes")
         restart_scheduler(cluster, conf)
 
         # the filler: part of one of the real node's GPUs, bound by the extender
@@ -134,7 +131,7 @@ def test_extender_score_places_among_nodes(cluster, agent, extender):
         # the extender's scores for the pod, asked as the scheduler asks
         probe = json.loads(cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(
             pod_object(cluster, "score-ext", POD_GIB))).stdout)
-        scores = prioritize(addr, probe, [real, KWOK_NODE])
+        scores = prioritize(cluster, addr, probe, [real, KWOK_NODE])
         print(f"test_extender_score: the extender's /prioritize: {scores}")
         assert set(scores) == {real, KWOK_NODE} and scores[real] > scores[KWOK_NODE], \
             f"the set-up should make the extender prefer the real node: {scores}"
@@ -148,7 +145,7 @@ def test_extender_score_places_among_nodes(cluster, agent, extender):
         assert ge in ("0", "1"), cluster.pod("score-ext")["metadata"]
         assert devices(cluster, "score-ext") == [f"nvidia{ge}"]
         print(f"test_extender_score: filler on GPU {gf}, score-ext on {best} GPU {ge}")
-        m = metrics(addr)
+        m = metrics(cluster, addr)
         assert m["gpuslice_extender_binds_total"] >= 2 and m["gpuslice_extender_pods_bound"] == 2, m
 
         # the same pod under the scheduler's own configuration: LeastAllocated takes the empty node

@@ -33,7 +33,8 @@ class Extender:
         snap.write_text(json.dumps(SNAPSHOT))
         self.log = open(tmp_path / "extender.log", "w+")
         self.p = subprocess.Popen([GPUSLICE, "extender", "--snapshot", str(snap), "--listen", "127.0.0.1:0",
-                                   "--policy", policy, *extra], stdout=self.log, stderr=subprocess.STDOUT)
+                                   "--insecure-loopback-http", "--policy", policy, *extra], stdout=self.log,
+                                  stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             m = re.search(r"\(port (\d+)\)", open(self.log.name).read())
@@ -112,8 +113,11 @@ def test_filter_per_gpu_fit(ext):
 
 
 def test_prioritize_and_bind(ext):
-    """prioritize scores 0..10 (0: does not fit); bind picks the GPU and the next filter sees it."""
+    """prioritize scores 0..10 (0: does not fit); bind picks the GPU (of a pod the filter saw) and the
+    next filter sees it."""
     p = pod("u1", {"gpuslice.io/gpu-compute": "50"})
+    st, r = ext.post("/gpuslice/filter", {"Pod": p, "NodeNames": ["one"]})
+    assert st == 200 and r["NodeNames"] == ["one"]
     st, r = ext.post("/gpuslice/prioritize", {"Pod": p, "NodeNames": ["split", "one", "idle"]})
     assert st == 200
     scores = {h["Host"]: h["Score"] for h in r}
@@ -128,7 +132,7 @@ def test_prioritize_and_bind(ext):
     assert "not seen by the extender's filter" in r["Error"]
     st, text = ext.get("/metrics")
     text = text.decode()
-    assert 'gpuslice_extender_requests_total{verb="filter"} 1' in text
+    assert 'gpuslice_extender_requests_total{verb="filter"} 2' in text
     assert "gpuslice_extender_binds_total 1" in text
     assert re.search(r'gpuslice_extender_decision_seconds_count\{verb="prioritize"\} 1', text)
     assert 'gpuslice_extender_filter_nodes_total{result="failed"} 1' in text
@@ -223,11 +227,13 @@ def test_bad_command_line(tmp_path):
     assert r.returncode == 2 and "--policy 'random'" in r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"nodes": [{"name": "n", "gpuFree": [2000]}]}')
-    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(bad)], capture_output=True, text=True, timeout=10)
-    assert r.returncode == 1 and "nodes[0].gpuFree[0]: expected milli-GPU 0..1000" in r.stderr
-    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(tmp_path / "none.json")], capture_output=True,
+    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(bad), "--insecure-loopback-http"], capture_output=True,
                        text=True, timeout=10)
+    assert r.returncode == 1 and "nodes[0].gpuFree[0]: expected milli-GPU 0..1000" in r.stderr
+    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(tmp_path / "none.json"), "--insecure-loopback-http"],
+                       capture_output=True, text=True, timeout=10)
     assert r.returncode == 1 and "none.json: No such file or directory" in r.stderr
-    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(bad), "--listen", "localhost:99999"],
+    r = subprocess.run([GPUSLICE, "extender", "--snapshot", str(bad), "--listen", "127.0.0.1:99999",
+                        "--insecure-loopback-http"],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 1

@@ -733,6 +733,43 @@ static void test_api_objects(void **state) {
     json_decref(bj);
 }
 
+/* Whether the API server's pod may be bound by a bind naming uid u-1: its uid, unbound, Pending,
+ * not being deleted (ex_pod_bindable); each refusal with its reason. */
+static void test_pod_bindable(void **state) {
+    (void)state;
+    struct ex_bind_args b = { .name = "p", .ns = "ns", .uid = "u-1", .node = "gpu-1" };
+    static const struct {
+        const char *pod;
+        int want;
+        const char *why;
+    } cases[] = {
+        { "{\"metadata\":{\"uid\":\"u-1\"},\"spec\":{},\"status\":{\"phase\":\"Pending\"}}", 0, "" },
+        { "{\"metadata\":{\"uid\":\"u-1\"},\"spec\":{\"nodeName\":\"\"},\"status\":{\"phase\":\"Pending\"}}", 0, "" },
+        { "{\"metadata\":{\"uid\":\"u-2\"},\"spec\":{},\"status\":{\"phase\":\"Pending\"}}", -ESTALE,
+          "pod ns/p: uid u-1 is not the API server's (u-2): not bound" },
+        { "{\"metadata\":{\"uid\":\"u-1\"},\"spec\":{\"nodeName\":\"gpu-2\"},\"status\":{\"phase\":\"Pending\"}}",
+          -EEXIST, "pod ns/p (uid u-1): already bound to node gpu-2: not bound again" },
+        { "{\"metadata\":{\"uid\":\"u-1\"},\"spec\":{},\"status\":{\"phase\":\"Running\"}}", -EPERM,
+          "pod ns/p (uid u-1): status.phase Running, not Pending: not bound" },
+        { "{\"metadata\":{\"uid\":\"u-1\"},\"spec\":{}}", -EPERM,
+          "pod ns/p (uid u-1): status.phase (none), not Pending: not bound" },
+        { "{\"metadata\":{\"uid\":\"u-1\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},\"status\":{\"phase\":"
+          "\"Pending\"}}",
+          -EPERM, "pod ns/p (uid u-1): being deleted: not bound" },
+        { "{\"metadata\":{},\"status\":{\"phase\":\"Pending\"}}", -EBADMSG,
+          "pod ns/p: the API server's answer has no metadata.uid" },
+        { "[]", -EBADMSG, "pod ns/p: the API server's answer has no metadata.uid" },
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        json_t *pod = json_loads(cases[k].pod, 0, NULL);
+        assert_non_null(pod);
+        char err[256] = "";
+        assert_int_equal(ex_pod_bindable(pod, &b, err, sizeof(err)), cases[k].want);
+        assert_string_equal(err, cases[k].why);
+        json_decref(pod);
+    }
+}
+
 /* ---- ResourceClaims (DRA) in the model (claims.h) ---- */
 
 #define GIB (1LL << 30)
@@ -1079,6 +1116,7 @@ static void test_dra_parse_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_per_gpu_fit),
+        cmocka_unit_test(test_pod_bindable),
         cmocka_unit_test(test_memory_share),
         cmocka_unit_test(test_gpu_product_affinity),
         cmocka_unit_test(test_dra_pod_claims),

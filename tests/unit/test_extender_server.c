@@ -2,7 +2,11 @@
  * loopback: the Binding written by a bind worker while filter and prioritize are answered, its
  * result (success or the API server's error, the share given back) in the scheduler's answer, the
  * bound on bindings in flight, a scheduler that closes its connection mid-bind, and a stop with a
- * bind in flight. The bind_fn is a fake the test holds shut (a gate) to keep a bind in flight. */
+ * bind in flight. The bind_fn is a fake the test holds shut (a gate) to keep a bind in flight.
+ * Who may bind what: a bind without PodUID, or of a UID the filter never saw or saw with another
+ * name, is refused before anything is committed; a pod check (the API server's read) that says no
+ * leaves the model as it was and writes no Binding; without plain_trusted (no TLS client
+ * certificate) every path but /healthz is 401. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -77,8 +81,23 @@ struct fixture {
     unsigned port;
 };
 
-/* One node "n" of two A100s; the fake's gate shut; workers bind_workers (0: the default). */
-static void start(struct fixture *f, unsigned workers) {
+/* The fake pod check: its answer, and its calls. */
+static int check_result, check_calls;
+
+static int fake_check(void *ctx, const struct ex_bind_args *b, char *err, size_t errlen) {
+    (void)ctx;
+    pthread_mutex_lock(&fk.mu);
+    check_calls++;
+    int r = check_result;
+    pthread_mutex_unlock(&fk.mu);
+    if (r < 0)
+        snprintf(err, errlen, "pod %s/%s: already bound to node m (injected by the test)", b->ns, b->name);
+    return r;
+}
+
+/* One node "n" of two A100s; the fake's gate shut; workers bind_workers (0: the default); every
+ * request trusted unless untrusted; check: the pod check (NULL: none). */
+static void start_with(struct fixture *f, unsigned workers, bool untrusted, ex_check_fn check) {
     pthread_mutex_lock(&fk.mu);
     fk.open = false;
     fk.result = 0;
@@ -89,11 +108,17 @@ static void start(struct fixture *f, unsigned workers) {
     char err[256];
     assert_int_equal(ex_model_init(&f->m, PL_FGD, &ns, 1, err, sizeof(err)), 0);
     pthread_mutex_init(&f->lock, NULL);
-    struct ex_server_config cfg = { .addr = "127.0.0.1:0", .max_body = 1 << 20, .model = &f->m, .lock = &f->lock,
-                                    .bind = fake_bind, .bind_workers = workers };
+    struct ex_server_config cfg = { .addr = "127.0.0.1:0", .plain_trusted = !untrusted, .max_body = 1 << 20,
+                                    .model = &f->m, .lock = &f->lock, .bind = fake_bind, .check = check,
+                                    .bind_workers = workers };
+    check_calls = 0;
     f->s = ex_server_start(&cfg, err, sizeof(err));
     assert_non_null(f->s);
     f->port = ex_server_port(f->s);
+}
+
+static void start(struct fixture *f, unsigned workers) {
+    start_with(f, workers, false, NULL);
 }
 
 static void stop(struct fixture *f) {
@@ -121,15 +146,22 @@ static bool fits(const struct fixture *f, const char *uid, int gpus) {
     return strstr(resp, "\"NodeNames\": [\"n\"]") || strstr(resp, "\"NodeNames\":[\"n\"]");
 }
 
-/* Sends the pod's bind on a connection of its own, returned. */
-static int send_bind(const struct fixture *f, const char *uid) {
+/* Sends the bind of pod NAME (uid UID) on a connection of its own, returned. */
+static int send_bind_named(const struct fixture *f, const char *name, const char *uid) {
     char body[512];
-    snprintf(body, sizeof(body), "{\"PodName\":\"p-%s\",\"PodNamespace\":\"default\",\"PodUID\":\"%s\",\"Node\":\"n\"}",
-             uid, uid);
+    snprintf(body, sizeof(body), "{\"PodName\":\"%s\",\"PodNamespace\":\"default\",\"PodUID\":\"%s\",\"Node\":\"n\"}",
+             name, uid);
     int fd = hc_connect(f->port);
     assert_true(fd >= 0);
     assert_int_equal(hc_send(fd, "POST", "/scheduler/bind", body), 0);
     return fd;
+}
+
+/* The pod p-UID's bind. */
+static int send_bind(const struct fixture *f, const char *uid) {
+    char name[80];
+    snprintf(name, sizeof(name), "p-%s", uid);
+    return send_bind_named(f, name, uid);
 }
 
 /* The bind's answer on fd: its Error field ("" when bound), into buf. */
@@ -322,6 +354,82 @@ static void test_stop_with_bind_in_flight(void **state) {
     pthread_mutex_destroy(&f.lock);
 }
 
+/* The bind's Error names want (refused), nothing reached the bind_fn and the model binds nothing. */
+static void assert_refused(struct fixture *f, int fd, const char *want) {
+    char buf[8192];
+    const char *e = bind_answer(fd, buf, sizeof(buf));
+    close(fd);
+    if (!strstr(e, want))
+        fail_msg("bind answer %s: expected %s", e, want);
+    assert_int_equal(fake_get(&fk.calls), 0);
+    pthread_mutex_lock(&f->lock);
+    assert_int_equal(f->m.n_bound, 0);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* A bind names a pod the filter saw, by its UID: never by its name alone, never another's name. */
+static void test_bind_only_what_the_filter_saw(void **state) {
+    (void)state;
+    struct fixture f;
+    start(&f, 0);
+    gate(true, 0);
+    assert_refused(&f, send_bind(&f, "never"), "pod default/p-never (uid never): not seen by the extender's filter");
+    assert_true(fits(&f, "u1", 1));
+    assert_refused(&f, send_bind_named(&f, "p-u1", ""), "no PodUID");
+    assert_refused(&f, send_bind_named(&f, "victim", "u1"), "the extender's filter saw that uid as default/p-u1");
+    /* prioritize alone is not a filter: its pod is not remembered */
+    char body[1024], buf[4096];
+    const char *resp = "";
+    args(body, sizeof(body), "u2", 1);
+    assert_int_equal(hc_roundtrip(f.port, "POST", "/scheduler/prioritize", body, buf, sizeof(buf), &resp), 200);
+    assert_refused(&f, send_bind(&f, "u2"), "not seen by the extender's filter");
+    /* the right one binds */
+    assert_true(bound_ok(bind_answer(send_bind(&f, "u1"), buf, sizeof(buf))));
+    assert_true(bound_is(&f, "u1", true));
+    stop(&f);
+}
+
+/* The pod check (the API server's read of the pod) says no: nothing committed, no Binding. */
+static void test_check_refusal_changes_nothing(void **state) {
+    (void)state;
+    struct fixture f;
+    start_with(&f, 0, false, fake_check);
+    gate(true, 0);
+    check_result = -EEXIST;
+    assert_true(fits(&f, "u1", 2));
+    assert_refused(&f, send_bind(&f, "u1"), "already bound to node m (injected by the test)");
+    assert_int_equal(check_calls, 1);
+    assert_true(fits(&f, "u2", 2)); /* both GPUs still free */
+    check_result = 0;
+    char buf[8192];
+    assert_true(bound_ok(bind_answer(send_bind(&f, "u2"), buf, sizeof(buf))));
+    assert_true(bound_is(&f, "u2", true));
+    assert_int_equal(check_calls, 2);
+    stop(&f);
+}
+
+/* Untrusted (no verified client certificate): 401 for all but /healthz, and nothing changes. */
+static void test_untrusted_is_401(void **state) {
+    (void)state;
+    struct fixture f;
+    start_with(&f, 0, true, NULL);
+    gate(true, 0);
+    char body[1024], buf[4096];
+    const char *resp = "";
+    assert_int_equal(hc_roundtrip(f.port, "GET", "/healthz", NULL, buf, sizeof(buf), &resp), 200);
+    assert_int_equal(hc_roundtrip(f.port, "GET", "/metrics", NULL, buf, sizeof(buf), &resp), 401);
+    args(body, sizeof(body), "u1", 2);
+    assert_int_equal(hc_roundtrip(f.port, "POST", "/scheduler/filter", body, buf, sizeof(buf), &resp), 401);
+    assert_non_null(strstr(resp, "client certificate"));
+    snprintf(body, sizeof(body), "{\"PodName\":\"p-u1\",\"PodNamespace\":\"default\",\"PodUID\":\"u1\",\"Node\":\"n\"}");
+    assert_int_equal(hc_roundtrip(f.port, "POST", "/scheduler/bind", body, buf, sizeof(buf), &resp), 401);
+    assert_int_equal(fake_get(&fk.calls), 0);
+    pthread_mutex_lock(&f.lock);
+    assert_int_equal(f.m.n_bound, 0);
+    pthread_mutex_unlock(&f.lock);
+    stop(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_answered_while_binding),
@@ -329,6 +437,9 @@ int main(void) {
         cmocka_unit_test(test_connection_closed_mid_bind),
         cmocka_unit_test(test_bindings_in_flight_bounded),
         cmocka_unit_test(test_stop_with_bind_in_flight),
+        cmocka_unit_test(test_bind_only_what_the_filter_saw),
+        cmocka_unit_test(test_check_refusal_changes_nothing),
+        cmocka_unit_test(test_untrusted_is_401),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,8 +237,24 @@ static void test_stop_waits_for_outstanding(void **state) {
     close(a);
 }
 
+/* Which listen addresses are loopback (plain HTTP is served only there). */
+static void test_addr_is_loopback(void **state) {
+    (void)state;
+    assert_true(httpd_addr_is_loopback("127.0.0.1:8888"));
+    assert_true(httpd_addr_is_loopback("127.1.2.3:0"));
+    assert_false(httpd_addr_is_loopback(":8888"));
+    assert_false(httpd_addr_is_loopback("0.0.0.0:8888"));
+    assert_false(httpd_addr_is_loopback("10.0.0.1:8888"));
+    assert_false(httpd_addr_is_loopback("128.0.0.1:8888"));
+    assert_false(httpd_addr_is_loopback("localhost:8888"));
+    assert_false(httpd_addr_is_loopback("127.0.0.1"));
+    assert_false(httpd_addr_is_loopback("127.0.0.1.5:1"));
+    assert_false(httpd_addr_is_loopback(""));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_addr_is_loopback),
         cmocka_unit_test(test_others_served_while_deferred),
         cmocka_unit_test(test_pipelined_after_deferred),
         cmocka_unit_test(test_deferred_bounded),

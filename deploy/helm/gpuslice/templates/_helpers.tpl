@@ -1,7 +1,12 @@
-{{- /* The extender's urlPrefix, as kube-scheduler's extenders entry names it (extender-scheduler-config.yaml)
-and the doctor init container checks it (daemonset.yaml, --extender): the Service's DNS name, or
-extender.clusterIP where a fixed address is given (a client without the cluster's DNS). */ -}}
+{{- /* The extender's urlPrefix, as kube-scheduler's extenders entry names it (extender-scheduler-config.yaml),
+HTTPS: the Service's DNS name, or extender.clusterIP where a fixed address is given (a client
+without the cluster's DNS); the serving certificate the chart makes is valid for both. */ -}}
 {{- define "gpuslice.extenderURL" -}}
 {{- $host := .Values.extender.clusterIP | default (printf "%s-extender.%s.svc" .Release.Name .Release.Namespace) -}}
-http://{{ $host }}:{{ .Values.extender.port }}/gpuslice
+https://{{ $host }}:{{ .Values.extender.port }}/gpuslice
+{{- end }}
+
+{{/* The extender's Secret: tls.crt, tls.key (its serving certificate), ca.crt (its client CA). */}}
+{{- define "gpuslice.extenderTLSSecret" -}}
+{{- .Values.extender.tls.secretName | default (printf "%s-extender-tls" .Release.Name) -}}
 {{- end }}
