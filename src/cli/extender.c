@@ -31,7 +31,8 @@ static void usage(FILE *f) {
                "  --policy NAME       fgd or gpuslice (default gpuslice); any scoring policy of replay\n"
                "  --workload PODS.csv FGD's target workload from a pod list (the trace's format, as replay's\n"
                "                      --pods; e.g. the pods of the platform's history), not from the pods seen\n"
-               "  --max-body BYTES    the longest request accepted (default 8 MiB)\n");
+               "  --max-body BYTES    the longest request accepted (default 6.7 MiB: the most node names, 15,000,\n"
+               "                      and the largest Pod; more for Nodes without nodeCacheCapable)\n");
 }
 
 int cmd_extender(const struct cli *cli, int argc, char **argv) {
@@ -39,7 +40,7 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
     const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL,
                *workload = NULL;
     bool api = false;
-    unsigned long long max_body = 8ull << 20;
+    unsigned long long max_body = EX_ARGS_BODY_MAX;
     enum { OPT_LISTEN = 1, OPT_SNAPSHOT, OPT_POLICY, OPT_MAX_BODY, OPT_KUBECONFIG, OPT_API, OPT_WORKLOAD };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, OPT_LISTEN },

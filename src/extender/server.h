@@ -28,7 +28,7 @@ typedef int (*ex_bind_fn)(void *ctx, const struct ex_bind_args *b, const struct 
 
 struct ex_server_config {
     const char *addr; /* HOST:PORT */
-    size_t max_body;  /* the longest request body (bytes) */
+    size_t max_body;  /* the longest request body (bytes; 0: EX_ARGS_BODY_MAX, what the largest request takes) */
     struct ex_model *model;
     pthread_mutex_t *lock; /* guards model */
     ex_bind_fn bind;
