@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,6 +465,10 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
             prioritize(s, &a, keep, r);
         trim(s, keep);
         ex_args_free(&a);
+#ifdef M_MMAP_THRESHOLD
+        if (req->body_len > (1 << 20)) /* the Pod's tree of small blocks, freed: back to the system */
+            malloc_trim(0);
+#endif
     }
     uint64_t wall = gs_now_ns() - t0, cpu = cpu_ns() - c0;
     observe_latency(s, v, (double)wall / 1e9);
@@ -515,6 +520,12 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
             return NULL;
         }
     }
+#ifdef M_MMAP_THRESHOLD
+    /* request bodies, their copies and answers of megabytes are mapped and unmapped, not left in the
+     * heap: glibc's threshold otherwise rises to the largest freed, and what the process keeps
+     * follows the largest requests callers sent */
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
+#endif
     struct httpd_config hc = { .what = "extender",
                                .addr = cfg->addr,
                                .max_body = cfg->max_body ? cfg->max_body : EX_ARGS_BODY_MAX,

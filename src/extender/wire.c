@@ -555,7 +555,7 @@ static int scan_array(struct scan *s, elem_fn elem, void *ctx) {
 
 static int name_elem(struct scan *s, void *ctx) {
     struct node_list *l = ctx;
-    bool esc;
+    bool esc = false;
     char *v = scan_string(s, &esc);
     return add_name(l->a, l->max, &l->cap, "NodeNames", v, v ? (size_t)(s->p - 1 - v) : 0, esc, l->err, l->errlen);
 }
@@ -584,7 +584,7 @@ static int node_md_member(struct scan *s, const char *k, size_t kn, bool esc, vo
                         l->a->n_names),
                -EBADMSG;
     l->have_name = true;
-    bool e;
+    bool e = false;
     char *v = scan_string(s, &e);
     return add_name(l->a, l->max, &l->cap, "Nodes.items", v, v ? (size_t)(s->p - 1 - v) : 0, e, l->err, l->errlen);
 }
