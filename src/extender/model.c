@@ -519,10 +519,30 @@ static void fgd_observe(struct ex_model *m, const struct pl_pod *q) {
     m->obs_at_targets = m->n_obs;
 }
 
+/* the ring's next entry for a pod: its occupant, if never bound, is withdrawn */
+static struct ex_pending *pending_next(struct ex_model *m) {
+    struct ex_pending *e = &m->pend[m->next_pend];
+    m->next_pend = (m->next_pend + 1) % EX_PENDING_MAX;
+    if (e->live)
+        withdraw(m, e);
+    return e;
+}
+
 void ex_observe(struct ex_model *m, const struct ex_pod *p) {
     uint64_t h = p->uid[0] ? hash_str(p->uid) : 0;
-    if ((m->policy != PL_GPUSLICE && m->policy != PL_FGD) || m->c.n_nodes == 0 || pending_find(m, p->uid, h))
+    if ((m->policy != PL_GPUSLICE && m->policy != PL_FGD) || m->c.n_nodes == 0)
         return;
+    struct ex_pending *e = pending_find(m, p->uid, h);
+    if (e) { /* asked about again (the scheduler retries a pod that did not fit): kept, and moved
+              * to the ring's newer half, so that a pod retried is not withdrawn */
+        size_t age = (m->next_pend + EX_PENDING_MAX - (size_t)(e - m->pend)) % EX_PENDING_MAX;
+        if (age == 0 || age > EX_PENDING_MAX / 2) {
+            struct ex_pending keep = *e;
+            memset(e, 0, sizeof(*e));
+            *pending_next(m) = keep;
+        }
+        return;
+    }
     if (!m->pend && !(m->pend = calloc(EX_PENDING_MAX, sizeof(*m->pend))))
         return; /* not observed: the estimate is an estimate */
     /* the pod's request on the first node that takes it (a memory share differs by GPU size) */
@@ -531,11 +551,7 @@ void ex_observe(struct ex_model *m, const struct ex_pod *p) {
     for (size_t i = 0; i < m->c.n_nodes; i++)
         if (ex_pod_on_node(m, i, p, &q, why, sizeof(why)) == 0 && (!ex_pod_wants_gpu(p) || q.num_gpu > 0))
             break;
-    /* its place in the ring: the oldest pod there, if never bound, is withdrawn */
-    struct ex_pending *e = &m->pend[m->next_pend];
-    m->next_pend = (m->next_pend + 1) % EX_PENDING_MAX;
-    if (e->live)
-        withdraw(m, e);
+    e = pending_next(m);
     *e = (struct ex_pending){ .hash = h, .q = q, .obs_seq = m->obs_total, .live = true };
     snprintf(e->uid, sizeof(e->uid), "%s", p->uid);
     if (m->policy == PL_FGD) {

@@ -151,7 +151,8 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
  * refreshed as they grow by 2 %; the paper's FGD takes it from the trace, a scheduler only has the
  * past). The pod is remembered as pending until it is bound (ex_bind, ex_commit); of the pending
  * pods at most EX_PENDING_MAX are remembered, the oldest one's observation withdrawn
- * (pl_unobserve, or out of FGD's window) for a newer one. */
+ * (pl_unobserve, or out of FGD's window) for a newer one; a pod asked about again (the
+ * scheduler's retry) is moved to the newer half, so that pods retried are not withdrawn. */
 void ex_observe(struct ex_model *m, const struct ex_pod *p);
 
 /* FGD's target workload given instead of learnt: n pods (their gpu_spec text in specs[i], "" or

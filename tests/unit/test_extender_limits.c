@@ -275,15 +275,33 @@ static void test_made_up_pods_bounded(void **state) {
     assert_int_equal(ex_bind(&m, &real, "n0", &ch, why, sizeof(why)), 0);
     size_t kinds;
     double pods;
-    for (int k = 0; k < 60000; k++) {
+    struct ex_pod retried = { .cpu = 777, .mem = 512, .compute_pct = 30 }; /* not bound, asked about again */
+    snprintf(retried.uid, sizeof(retried.uid), "retried");
+    /* 60,500: the retried pod was last asked about at 60,300 (found pending, its entry of 59,400),
+     * which without the move would be withdrawn at 60,424 */
+    for (int k = 0; k < 60500; k++) {
         struct ex_pod p = made_up(k);
         ex_observe(&m, &p);
         ex_observe(&m, &p); /* prioritize after filter: the same pod, once */
+        if (k % 900 == 0)
+            ex_observe(&m, &retried);
     }
     pl_estimate_size(&m.c, &kinds, &pods);
     assert_true(pods <= EX_PENDING_MAX + 1);
     assert_true(pods >= EX_PENDING_MAX); /* the last ones and the bound pod */
     assert_true(kinds <= EX_PENDING_MAX + 1);
+    /* the pod asked about every 900 new pods is still there, counted once */
+    struct pl_pod tq;
+    assert_int_equal(ex_pod_on_node(&m, 0, &retried, &tq, why, sizeof(why)), 0);
+    pl_unobserve(&m.c, &tq);
+    size_t kinds1;
+    double pods1;
+    pl_estimate_size(&m.c, &kinds1, &pods1);
+    assert_int_equal(kinds1, kinds - 1);
+    pl_unobserve(&m.c, &tq); /* nothing more of it */
+    pl_estimate_size(&m.c, &kinds1, &pods1);
+    assert_int_equal(kinds1, kinds - 1);
+    pl_observe(&m.c, &tq);
     /* the bound pod's kind is still there: without it one kind fewer */
     struct pl_pod rq;
     assert_int_equal(ex_pod_on_node(&m, 0, &real, &rq, why, sizeof(why)), 0);
