@@ -381,8 +381,10 @@ static struct ex_dra_dev *find_device(struct ex_dra *d, const char *pool, const 
     return v ? v : device_in(d, 0, d->n_slices, pool, device);
 }
 
-/* adds (sign 1) or takes out (-1) the claim's results on the devices */
-static void count_claim(struct ex_dra *d, const struct ex_dra_claim *c, int sign) {
+/* adds (sign 1) or takes out (-1) the claim's results on the devices; false when a device's sum was
+ * past int64 (held there: the claims are to be counted again, recount) */
+static bool count_claim(struct ex_dra *d, const struct ex_dra_claim *c, int sign) {
+    bool exact = true;
     for (int k = 0; k < c->n_res; k++) {
         struct ex_dra_dev *v = find_device(d, c->res[k].pool, c->res[k].device);
         if (!v)
@@ -391,12 +393,15 @@ static void count_claim(struct ex_dra *d, const struct ex_dra_claim *c, int sign
         for (int i = 0; i < EX_CAPS; i++) {
             /* a sum past int64 stays there (the device full) until the claims are counted again */
             int64_t u;
-            if (v->used[i] == INT64_MAX ||
-                __builtin_add_overflow(v->used[i], sign > 0 ? c->res[k].used[i] : -c->res[k].used[i], &u))
-                u = INT64_MAX;
-            v->used[i] = u < 0 ? 0 : u;
+            if (v->used[i] == INT64_MAX)
+                exact = false;
+            else if (__builtin_add_overflow(v->used[i], sign > 0 ? c->res[k].used[i] : -c->res[k].used[i], &u))
+                v->used[i] = INT64_MAX;
+            else
+                v->used[i] = u < 0 ? 0 : u;
         }
     }
+    return exact;
 }
 
 static void recount(struct ex_dra *d) {
@@ -516,16 +521,19 @@ int ex_dra_set_claim(struct ex_dra *d, bool tmpl, const struct ex_dra_claim *c) 
     size_t *cnt, *cap;
     struct ex_dra_claim **arr = arr_of(d, tmpl, &cnt, &cap);
     long k = claim_index(*arr, *cnt, c->ns, c->name);
+    bool exact = true;
     if (k < 0) {
         if (!ex_grow((void **)arr, cap, *cnt + 1, sizeof(**arr), 16))
             return -ENOMEM;
         k = (long)(*cnt)++;
     } else if (!tmpl) {
-        count_claim(d, &(*arr)[k], -1);
+        exact = count_claim(d, &(*arr)[k], -1);
     }
     (*arr)[k] = *c;
-    if (!tmpl)
+    if (!tmpl && exact)
         count_claim(d, c, 1);
+    else if (!tmpl)
+        recount(d);
     return 0;
 }
 
@@ -535,9 +543,10 @@ void ex_dra_del_claim(struct ex_dra *d, bool tmpl, const char *ns, const char *n
     long k = claim_index(*arr, *cnt, ns, name);
     if (k < 0)
         return;
-    if (!tmpl)
-        count_claim(d, &(*arr)[k], -1);
+    bool exact = tmpl || count_claim(d, &(*arr)[k], -1);
     (*arr)[k] = (*arr)[--(*cnt)];
+    if (!exact)
+        recount(d);
 }
 
 /* ------------------------------------------------------------------ nodes */
