@@ -2,8 +2,8 @@
 """extender_limits_bench.py: the peak memory of `gpuslice extender` under the largest requests it
 accepts and a flood above them, against the chart's memory limit.
 
-Starts the extender (loopback, port 0) on a made-up snapshot of --nodes nodes whose names are as
-long as Kubernetes allows (253 characters), so that the most names a request may name is the
+Starts the extender (loopback, port 0) on a made-up snapshot of --nodes nodes (in 500 states of
+their GPUs) whose names are as long as Kubernetes allows (253 characters), so that the most names a request may name is the
 absolute cap (15,000), then, each part bounded in count and time:
   1. the largest accepted requests: filter and prioritize naming every node known plus made-up
      ones up to the cap, with a Pod near its bounds (3 MiB, 65,536 JSON values), --rounds times;
@@ -23,6 +23,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -124,9 +125,11 @@ def main():
     load0 = open("/proc/loadavg").read().split()[:3]
     tmp = tempfile.mkdtemp(prefix="extender-limits-")
     known = [long_name("node-", i) for i in range(a.nodes)]
+    # 500 node states (the trace's 1,213 nodes are 15 to 280 while they fill): what the estimate's
+    # refresh recomputes per state
+    free = [[random.Random(k).choice((0, 250, 500, 750, 1000)) for _ in range(8)] for k in range(500)]
     snap = {"nodes": [{"name": n, "cpuMilli": 64000, "memoryMiB": 524288, "gpuModel": "A100", "gpus": 8,
-                       "gpuMemoryMiB": 81920, "gpuFree": [1000 - 100 * (i % 8) for _ in range(8)]}
-                      for i, n in enumerate(known)]}
+                       "gpuMemoryMiB": 81920, "gpuFree": free[i % 500]} for i, n in enumerate(known)]}
     with open(os.path.join(tmp, "snap.json"), "w") as f:
         json.dump(snap, f)
     log = open(os.path.join(tmp, "extender.log"), "w+")
@@ -187,8 +190,11 @@ def main():
         values = json.dumps({"Pod": {"metadata": {"uid": "v"}, "x": [[]] * (POD_VALUES_MAX + 10)},
                              "NodeNames": ["a"]}).encode()
         body_max = NAMES_CAP * (254 + 3) + POD_BYTES_MAX + 4096  # EX_ARGS_BODY_MAX
-        n_letters = (body_max - 200) // 4
-        letters = b'{"Pod": {"metadata": {"uid": "f"}}, "NodeNames": [' + b",".join([b'"a"'] * n_letters) + b"]}"
+        n_letters = (body_max - 300) // 4
+        flood_pod = {"metadata": {"uid": "f"}, "spec": {"containers": [{"name": "c", "resources": {
+            "limits": {"gpuslice.io/gpu-compute": "50"}}}]}}
+        letters = b'{"Pod": ' + json.dumps(flood_pod).encode() + b', "NodeNames": [' + \
+            b",".join([b'"a"'] * n_letters) + b"]}"
         assert len(letters) <= body_max
 
         def above():

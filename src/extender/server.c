@@ -456,6 +456,10 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
             } else
                 text_answer(r, status, e == -E2BIG ? "ExtenderArgs too large\n" : "bad ExtenderArgs\n");
             log_debug("Extender %s: %s", verb_names[v], err);
+#ifdef M_MMAP_THRESHOLD
+            if (req->body_len > (1 << 20)) /* as below */
+                malloc_trim(0);
+#endif
             return;
         }
         remember(s, &a.pod);
