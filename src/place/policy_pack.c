@@ -405,8 +405,6 @@ static size_t okey_find(const struct pl_online *o, const struct pl_pod *p) {
     return i;
 }
 
-static void online_changed(struct pl_cluster *c, struct pl_online *o);
-
 void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
     struct pl_online *o = online_get(c);
     if (!o)
@@ -430,30 +428,6 @@ void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
     o->keys[i].mem += p->mem;
     o->total += 1;
     model_observe(c, o, p, 1);
-    online_changed(c, o);
-}
-
-void pk_unobserve(struct pl_cluster *c, const struct pl_pod *p) {
-    struct pl_online *o = c->online;
-    size_t i = o ? okey_find(o, p) : 0;
-    if (!o || i == o->n)
-        return;
-    o->keys[i].cnt -= 1;
-    o->keys[i].mem -= p->mem;
-    if (o->keys[i].cnt <= 0)
-        o->keys[i] = o->keys[--o->n];
-    o->total = o->total > 1 ? o->total - 1 : 0;
-    model_observe(c, o, p, -1);
-    online_changed(c, o);
-}
-
-void pk_estimate_size(const struct pl_online *o, size_t *kinds, double *pods) {
-    *kinds = o ? o->n : 0;
-    *pods = o ? o->total : 0;
-}
-
-/* the estimate changed by a pod: rebuilt when that has added up */
-static void online_changed(struct pl_cluster *c, struct pl_online *o) {
     o->since_rebuild += 1;
     /* refresh often while the estimate is young, then every 2 % of what has been seen */
     if (o->n_tg == 0 || o->since_rebuild >= 0.02 * o->total + 8) {
@@ -468,6 +442,24 @@ static void online_changed(struct pl_cluster *c, struct pl_online *o) {
         if (o->version != v)
             refresh_nodes(c, o);
     }
+}
+
+void pk_unobserve(struct pl_cluster *c, const struct pl_pod *p) {
+    struct pl_online *o = c->online;
+    size_t i = o ? okey_find(o, p) : 0;
+    if (!o || i == o->n)
+        return;
+    o->keys[i].cnt -= 1;
+    o->keys[i].mem -= p->mem;
+    if (o->keys[i].cnt <= 0)
+        o->keys[i] = o->keys[--o->n];
+    o->total = o->total > 1 ? o->total - 1 : 0;
+    model_observe(c, o, p, -1); /* the estimate is rebuilt at the next pods' schedule (pk_observe) */
+}
+
+void pk_estimate_size(const struct pl_online *o, size_t *kinds, double *pods) {
+    *kinds = o ? o->n : 0;
+    *pods = o ? o->total : 0;
 }
 
 /* returns -(increase of fragmentation) and the GPU for a sharing pod (only GPU only_gpu when >= 0) */

@@ -23,8 +23,8 @@ void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod
 void pk_node_changed(struct pl_cluster *c, struct pl_node *n);
 /* pl_observe: pod p arrived; the estimate (and the plan) is rebuilt when it has grown enough. */
 void pk_observe(struct pl_cluster *c, const struct pl_pod *p);
-/* pl_unobserve: pod p's observation taken back (its kind's count, its models' demand), the
- * estimate rebuilt on the same schedule as pk_observe's. */
+/* pl_unobserve: pod p's observation taken back (its kind's count, its models' demand); the
+ * estimate is rebuilt when the pods observed since call for it (pk_observe's schedule). */
 void pk_unobserve(struct pl_cluster *c, const struct pl_pod *p);
 /* pl_estimate_size (o may be NULL: 0 and 0). */
 void pk_estimate_size(const struct pl_online *o, size_t *kinds, double *pods);
