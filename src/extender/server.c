@@ -530,11 +530,10 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
      * follows the largest requests callers sent */
     mallopt(M_MMAP_THRESHOLD, 256 << 10);
 #endif
-    struct httpd_config hc = { .what = "extender",
-                               .addr = cfg->addr,
-                               .max_body = cfg->max_body ? cfg->max_body : EX_ARGS_BODY_MAX,
-                               .handler = handle,
-                               .ctx = s };
+    struct httpd_config hc = {
+        .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body ? cfg->max_body : EX_ARGS_BODY_MAX,
+        .handler = handle, .ctx = s
+    };
     s->http = httpd_start(&hc, err, errlen);
     if (!s->http) {
         stop_workers(s);
