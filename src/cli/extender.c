@@ -44,7 +44,8 @@ static void usage(FILE *f) {
                "  --policy NAME       fgd or gpuslice (default gpuslice); any scoring policy of replay\n"
                "  --workload PODS.csv FGD's target workload from a pod list (the trace's format, as replay's\n"
                "                      --pods; e.g. the pods of the platform's history), not from the pods seen\n"
-               "  --max-body BYTES    the longest request accepted (default 8 MiB)\n");
+               "  --max-body BYTES    the longest request accepted (default 6.7 MiB: the most node names, 15,000,\n"
+               "                      and the largest Pod; more for Nodes without nodeCacheCapable)\n");
 }
 
 int cmd_extender(const struct cli *cli, int argc, char **argv) {
@@ -52,7 +53,7 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
     const char *listen = "127.0.0.1:8888", *snapshot = NULL, *policy = "gpuslice", *kubeconfig = NULL,
                *workload = NULL;
     bool api = false, plain = false;
-    unsigned long long max_body = 8ull << 20;
+    unsigned long long max_body = EX_ARGS_BODY_MAX;
     struct httpd_tls tls = { 0 };
     const char *client_names[MAX_CLIENT_NAMES + 1] = { 0 };
     size_t n_client_names = 0;

@@ -304,6 +304,7 @@ static void rebuild(struct ex_api *a) {
     }
     int r = ex_model_rebuild(a->cfg.model, specs, n, err, sizeof(err));
     free(specs);
+    ex_model_note_nodes(a->cfg.model, a->n_nodes); /* with those without GPUs: a request's bound */
     a->cfg.model->dra = &a->dra;
     if (r < 0) {
         log_warn("Extender: the model from %zu Nodes: %s (the previous one is kept)", n, err);

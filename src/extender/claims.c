@@ -381,16 +381,27 @@ static struct ex_dra_dev *find_device(struct ex_dra *d, const char *pool, const 
     return v ? v : device_in(d, 0, d->n_slices, pool, device);
 }
 
-/* adds (sign 1) or takes out (-1) the claim's results on the devices */
-static void count_claim(struct ex_dra *d, const struct ex_dra_claim *c, int sign) {
+/* adds (sign 1) or takes out (-1) the claim's results on the devices; false when a device's sum was
+ * past int64 (held there: the claims are to be counted again, recount) */
+static bool count_claim(struct ex_dra *d, const struct ex_dra_claim *c, int sign) {
+    bool exact = true;
     for (int k = 0; k < c->n_res; k++) {
         struct ex_dra_dev *v = find_device(d, c->res[k].pool, c->res[k].device);
         if (!v)
             continue;
         v->n_alloc += sign;
-        for (int i = 0; i < EX_CAPS; i++)
-            v->used[i] += sign * c->res[k].used[i];
+        for (int i = 0; i < EX_CAPS; i++) {
+            /* a sum past int64 stays there (the device full) until the claims are counted again */
+            int64_t u;
+            if (v->used[i] == INT64_MAX)
+                exact = false;
+            else if (__builtin_add_overflow(v->used[i], sign > 0 ? c->res[k].used[i] : -c->res[k].used[i], &u))
+                v->used[i] = INT64_MAX;
+            else
+                v->used[i] = u < 0 ? 0 : u;
+        }
     }
+    return exact;
 }
 
 static void recount(struct ex_dra *d) {
@@ -510,16 +521,19 @@ int ex_dra_set_claim(struct ex_dra *d, bool tmpl, const struct ex_dra_claim *c) 
     size_t *cnt, *cap;
     struct ex_dra_claim **arr = arr_of(d, tmpl, &cnt, &cap);
     long k = claim_index(*arr, *cnt, c->ns, c->name);
+    bool exact = true;
     if (k < 0) {
         if (!ex_grow((void **)arr, cap, *cnt + 1, sizeof(**arr), 16))
             return -ENOMEM;
         k = (long)(*cnt)++;
     } else if (!tmpl) {
-        count_claim(d, &(*arr)[k], -1);
+        exact = count_claim(d, &(*arr)[k], -1);
     }
     (*arr)[k] = *c;
-    if (!tmpl)
+    if (!tmpl && exact)
         count_claim(d, c, 1);
+    else if (!tmpl)
+        recount(d);
     return 0;
 }
 
@@ -529,9 +543,10 @@ void ex_dra_del_claim(struct ex_dra *d, bool tmpl, const char *ns, const char *n
     long k = claim_index(*arr, *cnt, ns, name);
     if (k < 0)
         return;
-    if (!tmpl)
-        count_claim(d, &(*arr)[k], -1);
+    bool exact = tmpl || count_claim(d, &(*arr)[k], -1);
     (*arr)[k] = (*arr)[--(*cnt)];
+    if (!exact)
+        recount(d);
 }
 
 /* ------------------------------------------------------------------ nodes */
@@ -655,8 +670,12 @@ static int64_t consumes(const struct ex_dra_dev *v, const struct ex_dra_req *q, 
     if (cap->policy && q->asked[c]) {
         if (w < cap->min)
             w = cap->min;
-        if (cap->step > 0 && w > cap->min)
-            w = cap->min + (w - cap->min + cap->step - 1) / cap->step * cap->step;
+        if (cap->step > 0 && w > cap->min) { /* min + the steps that hold w - min: past int64, none does */
+            int64_t k;
+            if (__builtin_add_overflow(w - cap->min, cap->step - 1, &k) ||
+                __builtin_mul_overflow(k / cap->step, cap->step, &k) || __builtin_add_overflow(cap->min, k, &w))
+                return -1;
+        }
         if (cap->max > 0 && w > cap->max)
             return -1;
     }
@@ -732,7 +751,7 @@ static void fail_reason(const struct demand *dm, const struct dev_state *st, int
         snprintf(why + o, o < len ? len - o : 0, "%d whole DRA GPU(s) asked, %d free", q->count, free_);
         return;
     }
-    int64_t m = -1, sum = 0;
+    int64_t m = -1, sum = 0; /* the sum for the text, held at int64's top */
     for (int k = 0; k < n && m < 0; k++)
         if (st[k].v->cls == q->cls)
             m = consumes(st[k].v, q, EX_CAP_MEMORY);
@@ -750,7 +769,8 @@ static void fail_reason(const struct demand *dm, const struct dev_state *st, int
         if (st[k].v->cls != q->cls)
             continue;
         int64_t fm = st[k].free_[EX_CAP_MEMORY] > 0 ? st[k].free_[EX_CAP_MEMORY] : 0;
-        sum += fm;
+        if (__builtin_add_overflow(sum, fm, &sum))
+            sum = INT64_MAX;
         fmt_mem(fm, b, sizeof(b));
         o += (size_t)snprintf(why + o, len - o, "%s %s", first ? "" : ",", b);
         if (cpu && o < len)
@@ -820,6 +840,18 @@ enum ex_verdict ex_dra_filter(const struct ex_dra *d, const struct ex_pod *p, co
     return EX_FIT;
 }
 
+/* x * PL_MILLI / cap (x, cap > 0; rounded up when up) at most PL_MILLI, without overflowing */
+static int milli_of(int64_t x, int64_t cap, bool up) {
+    int64_t p, r;
+    if (x <= 0)
+        return 0;
+    if (__builtin_mul_overflow(x, (int64_t)PL_MILLI, &p))
+        r = (int64_t)((long double)x * PL_MILLI / (long double)cap) + up; /* x over 9.2e15: r is near 1000 or more */
+    else
+        r = p / cap + (up && p % cap != 0);
+    return r > PL_MILLI ? PL_MILLI : (int)r;
+}
+
 int ex_dra_view(const struct ex_dra *d, const struct ex_pod *p, const char *node, const struct pl_node *base,
                 struct pl_node *view, struct pl_pod *q) {
     struct demand dm[MAX_DEMAND];
@@ -853,10 +885,10 @@ int ex_dra_view(const struct ex_dra *d, const struct ex_pod *p, const char *node
                 int64_t cap = s->v->cap[c].value;
                 if (cap <= 0 || c == EX_CAP_CLIENTS)
                     continue;
-                int fc = (int)((s->free_[c] < 0 ? 0 : s->free_[c]) * PL_MILLI / cap);
+                int fc = milli_of(s->free_[c], cap, false);
                 f = fc < f ? fc : f;
                 int64_t w = consumes(s->v, r, c);
-                int mc = w <= 0 ? 0 : (int)((w * PL_MILLI + cap - 1) / cap);
+                int mc = milli_of(w, cap, true);
                 milli = mc > milli ? mc : milli;
             }
         }

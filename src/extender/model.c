@@ -36,6 +36,7 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
                   size_t errlen) {
     memset(m, 0, sizeof(*m));
     m->policy = pol;
+    m->n_known = n;
     if (pol == PL_RANDOM || (unsigned)pol >= PL_POLICY_COUNT) {
         snprintf(err, errlen, "policy %s cannot score nodes", pl_policy_name(pol));
         return -EINVAL;
@@ -133,8 +134,9 @@ void ex_model_free(struct ex_model *m) {
     free(m->slots);
     free(m->name_hash);
     free(m->bound);
-    free(m->seen);
+    free(m->pend);
     free(m->obs);
+    free(m->obs_dead);
     free(m->wl);
     free_specs(m->wl_specs, m->n_wl);
     memset(m, 0, sizeof(*m));
@@ -441,53 +443,70 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
     }
 }
 
-/* the uid's slot in the seen table (open addressing, cap_seen a power of two) */
-static size_t seen_slot(const struct ex_model *m, const char *uid) {
-    size_t k = hash_str(uid) & (m->cap_seen - 1);
-    while (m->seen[k][0] && strcmp(m->seen[k], uid) != 0)
-        k = (k + 1) & (m->cap_seen - 1);
-    return k;
+void ex_model_note_nodes(struct ex_model *m, size_t n) {
+    m->n_known = n;
 }
 
-/* whether uid was seen before; records it (the table is reset when it would pass 1 << 20 pods) */
-static bool seen_before(struct ex_model *m, const char *uid) {
-    if (m->cap_seen == 0 || 2 * (m->n_seen + 1) > m->cap_seen) {
-        size_t cap = m->cap_seen ? m->cap_seen * 2 : 1024;
-        if (cap > (size_t)1 << 21) { /* forget: a pod seen again counts twice, no more */
-            memset(m->seen, 0, m->cap_seen * sizeof(*m->seen));
-            m->n_seen = 0;
-        } else {
-            char(*old)[EX_UID_MAX] = m->seen;
-            size_t old_cap = m->cap_seen;
-            m->seen = calloc(cap, sizeof(*m->seen));
-            if (!m->seen) {
-                m->seen = old;
-                return true; /* not observed: the estimate is an estimate */
-            }
-            m->cap_seen = cap;
-            m->n_seen = 0;
-            for (size_t k = 0; k < old_cap; k++)
-                if (old[k][0]) {
-                    memcpy(m->seen[seen_slot(m, old[k])], old[k], EX_UID_MAX);
-                    m->n_seen++;
-                }
-            free(old);
-        }
+size_t ex_model_nodes_known(const struct ex_model *m) {
+    return m->n_known > m->c.n_nodes ? m->n_known : m->c.n_nodes;
+}
+
+size_t ex_model_names_max(const struct ex_model *m) {
+    size_t n = ex_model_nodes_known(m);
+    n = n > EX_REQ_NODES_MAX ? EX_REQ_NODES_MAX : n;
+    n += n / 4 + 256;
+    return n > EX_REQ_NODES_MAX ? EX_REQ_NODES_MAX : n;
+}
+
+/* the pending entry of uid (hash h), or NULL */
+static struct ex_pending *pending_find(const struct ex_model *m, const char *uid, uint64_t h) {
+    for (size_t k = 0; m->pend && uid[0] && k < EX_PENDING_MAX; k++)
+        if (m->pend[k].hash == h && m->pend[k].uid[0] && strcmp(m->pend[k].uid, uid) == 0)
+            return &m->pend[k];
+    return NULL;
+}
+
+/* FGD's targets from the pods of its window that were not withdrawn */
+static void fgd_targets(struct ex_model *m, struct pl_cluster *c) {
+    size_t live = 0;
+    for (size_t k = 0; k < m->n_obs; k++)
+        live += !m->obs_dead[k];
+    if (live == m->n_obs) {
+        pl_set_targets(c, m->obs, NULL, m->n_obs, 95);
+        return;
     }
-    size_t k = seen_slot(m, uid);
-    if (m->seen[k][0])
-        return true;
-    snprintf(m->seen[k], EX_UID_MAX, "%s", uid);
-    m->n_seen++;
-    return false;
+    struct pl_pod *w = malloc((live ? live : 1) * sizeof(*w));
+    if (!w)
+        return; /* the previous targets stay */
+    live = 0;
+    for (size_t k = 0; k < m->n_obs; k++)
+        if (!m->obs_dead[k])
+            w[live++] = m->obs[k];
+    pl_set_targets(c, w, NULL, live, 95);
+    free(w);
+}
+
+/* the pending pod's observation taken back (it was never bound) */
+static void withdraw(struct ex_model *m, struct ex_pending *e) {
+    if (m->policy == PL_FGD) {
+        if (m->obs_total - e->obs_seq <= m->n_obs) /* still in the window */
+            m->obs_dead[e->obs_seq % EX_OBS_MAX] = true;
+    } else {
+        pl_unobserve(&m->c, &e->q);
+    }
+    e->live = false;
 }
 
 /* FGD's targets from the pods seen: the most frequent covering 95 % (as the replay's threshold) */
 static void fgd_observe(struct ex_model *m, const struct pl_pod *q) {
     if (!m->obs && !(m->obs = calloc(EX_OBS_MAX, sizeof(*m->obs))))
         return;
+    if (!m->obs_dead && !(m->obs_dead = calloc(EX_OBS_MAX, sizeof(*m->obs_dead))))
+        return;
     m->obs[m->next_obs] = *q;
+    m->obs_dead[m->next_obs] = false;
     m->next_obs = (m->next_obs + 1) % EX_OBS_MAX;
+    m->obs_total++;
     if (m->n_obs < EX_OBS_MAX)
         m->n_obs++;
     /* refreshed when the pods seen grew by 2 % (and 8), then every 2 % of the window */
@@ -496,22 +515,50 @@ static void fgd_observe(struct ex_model *m, const struct pl_pod *q) {
         return;
     if (m->n_obs == EX_OBS_MAX && (m->next_obs % (EX_OBS_MAX / 50)) != 0)
         return;
-    pl_set_targets(&m->c, m->obs, NULL, m->n_obs, 95);
+    fgd_targets(m, &m->c);
     m->obs_at_targets = m->n_obs;
 }
 
+/* the ring's next entry for a pod: its occupant, if never bound, is withdrawn */
+static struct ex_pending *pending_next(struct ex_model *m) {
+    struct ex_pending *e = &m->pend[m->next_pend];
+    m->next_pend = (m->next_pend + 1) % EX_PENDING_MAX;
+    if (e->live)
+        withdraw(m, e);
+    return e;
+}
+
 void ex_observe(struct ex_model *m, const struct ex_pod *p) {
-    if ((m->policy != PL_GPUSLICE && m->policy != PL_FGD) || m->c.n_nodes == 0 || (p->uid[0] && seen_before(m, p->uid)))
+    uint64_t h = p->uid[0] ? hash_str(p->uid) : 0;
+    if ((m->policy != PL_GPUSLICE && m->policy != PL_FGD) || m->c.n_nodes == 0)
         return;
+    struct ex_pending *e = pending_find(m, p->uid, h);
+    if (e) { /* asked about again (the scheduler retries a pod that did not fit): kept, and moved
+              * to the ring's newer half, so that a pod retried is not withdrawn */
+        size_t age = (m->next_pend + EX_PENDING_MAX - (size_t)(e - m->pend)) % EX_PENDING_MAX;
+        if (age == 0 || age > EX_PENDING_MAX / 2) {
+            struct ex_pending keep = *e;
+            memset(e, 0, sizeof(*e));
+            *pending_next(m) = keep;
+        }
+        return;
+    }
+    if (!m->pend && !(m->pend = calloc(EX_PENDING_MAX, sizeof(*m->pend))))
+        return; /* not observed: the estimate is an estimate */
     /* the pod's request on the first node that takes it (a memory share differs by GPU size) */
     struct pl_pod q = { .cpu = p->cpu, .mem = p->mem };
     char why[EX_REASON_MAX];
     for (size_t i = 0; i < m->c.n_nodes; i++)
         if (ex_pod_on_node(m, i, p, &q, why, sizeof(why)) == 0 && (!ex_pod_wants_gpu(p) || q.num_gpu > 0))
             break;
+    e = pending_next(m);
+    *e = (struct ex_pending){ .hash = h, .q = q, .obs_seq = m->obs_total, .live = true };
+    snprintf(e->uid, sizeof(e->uid), "%s", p->uid);
     if (m->policy == PL_FGD) {
         if (!m->n_wl) /* a given workload stays FGD's target */
             fgd_observe(m, &q);
+        else
+            e->live = false;
     } else
         pl_observe(&m->c, &q);
 }
@@ -539,6 +586,9 @@ static int record(struct ex_model *m, const struct ex_pod *p, size_t node, const
     }
     struct ex_bound *b = &m->bound[m->n_bound++];
     snprintf(b->uid, sizeof(b->uid), "%s", p->uid);
+    struct ex_pending *e = pending_find(m, p->uid, p->uid[0] ? hash_str(p->uid) : 0);
+    if (e) /* bound: its observation stays */
+        memset(e, 0, sizeof(*e));
     b->node = node;
     b->pod = *q;
     b->choice = *ch;
@@ -711,22 +761,26 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
     }
     /* the policy's observations: gpuslice's estimate (its model indices must mean the same
      * models, else it starts again), FGD's workload, the pods seen */
-    if (same_models(&m->c, &nm.c)) {
+    bool kept = same_models(&m->c, &nm.c);
+    if (kept) {
         nm.c.online = m->c.online;
         m->c.online = NULL;
     }
     nm.dra = m->dra;
-    MOVE(seen);
-    MOVE(n_seen);
-    MOVE(cap_seen);
+    MOVE(pend);
+    MOVE(next_pend);
+    for (size_t k = 0; !kept && m->policy != PL_FGD && nm.pend && k < EX_PENDING_MAX; k++)
+        nm.pend[k].live = false; /* the estimate they were told starts again */
     MOVE(obs);
+    MOVE(obs_dead);
     MOVE(n_obs);
     MOVE(next_obs);
     MOVE(obs_at_targets);
+    MOVE(obs_total);
     MOVE(wl_specs);
     MOVE(n_wl);
     if (m->policy == PL_FGD && nm.n_obs && !nm.n_wl)
-        pl_set_targets(&nm.c, nm.obs, NULL, nm.n_obs, 95);
+        fgd_targets(&nm, &nm.c);
     for (size_t k = 0; k < m->n_bound; k++) {
         const struct ex_bound *b = &m->bound[k];
         long i = ex_model_find(&nm, m->names[b->node]);

@@ -29,6 +29,13 @@
 #define EX_PRODUCT_LABEL "gpuslice.io/gpu.product"
 #define EX_MAX_PRIORITY 10 /* the extender API's MaxExtenderPriority */
 #define EX_OBS_MAX 20000   /* pods kept for FGD's target workload */
+/* The most node names one request may name (ex_model_names_max): the nodes the model's source
+ * knows plus a margin, at most this (Kubernetes is tested to 5,000 nodes, large clusters run 15,000). */
+#define EX_REQ_NODES_MAX 15000
+/* Pods told to the policy and not bound yet, remembered: the oldest such pod's observation is
+ * withdrawn when a newer pod needs its place (a pod retried after that is observed again), so
+ * pods made up and never bound weigh at most this much in the estimate. */
+#define EX_PENDING_MAX 1024
 
 struct ex_node_spec {
     char name[EX_NAME_MAX];
@@ -68,6 +75,15 @@ struct ex_pod {
     struct ex_pod_claims claims;
 };
 
+/* A pod observed (ex_observe) and not bound yet. */
+struct ex_pending {
+    char uid[EX_UID_MAX]; /* "": a free entry */
+    uint64_t hash;        /* the uid's */
+    struct pl_pod q;      /* as observed */
+    size_t obs_seq;       /* FGD: its place in obs (obs_total when observed) */
+    bool live;            /* its observation counts (not bound, not withdrawn) */
+};
+
 struct ex_bound {
     char uid[EX_UID_MAX];
     size_t node;
@@ -87,10 +103,12 @@ struct ex_model {
     size_t n_slots;
     struct ex_bound *bound;
     size_t n_bound, cap_bound;
-    char (*seen)[EX_UID_MAX]; /* pods told to the policy's online estimate (pl_observe), hashed */
-    size_t n_seen, cap_seen;
+    struct ex_pending *pend; /* EX_PENDING_MAX, a ring: the pods observed not bound yet */
+    size_t next_pend;
+    size_t n_known; /* nodes the source knows, with or without GPUs (ex_model_note_nodes) */
     struct pl_pod *obs; /* FGD's target workload: the pods seen (the last EX_OBS_MAX) */
-    size_t n_obs, next_obs, obs_at_targets;
+    bool *obs_dead;     /* per obs entry: withdrawn */
+    size_t n_obs, next_obs, obs_at_targets, obs_total;
     struct ex_dra *dra; /* the DRA driver's devices and claims (claims.h), borrowed; NULL: none */
     struct pl_pod *wl;  /* FGD's target workload given (ex_model_set_workload); then obs is not used */
     char **wl_specs;    /* their gpu_spec text, for the masks of a rebuilt model's table */
@@ -106,6 +124,14 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
 void ex_model_free(struct ex_model *m);
 /* The node's index, or -1. */
 long ex_model_find(const struct ex_model *m, const char *name);
+/* The source knows n nodes in all (the API server's Nodes, also those without GPUs, which the
+ * model leaves out): what ex_model_names_max allows. */
+void ex_model_note_nodes(struct ex_model *m, size_t n);
+/* The most node names a request may name: the nodes known (the model's, or as noted) plus a
+ * quarter and 256 (the scheduler's cache may be ahead of the source), at most EX_REQ_NODES_MAX. */
+size_t ex_model_names_max(const struct ex_model *m);
+/* The nodes known (the model's, or as noted). */
+size_t ex_model_nodes_known(const struct ex_model *m);
 /* Whether the pod asks for any GPU. */
 bool ex_pod_wants_gpu(const struct ex_pod *p);
 
@@ -120,9 +146,13 @@ int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, s
 enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len);
 /* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). */
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores);
-/* Tells the policy about the pod, once per uid (no uid: every time): gpuslice's online estimate
- * (pl_observe), or FGD's target workload (pl_set_targets over the pods seen, refreshed as they
- * grow by 2 %; the paper's FGD takes it from the trace, a scheduler only has the past). */
+/* Tells the policy about the pod, once per uid while it waits (no uid: every time): gpuslice's
+ * online estimate (pl_observe), or FGD's target workload (pl_set_targets over the pods seen,
+ * refreshed as they grow by 2 %; the paper's FGD takes it from the trace, a scheduler only has the
+ * past). The pod is remembered as pending until it is bound (ex_bind, ex_commit); of the pending
+ * pods at most EX_PENDING_MAX are remembered, the oldest one's observation withdrawn
+ * (pl_unobserve, or out of FGD's window) for a newer one; a pod asked about again (the
+ * scheduler's retry) is moved to the newer half, so that pods retried are not withdrawn. */
 void ex_observe(struct ex_model *m, const struct ex_pod *p);
 
 /* FGD's target workload given instead of learnt: n pods (their gpu_spec text in specs[i], "" or

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,12 +122,21 @@ static void text_answer(struct httpd_response *r, int status, const char *text) 
     r->body_len = strlen(text);
 }
 
-/* room for n nodes' verdicts, reasons and scores, kept between requests (a fresh quarter of a
- * megabyte per request was page faults) */
-static bool room(struct ex_server *s, size_t n) {
+/* room for n nodes' verdicts, reasons and scores, kept between requests for up to keep nodes (a
+ * fresh quarter of a megabyte per request was page faults); a larger request's is freed after it
+ * (trim), so that what is held does not follow what one caller sent */
+static void trim(struct ex_server *s, size_t keep) {
+    if (s->cap <= keep)
+        return;
+    free(s->v), free(s->why), free(s->sc);
+    s->v = NULL, s->why = NULL, s->sc = NULL;
+    s->cap = 0;
+}
+
+static bool room(struct ex_server *s, size_t n, size_t keep) {
     if (n <= s->cap)
         return true;
-    size_t cap = n + n / 2 + 16;
+    size_t cap = n > keep ? n : keep;
     free(s->v), free(s->why), free(s->sc);
     s->v = malloc(cap * sizeof(*s->v));
     s->why = malloc(cap * sizeof(*s->why));
@@ -135,8 +145,8 @@ static bool room(struct ex_server *s, size_t n) {
     return s->cap != 0;
 }
 
-static void filter(struct ex_server *s, const struct ex_args *a, struct httpd_response *r) {
-    if (!room(s, a->n_names)) {
+static void filter(struct ex_server *s, const struct ex_args *a, size_t keep, struct httpd_response *r) {
+    if (!room(s, a->n_names, keep)) {
         json_answer(r, 503, NULL, 0);
         return;
     }
@@ -152,8 +162,8 @@ static void filter(struct ex_server *s, const struct ex_args *a, struct httpd_re
     json_answer(r, 200, body, len);
 }
 
-static void prioritize(struct ex_server *s, const struct ex_args *a, struct httpd_response *r) {
-    if (!room(s, a->n_names)) {
+static void prioritize(struct ex_server *s, const struct ex_args *a, size_t keep, struct httpd_response *r) {
+    if (!room(s, a->n_names, keep)) {
         json_answer(r, 503, NULL, 0);
         return;
     }
@@ -471,26 +481,39 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
     } else {
         struct ex_args a;
         char err[512];
-        int e = ex_args_parse(req->body, req->body_len, &a, err, sizeof(err));
+        pthread_mutex_lock(s->cfg.lock); /* the most names a request may name, the scratch kept */
+        size_t most = ex_model_names_max(s->cfg.model), keep = ex_model_nodes_known(s->cfg.model) + 64;
+        pthread_mutex_unlock(s->cfg.lock);
+        int e = ex_args_parse(req->body, req->body_len, most, &a, err, sizeof(err));
+        int status = e == -ENOMEM ? 503 : e == -E2BIG ? 413 : 400;
         if (e < 0) {
             size_t len;
             count_error(s, v);
             if (v == V_FILTER) /* the scheduler takes Error as this extender's failure for the pod */
             {
                 char *b_ = ex_filter_error_render(err, &len);
-                json_answer(r, e == -ENOMEM ? 503 : 400, b_, len);
+                json_answer(r, status, b_, len);
             } else
-                text_answer(r, e == -ENOMEM ? 503 : 400, "bad ExtenderArgs\n");
+                text_answer(r, status, e == -E2BIG ? "ExtenderArgs too large\n" : "bad ExtenderArgs\n");
             log_debug("Extender %s: %s", verb_names[v], err);
+#ifdef M_MMAP_THRESHOLD
+            if (req->body_len > (1 << 20)) /* as below */
+                malloc_trim(0);
+#endif
             return;
         }
         if (v == V_FILTER) /* what a bind may name (prioritize follows filter: nothing new) */
             remember(s, &a.pod);
         if (v == V_FILTER)
-            filter(s, &a, r);
+            filter(s, &a, keep, r);
         else
-            prioritize(s, &a, r);
+            prioritize(s, &a, keep, r);
+        trim(s, keep);
         ex_args_free(&a);
+#ifdef M_MMAP_THRESHOLD
+        if (req->body_len > (1 << 20)) /* the Pod's tree of small blocks, freed: back to the system */
+            malloc_trim(0);
+#endif
     }
     uint64_t wall = gs_now_ns() - t0, cpu = cpu_ns() - c0;
     observe_latency(s, v, (double)wall / 1e9);
@@ -542,9 +565,15 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
             return NULL;
         }
     }
+#ifdef M_MMAP_THRESHOLD
+    /* request bodies, their copies and answers of megabytes are mapped and unmapped, not left in the
+     * heap: glibc's threshold otherwise rises to the largest freed, and what the process keeps
+     * follows the largest requests callers sent */
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
+#endif
     struct httpd_config hc = {
-        .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body, .handler = handle, .ctx = s,
-        .tls = cfg->tls
+        .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body ? cfg->max_body : EX_ARGS_BODY_MAX,
+        .handler = handle, .ctx = s, .tls = cfg->tls
     };
     s->http = httpd_start(&hc, err, errlen);
     if (!s->http) {

@@ -40,7 +40,7 @@ struct ex_server_config {
     const char *addr; /* HOST:PORT */
     const struct httpd_tls *tls; /* NULL: plain HTTP */
     bool plain_trusted; /* every request trusted, without TLS (a loopback address, asked for explicitly) */
-    size_t max_body;  /* the longest request body (bytes) */
+    size_t max_body;  /* the longest request body (bytes; 0: EX_ARGS_BODY_MAX, what the largest request takes) */
     struct ex_model *model;
     pthread_mutex_t *lock; /* guards model */
     ex_bind_fn bind;

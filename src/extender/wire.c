@@ -78,18 +78,74 @@ static json_t *get_ci(const json_t *obj, const char *key) {
     return NULL;
 }
 
+/* the resources a pod's sum is taken of: milli-CPU, bytes, counts, %, GiB (gpuslice.io/gpu-memory
+ * units, docs/fractional.md) */
+enum { R_CPU, R_MEM, R_GPUS, R_COMPUTE, R_GPU_MEM, R_COUNT };
+static const char *const res_names[R_COUNT] = { "cpu", "memory", EX_RES_GPU, EX_RES_COMPUTE, EX_RES_MEMORY };
 struct req {
-    int64_t cpu, mem, gpus, compute, gpu_mem;
-}; /* milli-CPU, bytes, counts, %, GiB (gpuslice.io/gpu-memory units, docs/fractional.md) */
+    int64_t v[R_COUNT];
+};
+#define GPU_MEM_GIB_MAX (1 << 20) /* gpuslice.io/gpu-memory in GiB: a byte quantity ("10Gi") is beyond */
 
-/* the resources of one container: requests, else limits, per resource */
+/* one quantity of a ResourceList (list.NAME at where) added to r: requests, limits and overhead
+ * alike; every conversion and sum checked */
+static int add_quantity(const json_t *v, const char *where, const char *name, struct req *r, char *err,
+                        size_t errlen) {
+    int64_t milli;
+    const char *txt = json_string_value(v);
+    int e = 0;
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0 || __builtin_mul_overflow(json_integer_value(v), (int64_t)1000, &milli))
+            e = -ERANGE;
+    } else if (!txt || (e = ex_quantity_milli(txt, &milli)) == -EINVAL) {
+        snprintf(err, errlen, "%s.%s: '%.40s': not a quantity", where, name, txt ? txt : "(not a string)");
+        return -EINVAL;
+    }
+    if (e < 0) {
+        char num[32];
+        if (!txt)
+            snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
+        snprintf(err, errlen, "%s.%s: '%.40s': out of range", where, name, txt ? txt : num);
+        return -EINVAL;
+    }
+    int i;
+    int64_t x;
+    if (!strcmp(name, "cpu")) {
+        i = R_CPU, x = milli;
+    } else if (!strcmp(name, "memory")) {
+        i = R_MEM, x = milli / 1000 + (milli % 1000 != 0);
+    } else if (!strcmp(name, EX_RES_COMPUTE)) {
+        i = R_COMPUTE, x = milli / 1000;
+    } else if (!strcmp(name, EX_RES_MEMORY)) {
+        i = R_GPU_MEM, x = milli / 1000 + (milli % 1000 != 0);
+        if (x > GPU_MEM_GIB_MAX) { /* the node counts GiB (a device per GiB): "10Gi" is 10 Gi units */
+            snprintf(err, errlen, "%s.%s: '%.40s': gpuslice.io/gpu-memory is counted in GiB (write 10 for 10 GiB)",
+                     where, name, txt ? txt : "");
+            return -EINVAL;
+        }
+    } else { /* nvidia.com/gpu, nvidia.com/gpu.shared */
+        if (milli % 1000) {
+            snprintf(err, errlen, "%s.%s: '%.40s': GPUs are counted in whole devices", where, name, txt ? txt : "");
+            return -EINVAL;
+        }
+        i = R_GPUS, x = milli / 1000;
+    }
+    if (__builtin_add_overflow(r->v[i], x, &r->v[i])) {
+        snprintf(err, errlen, "%s.%s: '%.40s': the pod's sum of %s overflows", where, name, txt ? txt : "",
+                 res_names[i]);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* the resources of one container (requests, else limits, per resource) added to r; where names
+ * the container ("Pod.spec.containers[3]") */
 static int container_req(const json_t *c, const char *where, struct req *r, char *err, size_t errlen) {
     const json_t *res = json_object_get(c, "resources");
     const json_t *rq = json_object_get(res, "requests"), *lim = json_object_get(res, "limits");
     static const char *const names[] = {
         "cpu", "memory", EX_RES_GPU, EX_RES_GPU_SHARED, EX_RES_COMPUTE, EX_RES_MEMORY
     };
-    memset(r, 0, sizeof(*r));
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         const json_t *v = json_object_get(rq, names[i]);
         const char *from = "requests";
@@ -97,41 +153,16 @@ static int container_req(const json_t *c, const char *where, struct req *r, char
             v = json_object_get(lim, names[i]);
             from = "limits";
         }
-        if (!v)
-            continue;
-        int64_t milli;
-        const char *txt = json_string_value(v);
-        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < INT64_MAX / 1000)
-            milli = json_integer_value(v) * 1000;
-        else if (!txt || ex_quantity_milli(txt, &milli) < 0) {
-            snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': not a quantity", where, from, names[i],
-                     txt ? txt : "(not a string)");
-            return -EINVAL;
-        }
-        switch (i) {
-        case 0: r->cpu = milli; break;
-        case 1: r->mem = milli / 1000 + (milli % 1000 != 0); break;
-        case 4: r->compute = milli / 1000; break;
-        case 5:
-            r->gpu_mem = milli / 1000 + (milli % 1000 != 0);
-            if (r->gpu_mem > (1 << 20)) { /* the node counts GiB (a device per GiB): "10Gi" is 10 Gi units */
-                snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': gpuslice.io/gpu-memory is counted in GiB "
-                         "(write 10 for 10 GiB)", where, from, names[i], txt ? txt : "");
-                return -EINVAL;
-            }
-            break;
-        default:
-            if (milli % 1000) {
-                snprintf(err, errlen, "%s.resources.%s.%s: '%.40s': GPUs are counted in whole devices", where, from,
-                         names[i], txt ? txt : "");
-                return -EINVAL;
-            }
-            r->gpus += milli / 1000;
-        }
+        char at[96];
+        snprintf(at, sizeof(at), "%s.resources.%s", where, from);
+        int e = v ? add_quantity(v, at, names[i], r, err, errlen) : 0;
+        if (e < 0)
+            return e;
     }
     return 0;
 }
 
+/* the containers' sum (init false) or the largest init container's, per resource, into tot */
 static int containers(const json_t *spec, const char *field, bool init, struct req *tot, char *err, size_t errlen) {
     const json_t *arr = json_object_get(spec, field);
     size_t i;
@@ -139,20 +170,27 @@ static int containers(const json_t *spec, const char *field, bool init, struct r
     json_array_foreach(arr, i, c) {
         char where[64];
         snprintf(where, sizeof(where), "Pod.spec.%s[%zu]", field, i);
-        struct req r;
-        int e = container_req(c, where, &r, err, errlen);
+        struct req r = { { 0 } };
+        int e = container_req(c, where, init ? &r : tot, err, errlen); /* checked sums into tot */
         if (e < 0)
             return e;
-        if (init) { /* init containers run one at a time: the largest counts */
-            tot->cpu = r.cpu > tot->cpu ? r.cpu : tot->cpu;
-            tot->mem = r.mem > tot->mem ? r.mem : tot->mem;
-            tot->gpus = r.gpus > tot->gpus ? r.gpus : tot->gpus;
-            tot->compute = r.compute > tot->compute ? r.compute : tot->compute;
-            tot->gpu_mem = r.gpu_mem > tot->gpu_mem ? r.gpu_mem : tot->gpu_mem;
-        } else {
-            tot->cpu += r.cpu, tot->mem += r.mem, tot->gpus += r.gpus;
-            tot->compute += r.compute, tot->gpu_mem += r.gpu_mem;
-        }
+        for (int k = 0; init && k < R_COUNT; k++) /* init containers run one at a time: the largest counts */
+            tot->v[k] = r.v[k] > tot->v[k] ? r.v[k] : tot->v[k];
+    }
+    return 0;
+}
+
+/* pod.spec.overhead (the RuntimeClass's, added to the pod's requests as the scheduler does) added to tot */
+static int overhead(const json_t *spec, struct req *tot, char *err, size_t errlen) {
+    const json_t *oh = json_object_get(spec, "overhead");
+    static const char *const names[] = {
+        "cpu", "memory", EX_RES_GPU, EX_RES_GPU_SHARED, EX_RES_COMPUTE, EX_RES_MEMORY
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const json_t *v = json_object_get(oh, names[i]);
+        int e = v ? add_quantity(v, "Pod.spec.overhead", names[i], tot, err, errlen) : 0;
+        if (e < 0)
+            return e;
     }
     return 0;
 }
@@ -234,22 +272,25 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
     copy_str(out->uid, sizeof(out->uid), json_object_get(md, "uid"));
     copy_str(out->ns, sizeof(out->ns), json_object_get(md, "namespace"));
     copy_str(out->name, sizeof(out->name), json_object_get(md, "name"));
-    struct req main_ = { 0 }, init = { 0 };
+    struct req main_ = { { 0 } }, init = { { 0 } }, tot;
     int e = containers(spec, "containers", false, &main_, err, errlen);
     if (e == 0)
         e = containers(spec, "initContainers", true, &init, err, errlen);
+    for (int k = 0; k < R_COUNT; k++)
+        tot.v[k] = main_.v[k] > init.v[k] ? main_.v[k] : init.v[k];
+    if (e == 0)
+        e = overhead(spec, &tot, err, errlen);
     if (e < 0)
         return e;
-#define MAXR(f) (main_.f > init.f ? main_.f : init.f)
-    out->cpu = MAXR(cpu);
-    out->mem = (MAXR(mem) + (1 << 20) - 1) >> 20;
-    int64_t gpus = MAXR(gpus), compute = MAXR(compute);
-    out->gpu_mem_mib = MAXR(gpu_mem) * 1024; /* GiB (bounded above) to MiB */
-#undef MAXR
-    if (gpus > PL_MAX_GPUS * 64 || compute > 100000) {
-        snprintf(err, errlen, "Pod: %lld GPUs, %lld %% of a GPU: out of range", (long long)gpus, (long long)compute);
+    out->cpu = tot.v[R_CPU];
+    out->mem = tot.v[R_MEM] / (1 << 20) + (tot.v[R_MEM] % (1 << 20) != 0); /* bytes to MiB, rounded up */
+    int64_t gpus = tot.v[R_GPUS], compute = tot.v[R_COMPUTE];
+    if (gpus > PL_MAX_GPUS * 64 || compute > 100000 || tot.v[R_GPU_MEM] > GPU_MEM_GIB_MAX) {
+        snprintf(err, errlen, "Pod: %lld GPUs, %lld %% of a GPU, %lld GiB of GPU memory: out of range", (long long)gpus,
+                 (long long)compute, (long long)tot.v[R_GPU_MEM]);
         return -EINVAL;
     }
+    out->gpu_mem_mib = tot.v[R_GPU_MEM] * 1024; /* GiB (bounded above) to MiB */
     out->gpus = (int)gpus;
     out->compute_pct = (int)compute;
     pod_gpu_spec(spec, out->gpu_spec, sizeof(out->gpu_spec));
@@ -258,14 +299,16 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
 
 /* A JSON scanner for ExtenderArgs' top level: with 1,213 nodes the node names are most of the
  * request, and jansson's tree of them cost more than the decision (docs/benchmarks.md). The names
- * are taken in place (the body is copied and each name NUL-terminated there); the Pod (and Nodes,
- * without nodeCacheCapable) are parsed with jansson from their extent. Every value is checked as
+ * are taken in place (the body is copied and each name NUL-terminated there), also those of Nodes
+ * (without nodeCacheCapable: whole v1.Nodes, of which only metadata.name is read); the Pod is parsed
+ * with jansson from its extent, once its size is known to be bounded. Every value is checked as
  * JSON (RFC 8259) on the way, nesting at most MAX_DEPTH deep. */
 #define MAX_DEPTH 64
 
 struct scan {
     char *p, *end;
     int depth;
+    size_t values; /* the values scanned so far */
 };
 
 static void ws(struct scan *s) {
@@ -378,6 +421,7 @@ static bool scan_value(struct scan *s) {
     bool esc;
     if (s->p >= s->end)
         return false;
+    s->values++;
     switch (*s->p) {
     case '"': return scan_string(s, &esc) != NULL;
     case '{': s->p++; return scan_members(s, '}', true);
@@ -407,15 +451,90 @@ static int args_fail(struct ex_args *a, int r, char *err, size_t errlen, const c
     return r;
 }
 
-/* NodeNames: an array of strings, each NUL-terminated in place */
-static int scan_names(struct scan *s, struct ex_args *a, char *err, size_t errlen) {
-    if (s->p >= s->end || *s->p != '[')
-        return snprintf(err, errlen, "ExtenderArgs: NodeNames: not an array"), -EBADMSG;
+/* name (a node's, in place at v, n bytes) appended to a->names: at most max names */
+static int add_name(struct ex_args *a, size_t max, size_t *cap, const char *what, char *v, size_t n, bool esc,
+                    char *err, size_t errlen) {
+    if (!v || esc || n == 0 || n >= EX_NAME_MAX)
+        return snprintf(err, errlen, "ExtenderArgs: %s[%zu]: not a node name (1..%d characters, no escapes)", what,
+                        a->n_names, EX_NAME_MAX - 1),
+               -EBADMSG;
+    if (a->n_names == max)
+        return snprintf(err, errlen, "ExtenderArgs: %s: more than %zu nodes, the most this extender takes", what,
+                        max),
+               -E2BIG;
+    if (a->n_names == *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        c = c > max ? max : c;
+        const char **nn = realloc(a->names, (c ? c : 1) * sizeof(*nn));
+        if (!nn)
+            return snprintf(err, errlen, "out of memory"), -ENOMEM;
+        a->names = nn;
+        *cap = c;
+    }
+    v[n] = '\0'; /* the closing quote */
+    a->names[a->n_names++] = v;
+    return 0;
+}
+
+/* An object's members at s->p ('{'): each key (its text, kn bytes) handed to member(), which
+ * scans the value; -EBADMSG when it is not a valid object, or member()'s error. */
+typedef int (*member_fn)(struct scan *s, const char *key, size_t kn, bool esc, void *ctx);
+static int scan_object(struct scan *s, member_fn member, void *ctx) {
+    if (s->p >= s->end || *s->p != '{')
+        return -EBADMSG;
     s->p++;
-    size_t cap = 256;
-    a->names = malloc(cap * sizeof(*a->names));
-    if (!a->names)
-        return snprintf(err, errlen, "out of memory"), -ENOMEM;
+    s->values++;
+    if (++s->depth > MAX_DEPTH)
+        return -EBADMSG;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    for (;;) {
+        bool esc;
+        ws(s);
+        char *k = scan_string(s, &esc);
+        if (!k)
+            return -EBADMSG;
+        size_t kn = (size_t)(s->p - 1 - k);
+        ws(s);
+        if (s->p >= s->end || *s->p++ != ':')
+            return -EBADMSG;
+        ws(s);
+        int r = member(s, k, kn, esc, ctx);
+        if (r < 0)
+            return r;
+        ws(s);
+        if (s->p >= s->end)
+            return -EBADMSG;
+        char c = *s->p++;
+        if (c == '}') {
+            s->depth--;
+            return 0;
+        }
+        if (c != ',')
+            return -EBADMSG;
+    }
+}
+
+/* a scan of node names: where they go, at most max (cap: a->names' room), the error's text */
+struct node_list {
+    struct ex_args *a;
+    size_t max, cap;
+    char *err;
+    size_t errlen;
+    bool have_items, have_md, have_name;
+};
+
+/* An array's elements at s->p ('['), each scanned by elem(). */
+typedef int (*elem_fn)(struct scan *s, void *ctx);
+static int scan_array(struct scan *s, elem_fn elem, void *ctx) {
+    if (s->p >= s->end || *s->p != '[')
+        return -EBADMSG;
+    s->p++;
+    s->values++;
     ws(s);
     if (s->p < s->end && *s->p == ']') {
         s->p++;
@@ -423,45 +542,94 @@ static int scan_names(struct scan *s, struct ex_args *a, char *err, size_t errle
     }
     for (;;) {
         ws(s);
-        bool esc;
-        char *v = scan_string(s, &esc);
-        size_t n = v ? (size_t)(s->p - 1 - v) : 0;
-        if (!v || esc || n == 0 || n >= EX_NAME_MAX)
-            return snprintf(err, errlen, "ExtenderArgs: NodeNames[%zu]: not a node name", a->n_names), -EBADMSG;
-        v[n] = '\0'; /* the closing quote */
-        if (a->n_names == cap) {
-            const char **nn = realloc(a->names, 2 * cap * sizeof(*nn));
-            if (!nn)
-                return snprintf(err, errlen, "out of memory"), -ENOMEM;
-            a->names = nn;
-            cap *= 2;
-        }
-        a->names[a->n_names++] = v;
+        int r = elem(s, ctx);
+        if (r < 0)
+            return r;
         ws(s);
         if (s->p >= s->end || (*s->p != ',' && *s->p != ']'))
-            return snprintf(err, errlen, "ExtenderArgs: NodeNames: expected ',' or ']'"), -EBADMSG;
+            return -EBADMSG;
         if (*s->p++ == ']')
             return 0;
     }
 }
 
-/* Nodes (a v1.NodeList): the names of its items */
-static int nodes_names(json_t *nodes, struct ex_args *a, char *err, size_t errlen) {
-    const json_t *items = json_object_get(nodes, "items");
-    if (!json_is_array(items))
+static int name_elem(struct scan *s, void *ctx) {
+    struct node_list *l = ctx;
+    bool esc = false;
+    char *v = scan_string(s, &esc);
+    return add_name(l->a, l->max, &l->cap, "NodeNames", v, v ? (size_t)(s->p - 1 - v) : 0, esc, l->err, l->errlen);
+}
+
+/* NodeNames: an array of strings, each NUL-terminated in place, at most max */
+static int scan_names(struct scan *s, struct ex_args *a, size_t max, char *err, size_t errlen) {
+    struct node_list l = { .a = a, .max = max, .err = err, .errlen = errlen };
+    err[0] = '\0';
+    int r = scan_array(s, name_elem, &l);
+    if (r < 0 && !err[0])
+        snprintf(err, errlen, "ExtenderArgs: at byte %zu: NodeNames: not an array of node names",
+                 (size_t)(s->p - a->buf));
+    return r;
+}
+
+static bool is_key(const char *k, size_t kn, bool esc, const char *want) {
+    return !esc && kn == strlen(want) && !memcmp(k, want, kn);
+}
+
+static int node_md_member(struct scan *s, const char *k, size_t kn, bool esc, void *ctx) {
+    struct node_list *l = ctx;
+    if (!is_key(k, kn, esc, "name"))
+        return scan_value(s) ? 0 : -EBADMSG;
+    if (l->have_name)
+        return snprintf(l->err, l->errlen, "ExtenderArgs: Nodes.items[%zu].metadata.name: duplicate key",
+                        l->a->n_names),
+               -EBADMSG;
+    l->have_name = true;
+    bool e = false;
+    char *v = scan_string(s, &e);
+    return add_name(l->a, l->max, &l->cap, "Nodes.items", v, v ? (size_t)(s->p - 1 - v) : 0, e, l->err, l->errlen);
+}
+
+static int node_member(struct scan *s, const char *k, size_t kn, bool esc, void *ctx) {
+    struct node_list *l = ctx;
+    if (!is_key(k, kn, esc, "metadata"))
+        return scan_value(s) ? 0 : -EBADMSG;
+    if (l->have_md)
+        return -EBADMSG;
+    l->have_md = true;
+    return scan_object(s, node_md_member, l);
+}
+
+static int node_elem(struct scan *s, void *ctx) {
+    struct node_list *l = ctx;
+    size_t before = l->a->n_names;
+    l->have_md = l->have_name = false;
+    int r = scan_object(s, node_member, l);
+    if (r == 0 && l->a->n_names == before)
+        return snprintf(l->err, l->errlen, "ExtenderArgs: Nodes.items[%zu]: not a node name", before), -EBADMSG;
+    return r;
+}
+
+static int nodes_member(struct scan *s, const char *k, size_t kn, bool esc, void *ctx) {
+    struct node_list *l = ctx;
+    if (!is_key(k, kn, esc, "items"))
+        return scan_value(s) ? 0 : -EBADMSG;
+    if (l->have_items || s->p >= s->end || *s->p != '[')
+        return snprintf(l->err, l->errlen, "ExtenderArgs: Nodes.items: not an array"), -EBADMSG;
+    l->have_items = true;
+    return scan_array(s, node_elem, l);
+}
+
+/* Nodes (a v1.NodeList, nodeCacheCapable false): the names of its items, metadata.name, taken in
+ * place as NodeNames' (no jansson tree of whole Nodes) */
+static int scan_nodes(struct scan *s, struct ex_args *a, size_t max, char *err, size_t errlen) {
+    struct node_list l = { .a = a, .max = max, .err = err, .errlen = errlen };
+    err[0] = '\0';
+    int r = scan_object(s, nodes_member, &l);
+    if (r < 0 && !err[0])
+        snprintf(err, errlen, "ExtenderArgs: at byte %zu: Nodes: not JSON", (size_t)(s->p - a->buf));
+    if (r == 0 && !l.have_items)
         return snprintf(err, errlen, "ExtenderArgs: Nodes.items: not an array"), -EBADMSG;
-    a->names = calloc(json_array_size(items) + 1, sizeof(*a->names));
-    if (!a->names)
-        return snprintf(err, errlen, "out of memory"), -ENOMEM;
-    size_t i;
-    const json_t *v;
-    json_array_foreach(items, i, v) {
-        const char *s = json_string_value(json_object_get(json_object_get(v, "metadata"), "name"));
-        if (!s || !s[0] || strlen(s) >= EX_NAME_MAX)
-            return snprintf(err, errlen, "ExtenderArgs: Nodes.items[%zu]: not a node name", i), -EBADMSG;
-        a->names[a->n_names++] = s;
-    }
-    return 0;
+    return r;
 }
 
 static json_t *parse_extent(const char *from, const char *to, const char *what, char *err, size_t errlen) {
@@ -472,7 +640,7 @@ static json_t *parse_extent(const char *from, const char *to, const char *what, 
     return j;
 }
 
-int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, size_t errlen) {
+int ex_args_parse(const char *body, size_t len, size_t max_names, struct ex_args *a, char *err, size_t errlen) {
     memset(a, 0, sizeof(*a));
     a->buf = malloc(len + 1);
     if (!a->buf)
@@ -517,8 +685,9 @@ int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, si
         if ((is_pod && pod_from) || (is_names && have_names) || (is_nodes && nodes_from))
             return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: duplicate key",
                              (size_t)(k - a->buf));
+        size_t values = s.values;
         if (is_names && !(s.end - v >= 4 && !memcmp(v, "null", 4))) {
-            int r = scan_names(&s, a, err, errlen);
+            int r = scan_names(&s, a, max_names, err, errlen);
             if (r < 0) {
                 ex_args_free(a);
                 return r;
@@ -527,6 +696,11 @@ int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, si
         } else if (!scan_value(&s)) {
             return args_fail(a, -EBADMSG, err, errlen, "ExtenderArgs: at byte %zu: not JSON", (size_t)(s.p - a->buf));
         }
+        if (is_pod && (size_t)(s.p - v) > EX_POD_BYTES_MAX)
+            return args_fail(a, -E2BIG, err, errlen, "ExtenderArgs: Pod: %zu bytes, more than %d", (size_t)(s.p - v),
+                             EX_POD_BYTES_MAX);
+        if (is_pod && s.values - values > EX_POD_VALUES_MAX)
+            return args_fail(a, -E2BIG, err, errlen, "ExtenderArgs: Pod: more than %d JSON values", EX_POD_VALUES_MAX);
         if (is_pod)
             pod_from = v, pod_to = s.p;
         if (is_nodes)
@@ -553,9 +727,9 @@ int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, si
     json_t *pod = parse_extent(pod_from, pod_to, "Pod", err, errlen);
     int r = pod ? ex_pod_from_json(pod, &a->pod, err, errlen) : -EBADMSG;
     json_decref(pod);
-    if (r == 0 && !have_names) {
-        a->root = parse_extent(nodes_from, nodes_to, "Nodes", err, errlen);
-        r = a->root ? nodes_names(a->root, a, err, errlen) : -EBADMSG;
+    if (r == 0 && !have_names) { /* the names of Nodes, scanned again (in place, as NodeNames') */
+        struct scan ns = { (char *)nodes_from, (char *)nodes_to, 1, 0 };
+        r = scan_nodes(&ns, a, max_names, err, errlen);
     }
     if (r < 0) {
         ex_args_free(a);
@@ -571,7 +745,6 @@ int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, si
 void ex_args_free(struct ex_args *a) {
     free(a->names);
     free(a->buf);
-    json_decref(a->root);
     memset(a, 0, sizeof(*a));
 }
 

@@ -29,20 +29,30 @@
 int ex_quantity_milli(const char *s, int64_t *out);
 
 /* The pod's identity and requests from a v1.Pod: per resource, the sum over its containers or the
- * largest init container's, whichever is larger (requests, else limits). -EINVAL with the field
- * in err ("Pod.spec.containers[1].resources.requests.cpu: '5x': not a quantity"). */
+ * largest init container's, whichever is larger (requests, else limits), plus spec.overhead.
+ * Every conversion and sum is checked: -EINVAL with the field in err ("Pod.spec.containers[1].
+ * resources.requests.cpu: '5x': not a quantity", "...: the pod's sum of nvidia.com/gpu overflows"). */
 int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t errlen);
+
+/* The bounds of one ExtenderArgs: its Pod's text and JSON values (what jansson's tree of it costs;
+ * the API server stores no object over 1.5 MiB), and the body that the most node names
+ * (EX_REQ_NODES_MAX, of at most EX_NAME_MAX - 1 characters, quoted) and such a Pod take: the
+ * extender's default HTTP body limit. */
+#define EX_POD_BYTES_MAX (3 << 20)
+#define EX_POD_VALUES_MAX 65536
+#define EX_ARGS_BODY_MAX ((size_t)EX_REQ_NODES_MAX * (EX_NAME_MAX + 3) + EX_POD_BYTES_MAX + 4096)
 
 struct ex_args {
     struct ex_pod pod;
-    const char **names; /* into buf (NodeNames) or root (Nodes) */
+    const char **names; /* into buf */
     size_t n_names;
-    char *buf;    /* the request's copy */
-    json_t *root; /* Nodes, when the names came from there */
+    char *buf; /* the request's copy */
 };
-/* Parses ExtenderArgs. -EBADMSG (not JSON, no Pod, neither NodeNames nor Nodes) or
- * -EINVAL (a bad request in the pod) with the reason in err. */
-int ex_args_parse(const char *body, size_t len, struct ex_args *a, char *err, size_t errlen);
+/* Parses ExtenderArgs naming at most max_names nodes (NodeNames, or the names of Nodes.items
+ * without a tree of the Nodes). -EBADMSG (not JSON, no Pod, neither NodeNames nor Nodes), -E2BIG
+ * (more names than max_names, a Pod over EX_POD_BYTES_MAX or EX_POD_VALUES_MAX) or -EINVAL (a bad
+ * request in the pod) with the reason in err. */
+int ex_args_parse(const char *body, size_t len, size_t max_names, struct ex_args *a, char *err, size_t errlen);
 void ex_args_free(struct ex_args *a);
 
 /* ExtenderFilterResult of the n nodes with their verdicts and reasons (reasons[k] for the failed

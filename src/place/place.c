@@ -478,3 +478,11 @@ void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_cho
 void pl_observe(struct pl_cluster *c, const struct pl_pod *p) {
     pk_observe(c, p);
 }
+
+void pl_unobserve(struct pl_cluster *c, const struct pl_pod *p) {
+    pk_unobserve(c, p);
+}
+
+void pl_estimate_size(const struct pl_cluster *c, size_t *kinds, double *pods) {
+    pk_estimate_size(c->online, kinds, pods);
+}

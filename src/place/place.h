@@ -117,6 +117,11 @@ int pl_score_node(struct pl_cluster *c, enum pl_policy pol, size_t node, const s
 void pl_commit(struct pl_cluster *c, const struct pl_pod *p, const struct pl_choice *ch);
 /* Tells gpuslice's policy that pod p arrived (placed or not): its online workload estimate. */
 void pl_observe(struct pl_cluster *c, const struct pl_pod *p);
+/* Takes an observation back (a pod told to pl_observe that is known never to come: the scheduler
+ * extender's pods that were not bound); p as observed. Nothing when no such pod was observed. */
+void pl_unobserve(struct pl_cluster *c, const struct pl_pod *p);
+/* The estimate's size: its distinct pod kinds and the pods counted (tests, bounds). */
+void pl_estimate_size(const struct pl_cluster *c, size_t *kinds, double *pods);
 
 /* Nodes in the same state: everything a filter or a score reads (CPU, memory, GPUs free, model,
  * pods, gpuslice's plan fields) equal; the rank and the cached fragmentation (frag, gfrag, gver:

@@ -365,7 +365,8 @@ static void model_caps(const struct pl_cluster *c, int64_t *cap) {
             cap[c->nodes[j].model] += (int64_t)c->nodes[j].n_gpu * PL_MILLI;
 }
 
-static void model_observe(const struct pl_cluster *c, struct pl_online *o, const struct pl_pod *p) {
+/* pod p's milli-GPU added to (sign 1) or taken from (-1) the demand of the models it allows */
+static void model_observe(const struct pl_cluster *c, struct pl_online *o, const struct pl_pod *p, int sign) {
     if (!pl_is_gpu_pod(p))
         return;
     double d = (double)p->gpu_milli * p->num_gpu;
@@ -377,8 +378,10 @@ static void model_observe(const struct pl_cluster *c, struct pl_online *o, const
         if (p->models >> i & 1)
             in += cap[i];
     for (int i = 0; in > 0 && i < PL_MAX_MODELS; i++)
-        if (p->models >> i & 1)
-            o->model_dem[i] += d * (double)cap[i] / (double)in;
+        if (p->models >> i & 1) {
+            double x = o->model_dem[i] + sign * d * (double)cap[i] / (double)in;
+            o->model_dem[i] = x > 0 ? x : 0;
+        }
 }
 
 /* the models pod p should stay off: the pressured ones, when p may use some model that is not */
@@ -390,10 +393,8 @@ static uint32_t model_avoid(const struct pl_cluster *c, const struct pl_online *
     return allowed & ~o->pressured ? o->pressured : 0;
 }
 
-void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
-    struct pl_online *o = online_get(c);
-    if (!o)
-        return;
+/* the estimate's key of p's kind (o->n: none) */
+static size_t okey_find(const struct pl_online *o, const struct pl_pod *p) {
     int64_t cpu = pl_score_cpu(p);
     int milli = pl_is_gpu_pod(p) ? p->gpu_milli : 0, num = pl_is_gpu_pod(p) ? p->num_gpu : 0;
     size_t i;
@@ -401,6 +402,16 @@ void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
         if (o->keys[i].cpu == cpu && o->keys[i].milli == milli && o->keys[i].num == num &&
             o->keys[i].models == p->models)
             break;
+    return i;
+}
+
+void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
+    struct pl_online *o = online_get(c);
+    if (!o)
+        return;
+    int64_t cpu = pl_score_cpu(p);
+    int milli = pl_is_gpu_pod(p) ? p->gpu_milli : 0, num = pl_is_gpu_pod(p) ? p->num_gpu : 0;
+    size_t i = okey_find(o, p);
     if (i == o->n) {
         if (o->n == o->cap) {
             size_t cap = o->cap ? o->cap * 2 : 64;
@@ -416,7 +427,7 @@ void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
     o->keys[i].cnt += 1;
     o->keys[i].mem += p->mem;
     o->total += 1;
-    model_observe(c, o, p);
+    model_observe(c, o, p, 1);
     o->since_rebuild += 1;
     /* refresh often while the estimate is young, then every 2 % of what has been seen */
     if (o->n_tg == 0 || o->since_rebuild >= 0.02 * o->total + 8) {
@@ -431,6 +442,24 @@ void pk_observe(struct pl_cluster *c, const struct pl_pod *p) {
         if (o->version != v)
             refresh_nodes(c, o);
     }
+}
+
+void pk_unobserve(struct pl_cluster *c, const struct pl_pod *p) {
+    struct pl_online *o = c->online;
+    size_t i = o ? okey_find(o, p) : 0;
+    if (!o || i == o->n)
+        return;
+    o->keys[i].cnt -= 1;
+    o->keys[i].mem -= p->mem;
+    if (o->keys[i].cnt <= 0)
+        o->keys[i] = o->keys[--o->n];
+    o->total = o->total > 1 ? o->total - 1 : 0;
+    model_observe(c, o, p, -1); /* the estimate is rebuilt at the next pods' schedule (pk_observe) */
+}
+
+void pk_estimate_size(const struct pl_online *o, size_t *kinds, double *pods) {
+    *kinds = o ? o->n : 0;
+    *pods = o ? o->total : 0;
 }
 
 /* returns -(increase of fragmentation) and the GPU for a sharing pod (only GPU only_gpu when >= 0) */

@@ -23,6 +23,11 @@ void pk_commit_plan(struct pl_cluster *c, struct pl_node *n, const struct pl_pod
 void pk_node_changed(struct pl_cluster *c, struct pl_node *n);
 /* pl_observe: pod p arrived; the estimate (and the plan) is rebuilt when it has grown enough. */
 void pk_observe(struct pl_cluster *c, const struct pl_pod *p);
+/* pl_unobserve: pod p's observation taken back (its kind's count, its models' demand); the
+ * estimate is rebuilt when the pods observed since call for it (pk_observe's schedule). */
+void pk_unobserve(struct pl_cluster *c, const struct pl_pod *p);
+/* pl_estimate_size (o may be NULL: 0 and 0). */
+void pk_estimate_size(const struct pl_online *o, size_t *kinds, double *pods);
 /* The GPU models in demand (pure): bit i set where dem[i] (the milli-GPU of the constrained pods
  * seen, spread over the models they allow) per milli-GPU of model i's capacity cap[i] is at least
  * the sum of dem[] over the sum of cap[]: the models the constraints concentrate on. GPU pods that

@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *body = (const char *)data;
     char err[512];
     struct ex_args a;
-    if (ex_args_parse(body, size, &a, err, sizeof(err)) == 0) {
+    if (ex_args_parse(body, size, EX_REQ_NODES_MAX, &a, err, sizeof(err)) == 0) {
         if (!a.names)
             __builtin_trap();
         for (size_t k = 0; k < a.n_names; k++) {
