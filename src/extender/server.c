@@ -573,7 +573,7 @@ struct ex_server *ex_server_start(const struct ex_server_config *cfg, char *err,
 #endif
     struct httpd_config hc = {
         .what = "extender", .addr = cfg->addr, .max_body = cfg->max_body ? cfg->max_body : EX_ARGS_BODY_MAX,
-        .handler = handle, .ctx = s, .tls = cfg->tls
+        .handler = handle, .ctx = s, .tls = cfg->tls, .bodies_need_client = true
     };
     s->http = httpd_start(&hc, err, errlen);
     if (!s->http) {

@@ -161,6 +161,7 @@ static const char *reason_of(int code) {
     switch (code) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
@@ -263,6 +264,15 @@ static void respond_status(struct conn *c, int code) {
     respond(c, &r, false, false);
 }
 
+/* Whether the TLS client's certificate verified, found once per connection (after the handshake). */
+static bool client_check(struct httpd *m, struct conn *c) {
+    if (c->ssl && !c->client_known) {
+        c->client_verified = httpd_tls_client(c->ssl, m->cfg.tls->client_names, c->client_cn, sizeof(c->client_cn));
+        c->client_known = true;
+    }
+    return c->client_verified;
+}
+
 /* Hands a request (its body read, or none) to the handler and starts the answer. */
 static void serve_request(struct httpd *m, struct conn *c, const struct gs_http_head *h, const char *body,
                           size_t body_len) {
@@ -273,10 +283,7 @@ static void serve_request(struct httpd *m, struct conn *c, const struct gs_http_
     c->head_only = strcmp(h->method, "HEAD") == 0;
     c->ka10 = ka10;
     c->deferred = NULL;
-    if (c->ssl && !c->client_known) {
-        c->client_verified = httpd_tls_client(c->ssl, m->cfg.tls->client_names, c->client_cn, sizeof(c->client_cn));
-        c->client_known = true;
-    }
+    client_check(m, c);
     struct httpd_request req = { h, body, body_len, c, c->client_verified, c->client_cn };
     struct httpd_response r = { 0 };
     m->cfg.handler(m->cfg.ctx, &req, &r);
@@ -405,7 +412,13 @@ static void process_input(struct httpd *m, struct conn *c) {
         return;
     struct gs_http_head h;
     int n = gs_http_parse_head(c->in, c->in_len, &h);
-    if (n > 0 && h.has_body && m->cfg.max_body > 0) {
+    if (n > 0 && h.has_body && m->cfg.max_body > 0 && m->cfg.tls && m->cfg.bodies_need_client &&
+        !client_check(m, c)) {
+        /* nothing of an unverified client's body is held: its head alone is served (the handler
+         * refuses it), and the connection closes after the answer */
+        serve_request(m, c, &h, NULL, 0);
+        c->in_len = 0;
+    } else if (n > 0 && h.has_body && m->cfg.max_body > 0) {
         int r = start_body(m, c, &h, (size_t)n);
         if (r < 0)
             reject(c, r);

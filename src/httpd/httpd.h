@@ -60,6 +60,9 @@ struct httpd_config {
     httpd_handler_fn handler;
     void *ctx;
     const struct httpd_tls *tls; /* NULL: plain HTTP */
+    bool bodies_need_client;     /* with tls: a request body is read only from a client whose certificate
+                                  * verified; another's request is served without its body (the handler
+                                  * refuses it) and the connection closes after the answer */
 };
 
 /* Deferred answers, for a handler whose answer waits on a round trip elsewhere (the extender's
