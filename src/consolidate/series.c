@@ -37,7 +37,7 @@ struct cs_builder {
     uint16_t *grid;        /* rows * steps */
     size_t rows;
     size_t merged;
-    char where[64];
+    char where[4200];
 };
 
 #define fail cs_errf
@@ -423,7 +423,7 @@ int cs_csv_feed(struct cs_builder *b, enum cs_metric m, const char *name, const 
         if (parse_number(f[COL_VALUE], fl[COL_VALUE], &v) < 0)
             return fail(err, errlen, "%s:%zu: value '%.*s' is not a number", name, line,
                         (int)(fl[COL_VALUE] > 40 ? 40 : fl[COL_VALUE]), f[COL_VALUE]);
-        snprintf(b->where, sizeof b->where, "%.40s:%zu", name, line);
+        snprintf(b->where, sizeof b->where, "%.4096s:%zu", name, line);
         int r = cs_builder_add(b, m, f[COL_KEY], fl[COL_KEY], ts, v, b->where, err, errlen);
         if (r < 0)
             return r;
