@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "consolidate/plan.h"
+#include "consolidate/prom.h"
 #include "consolidate/series.h"
 #include "util/util.h"
 
@@ -22,7 +23,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "Usage: gpuslice plan --memory-csv FILE --duty-csv FILE --gpu MODEL [OPTIONS]\n\n"
+            "Usage: gpuslice plan --memory-csv FILE --duty-csv FILE --gpu MODEL [OPTIONS]\n"
+            "       gpuslice plan --prometheus URL [--window 7d] --gpu MODEL [OPTIONS]\n\n"
             "Plans how to run pods on the fewest GPUs of one model, each GPU shared by time-slicing with a\n"
             "VRAM quota per pod (docs/plan.md): every pod's quota is its observed memory peak (plus the\n"
             "margin), and the pods of one GPU keep their summed duty cycle within the budget at every time\n"
@@ -30,6 +32,12 @@ static void usage(FILE *f) {
             "  --memory-csv FILE   memory in use per pod, bytes (columns timestamp_anon, value, container_ip)\n"
             "  --duty-csv FILE     duty cycle per pod, percent (the same columns)\n"
             "  --duty-ratio        the duty values are ratios (0..1), not percent\n"
+            "  --prometheus URL    range queries on gpuslice's metrics instead: per pod (namespace/pod)\n"
+            "                      gpuslice_guard_memory_used_bytes and gpuslice_pod_gpu_utilization_ratio\n"
+            "  --window D          how far back (default 7d; 90m, 24h, 3600s)\n"
+            "  --step D            the queries' step (default 60s)\n"
+            "  --end T             the window's end, Unix seconds (default now)\n"
+            "  --timeout S         each query's time limit in seconds (default 30)\n"
             "  --gpu MODEL         a catalogue model (H200-SXM-141GB, ...) or a short form (H200, H100-80GB)\n"
             "  --gpus-per-node N   GPUs per node (default 8)\n"
             "  --margin PCT        memory quota over each pod's peak, percent (default 0)\n"
@@ -58,9 +66,13 @@ static int parse_percent(const char *opt, const char *s, double lo, double hi, d
     return GS_EXIT_OK;
 }
 
-static int feed_file(struct cs_builder *b, enum cs_metric m, const char *path, const char *text, size_t len) {
+/* One source's text, CSV or a Prometheus answer, fed to the builder's current pass. */
+static int feed_source(struct cs_builder *b, enum cs_metric m, const char *prom, const char *path, const char *text,
+                       size_t len) {
     char err[512];
-    if (cs_csv_feed(b, m, path, text, len, err, sizeof err) < 0) {
+    int r = prom ? cs_prom_feed(b, m, m == CS_MEMORY ? "memory query" : "utilization query", text, len, err, sizeof err)
+                 : cs_csv_feed(b, m, path, text, len, err, sizeof err);
+    if (r < 0) {
         fprintf(stderr, "gpuslice plan: %s\n", err);
         return GS_EXIT_FAILURE;
     }
@@ -174,7 +186,7 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     (void)cli;
     enum {
         O_MEM = 256, O_DUTY, O_RATIO, O_GPU, O_GPN, O_MARGIN, O_BUDGET, O_TOL, O_ROUND, O_FILL, O_MISSING, O_MODE,
-        O_TIME, O_JSON, O_SVG, O_OUT,
+        O_TIME, O_JSON, O_SVG, O_OUT, O_PROM, O_WINDOW, O_STEP, O_END, O_TIMEOUT,
     };
     static const struct option opts[] = {
         { "memory-csv", required_argument, NULL, O_MEM }, { "duty-csv", required_argument, NULL, O_DUTY },
@@ -185,9 +197,13 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
         { "missing", required_argument, NULL, O_MISSING }, { "mode", required_argument, NULL, O_MODE },
         { "time-limit", required_argument, NULL, O_TIME }, { "json", no_argument, NULL, O_JSON },
         { "svg", required_argument, NULL, O_SVG },         { "out", required_argument, NULL, O_OUT },
-        { "help", no_argument, NULL, 'h' },                { 0 },
+        { "prometheus", required_argument, NULL, O_PROM }, { "window", required_argument, NULL, O_WINDOW },
+        { "step", required_argument, NULL, O_STEP },       { "end", required_argument, NULL, O_END },
+        { "timeout", required_argument, NULL, O_TIMEOUT }, { "help", no_argument, NULL, 'h' },
+        { 0 },
     };
-    const char *mem_csv = NULL, *duty_csv = NULL, *gpu = NULL, *svg = NULL, *outdir = NULL;
+    const char *mem_csv = NULL, *duty_csv = NULL, *gpu = NULL, *svg = NULL, *outdir = NULL, *prom = NULL;
+    double window = 7 * 86400.0, step = 60, end_ts = 0, timeout = 30;
     bool ratio = false, json = false;
     struct cs_targets t = { .gpus_per_node = 8, .budget = 100 };
     enum cs_fill fill = CS_FILL_LAST;
@@ -250,6 +266,22 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
                 return cli_usage_error(CMD, "--time-limit: '%s' is not seconds in [0, 86400]", optarg);
             break;
         }
+        case O_PROM: prom = optarg; break;
+        case O_WINDOW:
+        case O_STEP:
+        case O_TIMEOUT:
+            if (cs_parse_duration(optarg, c == O_WINDOW ? &window : c == O_STEP ? &step : &timeout) < 0)
+                return cli_usage_error(CMD, "--%s: '%s' is not a duration (7d, 24h, 90m, 60s)",
+                                       c == O_WINDOW ? "window" : c == O_STEP ? "step" : "timeout", optarg);
+            break;
+        case O_END: {
+            char *e;
+            errno = 0;
+            end_ts = strtod(optarg, &e);
+            if (e == optarg || *e || errno || !(end_ts > 0 && end_ts < 1e11))
+                return cli_usage_error(CMD, "--end: '%s' is not Unix seconds", optarg);
+            break;
+        }
         case O_JSON: json = true; break;
         case O_SVG: svg = optarg; break;
         case O_OUT: outdir = optarg; break;
@@ -259,8 +291,13 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     }
     if ((rc = cli_no_more_args(CMD, argc, argv, optind)) != GS_EXIT_OK)
         return rc;
-    if (!mem_csv || !duty_csv)
-        return cli_usage_error(CMD, "--memory-csv and --duty-csv are needed");
+    if (prom && (mem_csv || duty_csv))
+        return cli_usage_error(CMD, "--prometheus or --memory-csv and --duty-csv, not both");
+    if (!prom && (!mem_csv || !duty_csv))
+        return cli_usage_error(CMD, "--memory-csv and --duty-csv (or --prometheus URL) are needed");
+    if (prom && window / step + 1 > CS_PROM_MAX_POINTS)
+        return cli_usage_error(CMD, "--window / --step is more than %d points per series; give a larger --step",
+                               CS_PROM_MAX_POINTS);
     if (!gpu)
         return cli_usage_error(CMD, "--gpu is needed; the catalogue has %s", gs_catalog_keys());
     char err[512];
@@ -273,8 +310,18 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     _cleanup_free_ char *mem_text = NULL;
     _cleanup_free_ char *duty_text = NULL;
     size_t mem_len = 0, duty_len = 0;
-    if (gs_read_file_ex(mem_csv, MAX_CSV, 0, &mem_text, &mem_len, err, sizeof err) < 0 ||
-        gs_read_file_ex(duty_csv, MAX_CSV, 0, &duty_text, &duty_len, err, sizeof err) < 0) {
+    if (prom) {
+        if (end_ts == 0)
+            end_ts = (double)time(NULL);
+        struct cs_prom_query q = { .url = prom, .start = end_ts - window, .end = end_ts, .step = step,
+                                   .timeout_ms = (long)(timeout * 1000), .max_body = 4ull << 30 };
+        if (cs_prom_query_range(&q, CS_PROM_MEMORY_QUERY, &mem_text, &mem_len, err, sizeof err) < 0 ||
+            cs_prom_query_range(&q, CS_PROM_DUTY_QUERY, &duty_text, &duty_len, err, sizeof err) < 0) {
+            fprintf(stderr, "gpuslice plan: %s\n", err);
+            return GS_EXIT_FAILURE;
+        }
+    } else if (gs_read_file_ex(mem_csv, MAX_CSV, 0, &mem_text, &mem_len, err, sizeof err) < 0 ||
+               gs_read_file_ex(duty_csv, MAX_CSV, 0, &duty_text, &duty_len, err, sizeof err) < 0) {
         fprintf(stderr, "gpuslice plan: %s\n", err);
         return GS_EXIT_FAILURE;
     }
@@ -283,13 +330,13 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice plan: out of memory\n");
         return GS_EXIT_FAILURE;
     }
-    cs_builder_set_duty_scale(b, ratio ? 100.0 : 1.0);
+    cs_builder_set_duty_scale(b, ratio || prom ? 100.0 : 1.0);
     struct cs_series in = { 0 };
     struct cs_plan plan = { 0 };
     rc = GS_EXIT_FAILURE;
     for (unsigned pass = 0; pass < 2; pass++) {
-        if (feed_file(b, CS_MEMORY, mem_csv, mem_text, mem_len) != GS_EXIT_OK ||
-            feed_file(b, CS_DUTY, duty_csv, duty_text, duty_len) != GS_EXIT_OK)
+        if (feed_source(b, CS_MEMORY, prom, mem_csv, mem_text, mem_len) != GS_EXIT_OK ||
+            feed_source(b, CS_DUTY, prom, duty_csv, duty_text, duty_len) != GS_EXIT_OK)
             goto out;
         if (pass == 0 && cs_builder_grid(b, err, sizeof err) < 0) {
             fprintf(stderr, "gpuslice plan: %s\n", err);

@@ -4,9 +4,14 @@ bad input is refused with a clear error and leaves no output."""
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -234,3 +239,119 @@ def test_header_needs_its_columns(tmp_path):
 def test_short_forms_resolve(tmp_path, short, key):
     mem, duty = small(tmp_path, GOOD_MEM, GOOD_DUTY)
     assert json.loads(plan(mem, duty, "--json", "--gpu", short).stdout)["gpu_model"] == key
+
+
+class PromHandler(BaseHTTPRequestHandler):
+    mode = "ok"
+    queries = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        u = urllib.parse.urlparse(self.path)
+        q = urllib.parse.parse_qs(u.query)
+        PromHandler.queries.append((u.path, q))
+        mode = PromHandler.mode
+        if mode == "slow":
+            time.sleep(4)
+        if mode == "503":
+            return self.answer(503, json.dumps({"status": "error", "errorType": "unavailable",
+                                                "error": "overloaded"}))
+        if mode == "400":
+            return self.answer(400, json.dumps({"status": "error", "errorType": "bad_data",
+                                                "error": "parse error at char 4"}))
+        if mode == "garbage":
+            return self.answer(200, "<html>not prometheus</html>")
+        start, step = float(q["start"][0]), float(q["step"][0])
+        memory = "gpuslice_guard_memory_used_bytes" in q["query"][0]
+        pods = ["a", "b"] if memory or mode != "missing" else ["a"]
+        result = []
+        for i, pod in enumerate(pods):
+            vals = []
+            for k in range(10):
+                t = start + k * step
+                if memory:
+                    v = str(10 * 2**30 + i)
+                else:
+                    v = "0.6" if (k % 2) == i else "0.1"
+                    if mode == "nan" and k == 3:
+                        v = "NaN"
+                vals.append([t, v])
+            result.append({"metric": {"namespace": "ns", "pod": pod}, "values": vals})
+        self.answer(200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+
+    def answer(self, code, body):
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def prom():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), PromHandler)
+    srv.daemon_threads = True
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    PromHandler.queries = []
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+    th.join(timeout=10)
+
+
+def prom_plan(url, *args):
+    return subprocess.run([GPUSLICE, "plan", "--prometheus", url, "--window", "9m", "--step", "60s",
+                           "--end", "1700000540", "--gpu", "H100", "--timeout", "2", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_prometheus_source(prom):
+    PromHandler.mode = "ok"
+    p = prom_plan(prom, "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["gpus"] == 1 and {a["pod"] for a in doc["assignments"]} == {"ns/a", "ns/b"}
+    assert doc["grid"]["steps"] == 10 and doc["grid"]["step_s"] == 60
+    # 0.6 + 0.1 every step: 70 %; over a budget of 60 % the two pods need two GPUs
+    p = prom_plan(prom, "--json", "--budget", "60")
+    assert json.loads(p.stdout)["gpus"] == 2
+    paths = {path for path, _ in PromHandler.queries}
+    assert paths == {"/api/v1/query_range"}
+    queries = {q["query"][0] for _, q in PromHandler.queries}
+    assert queries == {'sum by (namespace, pod) (gpuslice_guard_memory_used_bytes{pod!=""})',
+                       'sum by (namespace, pod) (gpuslice_pod_gpu_utilization_ratio{pod!=""})'}
+    _, q = PromHandler.queries[0]
+    assert q["start"] == ["1700000000.000"] and q["end"] == ["1700000540.000"] and q["step"] == ["60.000"]
+
+
+@pytest.mark.parametrize("mode,error", [
+    ("503", "HTTP 503: overloaded"),
+    ("400", "HTTP 400: parse error at char 4"),
+    ("garbage", "memory query: the answer is not JSON"),
+    ("slow", "timed out after 2000 milliseconds"),
+    ("missing", "pod ns/b has a memory series but no duty series"),
+    ("nan", "utilization query: ns/a, point 3: pod ns/a: duty value is NaN"),
+])
+def test_prometheus_errors(prom, tmp_path, mode, error):
+    PromHandler.mode = mode
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    p = prom_plan(prom, "--out", str(out))
+    assert p.returncode == 1 and p.stdout == "" and not out.exists()
+    assert error in p.stderr, p.stderr
+    assert time.monotonic() - t0 < 20
+
+
+def test_prometheus_down(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = prom_plan(f"http://127.0.0.1:{port}")
+    assert p.returncode == 1 and p.stdout == ""
+    assert f"--prometheus http://127.0.0.1:{port}:" in p.stderr
+    assert "onnect" in p.stderr, p.stderr
