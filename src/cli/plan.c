@@ -130,7 +130,7 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
         fprintf(stderr, "gpuslice plan: --out %s: exists; give a directory that does not\n", dir);
         return GS_EXIT_FAILURE;
     }
-    char tmp[4096], path[4200];
+    char tmp[4096], path[4500];
     if (snprintf(tmp, sizeof tmp, "%s.partial-%d", dir, (int)getpid()) >= (int)sizeof tmp) {
         fprintf(stderr, "gpuslice plan: --out %s: path too long\n", dir);
         return GS_EXIT_FAILURE;

@@ -29,6 +29,8 @@ struct state {
     uint16_t *peak;          /* per pod */
     uint16_t *pbmax;         /* per pod and block: the largest duty */
     size_t nblk;
+    uint32_t *top;           /* per pod: the steps of its ntop largest duty values */
+    size_t ntop;             /* tolerated + 4 (0 when that is too many): enough to refuse quickly */
     uint64_t *total;         /* per pod: summed duty */
     double *size;            /* per pod: the current order's size */
     uint64_t work;
@@ -45,9 +47,43 @@ static void state_free(struct state *s) {
     free(s->g);
     free(s->peak);
     free(s->pbmax);
+    free(s->top);
     free(s->total);
     free(s->size);
     memset(s, 0, sizeof *s);
+}
+
+/* Each pod's ntop busiest steps (by a histogram of its duty values), for the quick refusal: a pod
+ * whose busiest steps alone would put a GPU over the budget more often than tolerated does not fit. */
+static int top_steps(struct state *s) {
+    const struct cs_problem *pb = s->pb;
+    size_t want = (size_t)pb->tolerated + 4;
+    if (want > 1024 || want > pb->steps)
+        return 0;
+    s->ntop = want;
+    s->top = malloc((pb->n ? pb->n : 1) * want * sizeof *s->top);
+    _cleanup_free_ uint32_t *hist = malloc((UINT16_MAX + 1) * sizeof *hist);
+    if (!s->top || !hist)
+        return -ENOMEM;
+    for (size_t p = 0; p < pb->n; p++) {
+        const uint16_t *d = pb->duty + p * pb->steps;
+        memset(hist, 0, (UINT16_MAX + 1) * sizeof *hist);
+        for (size_t t = 0; t < pb->steps; t++)
+            hist[d[t]]++;
+        size_t v = UINT16_MAX, have = 0;
+        while (v > 0 && have + hist[v] < want)
+            have += hist[v--];
+        /* every step above v, then steps at v until want */
+        uint32_t *top = s->top + p * want;
+        size_t k = 0;
+        for (size_t t = 0; t < pb->steps && k < want; t++)
+            if (d[t] > v)
+                top[k++] = (uint32_t)t;
+        for (size_t t = 0; t < pb->steps && k < want; t++)
+            if (d[t] == v)
+                top[k++] = (uint32_t)t;
+    }
+    return 0;
 }
 
 static int state_init(struct state *s, const struct cs_problem *pb, uint32_t *gpu_of) {
@@ -77,7 +113,7 @@ static int state_init(struct state *s, const struct cs_problem *pb, uint32_t *gp
         s->total[p] = tot;
         gpu_of[p] = UINT32_MAX;
     }
-    return 0;
+    return top_steps(s);
 }
 
 /* Makes room for one more element in *arr (count n, capacity *cap). */
@@ -118,6 +154,14 @@ static bool fits(struct state *s, size_t gi, size_t p) {
         return true;
     const uint16_t *d = duty_of(s, p), *pbm = s->pbmax + p * s->nblk;
     const uint32_t *sum = g->sum, b = pb->budget;
+    if (s->ntop) {
+        const uint32_t *top = s->top + p * s->ntop;
+        uint32_t c = 0;
+        for (size_t k = 0; k < s->ntop; k++)
+            c += sum[top[k]] + d[top[k]] > b;
+        if (c > pb->tolerated)
+            return false;
+    }
     uint32_t over = g->over;
     for (size_t k = 0; k < s->nblk; k++) {
         if (g->bmax[k] + pbm[k] <= b)
@@ -144,6 +188,14 @@ static bool fits_instead(struct state *s, size_t gi, size_t q, size_t p) {
         return true;
     const uint16_t *dp = duty_of(s, p), *dq = duty_of(s, q), *pbm = s->pbmax + p * s->nblk;
     const uint32_t *sum = g->sum, b = pb->budget;
+    if (s->ntop) {
+        const uint32_t *top = s->top + p * s->ntop;
+        uint32_t c = 0;
+        for (size_t k = 0; k < s->ntop; k++)
+            c += sum[top[k]] - dq[top[k]] + dp[top[k]] > b;
+        if (c > pb->tolerated)
+            return false;
+    }
     uint32_t over = 0;
     for (size_t k = 0; k < s->nblk; k++) {
         size_t t0 = k * BLK, e = t0 + BLK < pb->steps ? t0 + BLK : pb->steps;
@@ -638,7 +690,11 @@ long cs_pack(const struct cs_problem *pb, const struct cs_pack_opts *o, uint32_t
         return -ENOMEM;
     long best = -1;
     unsigned best_order = 0;
+    double start = o->now ? o->now() : 0;
     for (unsigned ord = 0; ord < CS_FFD_ORDERS; ord++) {
+        /* the other orders only while half the time limit is left */
+        if (ord > 0 && o->now && o->time_limit_s > 0 && o->now() - start > o->time_limit_s / 2)
+            break;
         struct state s;
         int r = state_init(&s, pb, tmp);
         long g = r < 0 ? r : ffd(&s, ord, bad);

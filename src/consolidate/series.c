@@ -37,6 +37,7 @@ struct cs_builder {
     uint16_t *grid;        /* rows * steps */
     size_t rows;
     size_t merged;
+    size_t last;           /* the pod of the previous sample + 1 (0: none): rows come in runs */
     char where[4200];
 };
 
@@ -133,12 +134,20 @@ static int rehash(struct cs_builder *b) {
 
 /* The pod of key, added in pass 0; -ENOENT for an unknown key in pass 1. */
 static int pod_of(struct cs_builder *b, const char *key, size_t len, size_t *idx) {
+    if (b->last) {
+        const struct pod *lp = &b->pods[b->last - 1];
+        if (strncmp(lp->key, key, len) == 0 && lp->key[len] == 0) {
+            *idx = b->last - 1;
+            return 0;
+        }
+    }
     uint32_t h = hash_key(key, len);
     size_t j = h & (b->nslots - 1);
     while (b->slots[j]) {
         struct pod *p = &b->pods[b->slots[j] - 1];
         if (p->hash == h && strlen(p->key) == len && memcmp(p->key, key, len) == 0) {
             *idx = b->slots[j] - 1;
+            b->last = *idx + 1;
             return 0;
         }
         j = (j + 1) & (b->nslots - 1);
@@ -164,6 +173,7 @@ static int pod_of(struct cs_builder *b, const char *key, size_t len, size_t *idx
     p->row = UINT32_MAX;
     b->slots[j] = (uint32_t)b->n + 1;
     *idx = b->n++;
+    b->last = *idx + 1;
     if (b->n * 2 > b->nslots)
         return rehash(b);
     return 0;
