@@ -46,11 +46,14 @@ static void usage(FILE *f) {
             "  --round-gib         quotas rounded up to whole GiB while packing (the fractional requests' unit)\n"
             "  --fill last|peak    a step without a sample of a pod: its last value (default) or its peak\n"
             "  --missing error|skip  a pod with only one of the two series: an error (default) or left out\n"
-            "  --mode shared       GPUs shared with VRAM quotas (the only mode so far)\n"
+            "  --mode M            shared (default): time-slicing with VRAM quotas; mig: a MIG instance per\n"
+            "                      pod; auto: the shared plan with each GPU in MIG mode where its pods\n"
+            "                      form a layout, or the all-MIG plan when it needs fewer GPUs\n"
             "  --time-limit S      bound of the local search in seconds (default 20; 0: first-fit only)\n"
             "  --json              the plan as JSON on stdout instead of the table\n"
             "  --svg FILE          write the picture of each GPU's summed duty against the budget\n"
-            "  --out DIR           write plan.json, plan.txt, duty.svg, policy.yaml and requests/POD.yaml\n"
+            "  --out DIR           write plan.json, plan.txt, duty.svg, policy.yaml (with MIG GPUs:\n"
+            "                      policy-node-N.yaml and mig-layouts.yaml) and requests/POD.yaml\n"
             "                      into DIR, which must not exist (made complete, then renamed into place)\n");
 }
 
@@ -114,6 +117,16 @@ static int write_rendered(const char *path, int (*w)(const struct cs_plan *, FIL
     return r < 0 ? r : write_whole(path, buf, len);
 }
 
+static int write_policy(const char *path, const struct cs_plan *p, size_t node) {
+    FILE *f = fopen(path, "wx");
+    if (!f)
+        return -errno;
+    int r = cs_plan_write_policy(p, node, f);
+    if (fclose(f) != 0 && r == 0)
+        r = -EIO;
+    return r;
+}
+
 /* A file name for a pod key: '/' and ':' as '_'. */
 static void key_file(const char *key, char *out, size_t len) {
     snprintf(out, len, "%s.yaml", key);
@@ -144,12 +157,26 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
         { "plan.json", cs_plan_write_json },
         { "plan.txt", cs_plan_write_table },
         { "duty.svg", cs_plan_write_svg },
-        { "policy.yaml", cs_plan_write_policy },
     };
     for (size_t i = 0; r == 0 && i < GS_ARRAY_SIZE(files); i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, files[i].name);
         what = files[i].name;
         r = write_rendered(path, files[i].w, p);
+    }
+    if (r == 0 && cs_plan_has_mig(p)) {
+        what = "mig-layouts.yaml";
+        snprintf(path, sizeof path, "%s/mig-layouts.yaml", tmp);
+        r = write_rendered(path, cs_plan_write_mig_layouts, p);
+        size_t nodes = (p->gpus + p->t.gpus_per_node - 1) / p->t.gpus_per_node;
+        for (size_t node = 0; r == 0 && node < nodes; node++) {
+            snprintf(path, sizeof path, "%s/policy-node-%zu.yaml", tmp, node);
+            what = path;
+            r = write_policy(path, p, node);
+        }
+    } else if (r == 0) {
+        what = "policy.yaml";
+        snprintf(path, sizeof path, "%s/policy.yaml", tmp);
+        r = write_policy(path, p, 0);
     }
     if (r == 0) {
         snprintf(path, sizeof path, "%s/requests", tmp);
@@ -255,8 +282,14 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
                 return cli_usage_error(CMD, "--missing: '%s' is not error or skip", optarg);
             break;
         case O_MODE:
-            if (strcmp(optarg, "shared") != 0)
-                return cli_usage_error(CMD, "--mode: '%s': only shared is planned so far", optarg);
+            if (strcmp(optarg, "shared") == 0)
+                t.mode = CS_MODE_SHARED;
+            else if (strcmp(optarg, "mig") == 0)
+                t.mode = CS_MODE_MIG;
+            else if (strcmp(optarg, "auto") == 0)
+                t.mode = CS_MODE_AUTO;
+            else
+                return cli_usage_error(CMD, "--mode: '%s' is not shared, mig or auto", optarg);
             break;
         case O_TIME: {
             char *end;
@@ -333,6 +366,8 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     cs_builder_set_duty_scale(b, ratio || prom ? 100.0 : 1.0);
     struct cs_series in = { 0 };
     struct cs_plan plan = { 0 };
+    _cleanup_free_ char *buf = NULL; /* the rendered plan */
+    size_t len = 0;
     rc = GS_EXIT_FAILURE;
     for (unsigned pass = 0; pass < 2; pass++) {
         if (feed_source(b, CS_MEMORY, prom, mem_csv, mem_text, mem_len) != GS_EXIT_OK ||
@@ -371,8 +406,6 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     }
     if (outdir && write_out_dir(outdir, &plan) != GS_EXIT_OK)
         goto out;
-    _cleanup_free_ char *buf = NULL;
-    size_t len = 0;
     if (render(json ? cs_plan_write_json : cs_plan_write_table, &plan, &buf, &len) < 0 ||
         fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0) {
         fprintf(stderr, "gpuslice plan: writing the plan: %s\n", strerror(errno ? errno : EIO));

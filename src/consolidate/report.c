@@ -13,7 +13,16 @@
 
 static double pct(uint32_t units) { return units / 100.0; }
 
+static bool on_mig(const struct cs_plan *p, size_t pod) { return p->g[p->gpu_of[pod]].mig; }
+
+static const char *profile_name(const struct cs_plan *p, size_t pod) {
+    return on_mig(p, pod) ? p->t.model->profiles[p->profile[pod]].name : NULL;
+}
+
+/* Shared: the pod's duty peak, rounded up; MIG: its instance's share of the compute slices. */
 static unsigned compute_percent(const struct cs_plan *p, size_t pod) {
+    if (on_mig(p, pod))
+        return p->t.model->profiles[p->profile[pod]].slices * 100 / p->mig_slices;
     unsigned c = (p->in->duty_peak[pod] + 99) / 100;
     return c < 1 ? 1 : c;
 }
@@ -70,31 +79,43 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     json_t *asg = json_array(), *gpus = json_array(), *skipped = json_array();
     for (size_t i = 0; i < in->n; i++)
         json_array_append_new(
-            asg, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I}", "pod", in->keys[i], "gpu",
+            asg, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:o}", "pod", in->keys[i], "gpu",
                            (json_int_t)p->gpu_of[i], "node", (json_int_t)(p->gpu_of[i] / p->t.gpus_per_node),
                            "memory_bytes", (json_int_t)p->quota[i], "memory_peak_bytes", (json_int_t)in->mem_peak[i],
                            "memory_gib", (json_int_t)cs_gib_units(p->quota[i]), "duty_peak_percent",
-                           pct(in->duty_peak[i]), "compute_percent", (json_int_t)compute_percent(p, i)));
+                           pct(in->duty_peak[i]), "compute_percent", (json_int_t)compute_percent(p, i),
+                           "mig_profile", profile_name(p, i) ? json_string(profile_name(p, i)) : json_null()));
     for (size_t g = 0; g < p->gpus; g++) {
         json_t *pods = json_array();
         for (size_t k = start[g]; k < start[g + 1]; k++)
             json_array_append_new(pods, json_string(in->keys[idx[k]]));
         unsigned long long units = 0;
-        for (size_t k = start[g]; k < start[g + 1]; k++)
+        json_t *layout = p->g[g].mig ? json_array() : json_null();
+        for (size_t k = start[g]; k < start[g + 1]; k++) {
             units += cs_gib_units(p->quota[idx[k]]);
+            if (p->g[g].mig)
+                json_array_append_new(layout, json_pack("{s:s, s:I, s:s}", "profile", profile_name(p, idx[k]), "start",
+                                                        (json_int_t)p->start[idx[k]], "pod", in->keys[idx[k]]));
+        }
         json_array_append_new(
-            gpus, json_pack("{s:I, s:I, s:s, s:o, s:I, s:I, s:f, s:I, s:o}", "gpu", (json_int_t)g, "node",
-                            (json_int_t)(g / p->t.gpus_per_node), "mode", "shared", "pods", pods, "memory_bytes",
+            gpus, json_pack("{s:I, s:I, s:s, s:o, s:I, s:I, s:f, s:I, s:o, s:o, s:I}", "gpu", (json_int_t)g, "node",
+                            (json_int_t)(g / p->t.gpus_per_node), "mode", p->g[g].mig ? "mig" : "shared", "pods", pods,
+                            "memory_bytes",
                             (json_int_t)p->g[g].mem, "memory_gib_units", (json_int_t)units, "duty_peak_percent",
                             pct(p->g[g].peak), "steps_over_budget", (json_int_t)p->g[g].over, "over_budget",
-                            risk_json(p, g, idx + start[g], start[g + 1] - start[g])));
+                            risk_json(p, g, idx + start[g], start[g + 1] - start[g]), "mig_layout", layout,
+                            "slice_steps_over", (json_int_t)p->g[g].slice_over));
     }
     for (size_t i = 0; i < in->n_skipped; i++)
         json_array_append_new(skipped, json_string(in->skipped[i]));
     size_t nodes = (p->gpus + p->t.gpus_per_node - 1) / p->t.gpus_per_node;
     json_object_set_new(root, "gpu_model", json_string(p->t.model->key));
     json_object_set_new(root, "gpu_memory_bytes", json_integer((json_int_t)p->capacity));
-    json_object_set_new(root, "mode", json_string("shared"));
+    json_object_set_new(root, "mode", json_string(cs_mode_name(p->t.mode)));
+    json_object_set_new(root, "alternatives",
+                        json_pack("{s:o, s:o}", "shared",
+                                  p->shared_gpus >= 0 ? json_integer(p->shared_gpus) : json_null(), "mig",
+                                  p->mig_gpus >= 0 ? json_integer(p->mig_gpus) : json_null()));
     json_object_set_new(root, "gpus_per_node", json_integer(p->t.gpus_per_node));
     json_object_set_new(root, "margin", json_real(p->t.margin));
     json_object_set_new(root, "budget_percent", json_real(p->t.budget));
@@ -131,8 +152,14 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
     if (pods_by_gpu(p, &idx, &start) < 0)
         return -ENOMEM;
     size_t nodes = (p->gpus + p->t.gpus_per_node - 1) / p->t.gpus_per_node;
-    fprintf(f, "%zu pods on %zu x %s (%.1f GiB) in %zu nodes of %u, shared (time-slicing, VRAM quotas)\n", in->n,
-            p->gpus, p->t.model->key, p->capacity / GIB, nodes, p->t.gpus_per_node);
+    size_t nmig = 0;
+    for (size_t g = 0; g < p->gpus; g++)
+        nmig += p->g[g].mig;
+    fprintf(f, "%zu pods on %zu x %s (%.1f GiB) in %zu nodes of %u: %zu shared (time-slicing, VRAM quotas), %zu MIG\n",
+            in->n, p->gpus, p->t.model->key, p->capacity / GIB, nodes, p->t.gpus_per_node, p->gpus - nmig, nmig);
+    if (p->t.mode != CS_MODE_SHARED)
+        fprintf(f, "mode %s: all shared %ld GPUs, all MIG %ld GPUs (-1: not possible)\n", cs_mode_name(p->t.mode),
+                p->shared_gpus, p->mig_gpus);
     fprintf(f, "targets: quota = peak + %g %%, duty budget %g %% per GPU, %g %% of steps tolerated (%u of %zu)\n",
             p->t.margin * 100, p->t.budget, p->t.tolerance * 100, p->tolerated, in->steps);
     fprintf(f, "grid: %zu steps of %g s from %.0f (gaps: the pod's last value)\n", in->steps, in->step_s, in->t0);
@@ -141,12 +168,17 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
             p->ffd_gpus);
     if (in->n_skipped)
         fprintf(f, "left out: %zu pods (no series of one metric)\n", in->n_skipped);
-    fprintf(f, "\n%4s %4s %5s %9s %9s %6s  %s\n", "GPU", "NODE", "PODS", "MEM GiB", "PEAK %", "OVER", "PODS (quota GiB)");
+    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %6s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "OVER",
+            "PODS (quota GiB, or MIG profile)");
     for (size_t g = 0; g < p->gpus; g++) {
-        fprintf(f, "%4zu %4zu %5zu %9.1f %9.2f %6u ", g, g / p->t.gpus_per_node, p->g[g].npods, p->g[g].mem / GIB,
-                pct(p->g[g].peak), p->g[g].over);
-        for (size_t k = start[g]; k < start[g + 1]; k++)
-            fprintf(f, " %s (%.1f)", in->keys[idx[k]], p->quota[idx[k]] / GIB);
+        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %6u ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
+                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), p->g[g].over);
+        for (size_t k = start[g]; k < start[g + 1]; k++) {
+            if (p->g[g].mig)
+                fprintf(f, " %s (%s)", in->keys[idx[k]], profile_name(p, idx[k]));
+            else
+                fprintf(f, " %s (%.1f)", in->keys[idx[k]], p->quota[idx[k]] / GIB);
+        }
         fputc('\n', f);
     }
     return ferror(f) ? -EIO : 0;
@@ -194,19 +226,94 @@ int cs_plan_write_svg(const struct cs_plan *p, FILE *f) {
     return ferror(f) ? -EIO : 0;
 }
 
-int cs_plan_write_policy(const struct cs_plan *p, FILE *f) {
+bool cs_plan_has_mig(const struct cs_plan *p) {
+    for (size_t g = 0; g < p->gpus; g++)
+        if (p->g[g].mig)
+            return true;
+    return false;
+}
+
+int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
+    if (!cs_plan_has_mig(p)) {
+        fprintf(f,
+                "# gpuslice plan: the GPUs of the plan's nodes shared by fractional requests (docs/fractional.md)\n"
+                "version: v1\n"
+                "gpuslice:\n"
+                "  gpus:\n"
+                "    - model: \"%s*\"\n"
+                "      mode: fractional\n",
+                p->t.model->nvml_name);
+        return ferror(f) ? -EIO : 0;
+    }
+    unsigned gpn = p->t.gpus_per_node;
     fprintf(f,
-            "# gpuslice plan: the GPUs of the plan's nodes shared by fractional requests (docs/fractional.md)\n"
+            "# gpuslice plan: node %zu of the plan: its MIG GPUs (mig-layouts.yaml, config plan-node-%zu) and\n"
+            "# its GPUs shared by fractional requests (docs/policy.md, docs/mig.md)\n"
             "version: v1\n"
+            "flags:\n"
+            "  migStrategy: mixed\n"
             "gpuslice:\n"
-            "  gpus:\n"
+            "  gpus:\n",
+            node, node);
+    bool first = true;
+    for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
+        if (!p->g[g].mig)
+            continue;
+        fprintf(f, "%s%zu", first ? "    - index: \"" : ",", g - node * gpn);
+        first = false;
+    }
+    if (!first)
+        fprintf(f, "\"\n      mode: mig\n");
+    fprintf(f,
             "    - model: \"%s*\"\n"
-            "      mode: fractional\n",
-            p->t.model->nvml_name);
+            "      mode: fractional\n"
+            "  mig:\n"
+            "    config: plan-node-%zu\n"
+            "    layoutFile: /etc/gpuslice/mig-layouts.yaml   # where the node has the plan's mig-layouts.yaml\n",
+            p->t.model->nvml_name, node);
+    return ferror(f) ? -EIO : 0;
+}
+
+int cs_plan_write_mig_layouts(const struct cs_plan *p, FILE *f) {
+    unsigned gpn = p->t.gpus_per_node;
+    size_t nodes = (p->gpus + gpn - 1) / gpn;
+    fprintf(f, "# gpuslice plan: each node's MIG layout (mig-parted's v1 format, docs/mig.md)\nversion: v1\nmig-configs:\n");
+    for (size_t node = 0; node < nodes; node++) {
+        fprintf(f, "  plan-node-%zu:\n", node);
+        for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
+            fprintf(f, "    - devices: [%zu]\n      mig-enabled: %s\n", g - node * gpn, p->g[g].mig ? "true" : "false");
+            if (!p->g[g].mig)
+                continue;
+            fprintf(f, "      mig-devices: {");
+            /* count each profile of the GPU's pods */
+            const struct gs_model *m = p->t.model;
+            bool any = false;
+            for (size_t k = 0; k < m->n_profiles; k++) {
+                unsigned c = 0;
+                for (size_t pod = 0; pod < p->in->n; pod++)
+                    c += p->gpu_of[pod] == g && p->profile[pod] == (int)k;
+                if (c)
+                    fprintf(f, "%s\"%s\": %u", any ? ", " : "", m->profiles[k].name, c);
+                any = any || c;
+            }
+            fprintf(f, "}\n");
+        }
+    }
     return ferror(f) ? -EIO : 0;
 }
 
 int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f) {
+    if (on_mig(p, pod)) {
+        fprintf(f,
+                "# pod %s: GPU %u of the plan (node %u), MIG instance %s at memory slice %u; its observed peaks:\n"
+                "# %.2f GiB, %.2f %% duty. Merge into the pod's container (flags.migStrategy: mixed, docs/policy.md)\n"
+                "resources:\n"
+                "  limits:\n"
+                "    nvidia.com/mig-%s: 1\n",
+                p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, profile_name(p, pod),
+                p->start[pod], p->in->mem_peak[pod] / GIB, pct(p->in->duty_peak[pod]), profile_name(p, pod));
+        return ferror(f) ? -EIO : 0;
+    }
     fprintf(f,
             "# pod %s: GPU %u of the plan (node %u); its observed peaks: %.2f GiB, %.2f %% duty\n"
             "# merge into the pod's container (docs/fractional.md); no gpuslice.io/gpu-compute: a compute share\n"

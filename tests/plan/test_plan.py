@@ -355,3 +355,66 @@ def test_prometheus_down(tmp_path):
     assert p.returncode == 1 and p.stdout == ""
     assert f"--prometheus http://127.0.0.1:{port}:" in p.stderr
     assert "onnect" in p.stderr, p.stderr
+
+
+def mig_input(tmp_path):
+    """Four pods of 8 GiB at 5-11 % duty: a 1g.10gb instance each on an H100 (1/7 of its compute)."""
+    mem = ["timestamp_anon,value,container_ip"]
+    duty = ["value,timestamp_anon,container_ip"]
+    for i, pod in enumerate("abcd"):
+        for t in range(5):
+            mem.append(f"{t * 60},{8 * 2**30 + i},{pod}")
+            duty.append(f"{5 + i + (3 if t == i else 0)},{t * 60},{pod}")
+    mp, dp = tmp_path / "m.csv", tmp_path / "d.csv"
+    mp.write_text("\n".join(mem) + "\n")
+    dp.write_text("\n".join(duty) + "\n")
+    return str(mp), str(dp)
+
+
+@pytest.mark.parametrize("mode", ["mig", "auto"])
+def test_mig_layouts(tmp_path, mode):
+    mem, duty = mig_input(tmp_path)
+    out = tmp_path / "out"
+    doc = json.loads(plan(mem, duty, "--json", "--gpu", "H100", "--mode", mode, "--out", str(out)).stdout)
+    assert doc["gpus"] == 1 and doc["mode"] == mode
+    g = doc["gpu_list"][0]
+    assert g["mode"] == "mig"
+    assert sorted(x["profile"] for x in g["mig_layout"]) == ["1g.10gb"] * 4
+    assert len({x["start"] for x in g["mig_layout"]}) == 4
+    assert {a["mig_profile"] for a in doc["assignments"]} == {"1g.10gb"}
+    assert {a["compute_percent"] for a in doc["assignments"]} == {14}
+    assert 'nvidia.com/mig-1g.10gb: 1' in (out / "requests" / "a.yaml").read_text()
+    policy = (out / "policy-node-0.yaml").read_text()
+    assert 'index: "0"\n      mode: mig' in policy and "migStrategy: mixed" in policy
+    # the layout file is one gpuslice mig plans on an H100 (the simulated node's GPU 0)
+    state = tmp_path / "sim"
+    state.mkdir()
+    p = subprocess.run([GPUSLICE, "--sim", os.path.join(ROOT, "examples/nodes/h100x4-l4x3.yaml"), "--sim-state",
+                        str(state), "mig", "plan", "-f", str(out / "mig-layouts.yaml"), "-c", "plan-node-0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("create GPU instance 1g.10gb") == 4
+    # the plan is still a valid shared plan for the checker
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    c = subprocess.run([sys.executable, CHECK, str(tmp_path / "plan.json"), mem, duty, "--gpu-bytes", str(H100)],
+                       capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0, c.stdout
+
+
+def test_mig_needs_a_mig_gpu(tmp_path):
+    mem, duty = mig_input(tmp_path)
+    p = plan(mem, duty, "--gpu", "L4", "--mode", "mig", check=False)
+    assert p.returncode == 1 and "--mode mig: L4 has no MIG" in p.stderr
+    # pods at 60 % need a 7g.80gb each (4g.40gb is 4/7, 57 %): in MIG two GPUs, shared one
+    mem, duty = small(tmp_path, GOOD_MEM, GOOD_DUTY)
+    doc = json.loads(plan(mem, duty, "--json", "--gpu", "H100", "--mode", "auto").stdout)
+    assert doc["gpus"] == 1 and doc["gpu_list"][0]["mode"] == "shared"
+    assert doc["alternatives"] == {"shared": 1, "mig": 2}
+    assert {a["mig_profile"] for a in doc["assignments"]} == {None}
+
+
+def test_trace_auto_is_the_shared_plan(trace, tmp_path):
+    mem, duty = trace
+    doc = checked(tmp_path, mem, duty, H200, 0, "--gpu", "H200", "--missing", "skip", "--mode", "auto")
+    assert doc["gpus"] <= 56
+    assert doc["alternatives"]["mig"] > doc["alternatives"]["shared"] == doc["gpus"]
