@@ -1,6 +1,6 @@
 /* fuzz_plancsv.c: the CSV reader of `gpuslice plan` (src/consolidate/series.c): the input is split
  * at its first NUL into a memory and a duty file, both read in the two passes the command makes,
- * then aligned and, when that succeeds, planned on an L4. */
+ * then aligned and, when that succeeds, planned on an H100 in auto mode (shared and MIG). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct cs_series in = { 0 };
     if (r == 0 && cs_builder_finish(b, CS_FILL_LAST, CS_MISSING_SKIP, &in, err, sizeof err) == 0 &&
         in.n * in.steps <= 100000) {
-        struct cs_targets t = { .model = gs_catalog_find("L4"), .gpus_per_node = 8, .budget = 100 };
+        struct cs_targets t = { .mode = CS_MODE_AUTO, .model = gs_catalog_find("H100-SXM5-80GB"), .gpus_per_node = 8,
+                                .budget = 100 };
         struct cs_pack_opts o = { .search = true, .work_limit = 1000000 };
         struct cs_plan p;
         if (cs_plan_make(&in, &t, &o, &p, err, sizeof err) == 0)
