@@ -121,8 +121,10 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     json_object_set_new(root, "budget_percent", json_real(p->t.budget));
     json_object_set_new(root, "tolerance", json_real(p->t.tolerance));
     json_object_set_new(root, "tolerated_steps", json_integer(p->tolerated));
-    json_object_set_new(root, "grid", json_pack("{s:f, s:f, s:I, s:I}", "t0", in->t0, "step_s", in->step_s, "steps",
-                                               (json_int_t)in->steps, "merged_samples", (json_int_t)in->merged));
+    json_object_set_new(root, "grid",
+                        json_pack("{s:f, s:f, s:I, s:I, s:s}", "t0", in->t0, "step_s", in->step_s, "steps",
+                                  (json_int_t)in->steps, "merged_samples", (json_int_t)in->merged, "fill",
+                                  in->fill == CS_FILL_PEAK ? "peak" : "last"));
     json_object_set_new(root, "pods", json_integer((json_int_t)in->n));
     json_object_set_new(root, "gpus", json_integer((json_int_t)p->gpus));
     json_object_set_new(root, "nodes", json_integer((json_int_t)nodes));
@@ -162,7 +164,8 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
                 p->shared_gpus, p->mig_gpus);
     fprintf(f, "targets: quota = peak + %g %%, duty budget %g %% per GPU, %g %% of steps tolerated (%u of %zu)\n",
             p->t.margin * 100, p->t.budget, p->t.tolerance * 100, p->tolerated, in->steps);
-    fprintf(f, "grid: %zu steps of %g s from %.0f (gaps: the pod's last value)\n", in->steps, in->step_s, in->t0);
+    fprintf(f, "grid: %zu steps of %g s from %.0f (a step without a sample: the pod's %s)\n", in->steps, in->step_s,
+            in->t0, in->fill == CS_FILL_PEAK ? "peak" : "last value");
     fprintf(f, "lower bound %zu (memory %zu, duty %zu, pods over half a GPU %zu): gap %zu; first-fit decreasing %zu\n",
             p->bounds.bound, p->bounds.memory, p->bounds.duty, p->bounds.large, p->gpus - p->bounds.bound,
             p->ffd_gpus);

@@ -495,6 +495,7 @@ int cs_builder_finish(struct cs_builder *b, enum cs_fill fill, enum cs_missing m
     out->t0 = b->t0;
     out->step_s = b->step;
     out->merged = b->merged;
+    out->fill = fill;
     out->keys = calloc(keep, sizeof *out->keys);
     out->mem_peak = calloc(keep, sizeof *out->mem_peak);
     out->duty_peak = calloc(keep, sizeof *out->duty_peak);

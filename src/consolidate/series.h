@@ -43,6 +43,7 @@ struct cs_series {
     size_t n_skipped;        /* pods left out (CS_MISSING_SKIP) */
     char **skipped;          /* their keys and why: "KEY (no duty series)" */
     size_t merged;           /* samples that shared a step with another of the same pod */
+    enum cs_fill fill;       /* how steps without a sample were filled */
 };
 
 int cs_builder_new(struct cs_builder **out);

@@ -60,7 +60,8 @@ def checked(tmp_path, mem, duty, gpu_bytes, tolerance, *args):
     path = tmp_path / "plan.json"
     path.write_text(p.stdout)
     c = subprocess.run([sys.executable, CHECK, str(path), mem, duty, "--gpu-bytes", str(gpu_bytes),
-                        "--tolerance", str(tolerance)], capture_output=True, text=True, timeout=300)
+                        "--tolerance", str(tolerance), "--fill", doc["grid"]["fill"]],
+                       capture_output=True, text=True, timeout=300)
     assert c.returncode == 0, c.stdout + c.stderr
     return doc
 
@@ -86,6 +87,15 @@ def test_trace_targets(trace, tmp_path, gpu, gpu_bytes, tolerance, target, memor
         assert len(g["over_budget"]) == g["steps_over_budget"] <= doc["tolerated_steps"]
         for o in g["over_budget"]:
             assert o["duty_percent"] > 100 and o["pods"]
+
+
+def test_trace_fill_peak(trace, tmp_path):
+    # steps without a sample counted at the pod's peak: a stricter plan, checked the same way
+    mem, duty = trace
+    last = checked(tmp_path, mem, duty, H200, 0, "--gpu", "H200", "--missing", "skip")
+    peak = checked(tmp_path, mem, duty, H200, 0, "--gpu", "H200", "--missing", "skip", "--fill", "peak")
+    assert peak["grid"]["fill"] == "peak" and last["grid"]["fill"] == "last"
+    assert peak["lower_bound"]["duty"] > last["lower_bound"]["duty"]
 
 
 def test_trace_missing_series_is_an_error(trace):
