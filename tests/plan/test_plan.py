@@ -428,3 +428,34 @@ def test_trace_auto_is_the_shared_plan(trace, tmp_path):
     doc = checked(tmp_path, mem, duty, H200, 0, "--gpu", "H200", "--missing", "skip", "--mode", "auto")
     assert doc["gpus"] <= 56
     assert doc["alternatives"]["mig"] > doc["alternatives"]["shared"] == doc["gpus"]
+
+
+def test_checker_catches_bad_plans(tmp_path):
+    """check_plan.py fails a plan that breaks any of its rules (so a passing check means something)."""
+    mem, duty = small(tmp_path, GOOD_MEM, GOOD_DUTY)
+    good = json.loads(plan(mem, duty, "--json", "--gpu", "L4").stdout)
+
+    def check(doc, *args):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(doc))
+        return subprocess.run([sys.executable, CHECK, str(path), mem, duty, *args], capture_output=True, text=True,
+                              timeout=60)
+
+    assert check(good, "--gpu-bytes", "3000").returncode == 0
+    low = json.loads(json.dumps(good))
+    low["assignments"][0]["memory_bytes"] = 999
+    c = check(low, "--gpu-bytes", "3000")
+    assert c.returncode == 1 and "is below its observed peak" in c.stdout
+    c = check(good, "--gpu-bytes", "2999")
+    assert c.returncode == 1 and "exceed the GPU's 2999" in c.stdout
+    c = check(good, "--gpu-bytes", "3000", "--budget", "50")
+    assert c.returncode == 1 and "summed duty over 50.0 % on 2 steps, 0 allowed" in c.stdout
+    assert check(good, "--gpu-bytes", "3000", "--budget", "50", "--tolerance", "67").returncode == 0
+    gone = json.loads(json.dumps(good))
+    gone["assignments"].pop()
+    c = check(gone, "--gpu-bytes", "3000")
+    assert c.returncode == 1 and "of the input is not in the plan" in c.stdout
+    twice = json.loads(json.dumps(good))
+    twice["assignments"].append(dict(twice["assignments"][0], gpu=3))
+    c = check(twice, "--gpu-bytes", "3000")
+    assert c.returncode == 1 and "assigned twice" in c.stdout and "GPU 3 is not in 0..0" in c.stdout
