@@ -369,6 +369,8 @@ static int parse_number(const char *f, size_t len, double *out) {
 int cs_csv_feed(struct cs_builder *b, enum cs_metric m, const char *name, const char *text, size_t len, char *err,
                 size_t errlen) {
     size_t pos = 0, line = 0;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        pos = 3; /* a UTF-8 byte order mark before the header */
     int col[NCOLS] = { -1, -1, -1 };
     int ncols = 0;
     while (pos < len) {

@@ -75,6 +75,8 @@ static void test_csv_errors(void **state) {
         { "value,timestamp_anon,container_ip\n1,1,a\n\n2,2,a\n", "m.csv:3: an empty line" },
         { "value,timestamp_anon,container_ip\n-0.5,1,a\n", "m.csv:2: pod a: memory value -0.5 is negative" },
         { "value,value,timestamp_anon,container_ip\n", "m.csv:1: column value appears twice" },
+        { "\xEF\xBB\xBFvalue,timestamp_anon,container_ip\n1,1,a\n1,1,a\n",
+          "m.csv:3: pod a: duplicate memory sample at timestamp 1" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct cs_builder *b;
