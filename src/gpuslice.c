@@ -28,6 +28,7 @@ static const struct command {
     { "dra", cmd_dra, "the DRA driver: the ResourceSlices this node publishes (resource.k8s.io/v1)" },
     { "extender", cmd_extender, "the kube-scheduler extender: per-GPU fit and the placement policy's score" },
     { "replay", cmd_replay, "replay a cluster trace under a placement policy (fragmentation study)" },
+    { "plan", cmd_plan, "plan pods onto the fewest shared GPUs from their memory and duty-cycle series" },
     { "kube", cmd_kube, "talk to the Kubernetes API server: get, list, apply, delete, watch (src/kube)" },
 };
 

@@ -45,6 +45,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv);
 int cmd_kube(const struct cli *cli, int argc, char **argv);
 int cmd_dra(const struct cli *cli, int argc, char **argv);
 int cmd_extender(const struct cli *cli, int argc, char **argv);
+int cmd_plan(const struct cli *cli, int argc, char **argv);
 
 /* The MIG layout CONFIG (from the layout file FILE; NULL or "": the built-ins) planned against the
  * node: what the agent would do before serving. With `print`, mig plan's listing on stdout.

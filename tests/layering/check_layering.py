@@ -18,7 +18,7 @@ import sys
 RANKS = {
     "util": 0, "catalog": 1, "config": 2, "frag": 3, "core": 4,
     "gpu": 5, "cdi": 5, "kubelet": 5, "mps": 5, "place": 5, "guard": 5, "kube": 5, "httpd": 5,
-    "sim": 6, "mig": 6, "cdihook": 6, "dra": 6,
+    "sim": 6, "consolidate": 6, "mig": 6, "cdihook": 6, "dra": 6,
     "agent": 7, "doctor": 7, "extender": 7, "cli": 8, "main": 9,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -1,0 +1,330 @@
+/* report.c: what `gpuslice plan` writes from a plan (plan.h): JSON, the table, the SVG picture, the
+ * policy fragment and the pods' requests. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consolidate/plan.h"
+#include "util/util.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static double pct(uint32_t units) { return units / 100.0; }
+
+static bool on_mig(const struct cs_plan *p, size_t pod) { return p->g[p->gpu_of[pod]].mig; }
+
+static const char *profile_name(const struct cs_plan *p, size_t pod) {
+    return on_mig(p, pod) ? p->t.model->profiles[p->profile[pod]].name : NULL;
+}
+
+/* Shared: the pod's duty peak, rounded up; MIG: its instance's share of the compute slices. */
+static unsigned compute_percent(const struct cs_plan *p, size_t pod) {
+    if (on_mig(p, pod))
+        return p->t.model->profiles[p->profile[pod]].slices * 100 / p->mig_slices;
+    unsigned c = (p->in->duty_peak[pod] + 99) / 100;
+    return c < 1 ? 1 : c;
+}
+
+/* The over-budget steps of GPU gi with the pods busy then, as a JSON array. */
+static json_t *risk_json(const struct cs_plan *p, size_t gi, const size_t *pods, size_t np) {
+    json_t *a = json_array();
+    const struct cs_series *in = p->in;
+    const uint32_t *s = p->sum + gi * in->steps;
+    for (size_t t = 0; t < in->steps && a; t++) {
+        if (s[t] <= p->budget_units)
+            continue;
+        json_t *who = json_array();
+        for (size_t k = 0; k < np; k++) {
+            uint16_t d = in->duty[pods[k] * in->steps + t];
+            if (d > 0)
+                json_array_append_new(who, json_pack("{s:s, s:f}", "pod", in->keys[pods[k]], "duty_percent", pct(d)));
+        }
+        json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:o}", "step", (json_int_t)t, "timestamp",
+                                           in->t0 + (double)t * in->step_s, "duty_percent", pct(s[t]), "pods", who));
+    }
+    return a;
+}
+
+/* The pods of every GPU, in pod order: idx[start[g] .. start[g+1]). */
+static int pods_by_gpu(const struct cs_plan *p, size_t **idx_out, size_t **start_out) {
+    size_t n = p->in->n, G = p->gpus;
+    size_t *start = calloc(G + 1, sizeof *start), *idx = malloc((n ? n : 1) * sizeof *idx);
+    _cleanup_free_ size_t *fillpos = calloc(G + 1, sizeof *fillpos);
+    if (!start || !idx || !fillpos) {
+        free(start);
+        free(idx);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        start[p->gpu_of[i] + 1]++;
+    for (size_t g = 0; g < G; g++)
+        start[g + 1] += start[g];
+    memcpy(fillpos, start, (G + 1) * sizeof *fillpos);
+    for (size_t i = 0; i < n; i++)
+        idx[fillpos[p->gpu_of[i]]++] = i;
+    *idx_out = idx;
+    *start_out = start;
+    return 0;
+}
+
+int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
+    const struct cs_series *in = p->in;
+    _cleanup_free_ size_t *idx = NULL;
+    _cleanup_free_ size_t *start = NULL;
+    if (pods_by_gpu(p, &idx, &start) < 0)
+        return -ENOMEM;
+    json_t *root = json_object();
+    json_t *asg = json_array(), *gpus = json_array(), *skipped = json_array();
+    for (size_t i = 0; i < in->n; i++)
+        json_array_append_new(
+            asg, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:o}", "pod", in->keys[i], "gpu",
+                           (json_int_t)p->gpu_of[i], "node", (json_int_t)(p->gpu_of[i] / p->t.gpus_per_node),
+                           "memory_bytes", (json_int_t)p->quota[i], "memory_peak_bytes", (json_int_t)in->mem_peak[i],
+                           "memory_gib", (json_int_t)cs_gib_units(p->quota[i]), "duty_peak_percent",
+                           pct(in->duty_peak[i]), "compute_percent", (json_int_t)compute_percent(p, i),
+                           "mig_profile", profile_name(p, i) ? json_string(profile_name(p, i)) : json_null()));
+    for (size_t g = 0; g < p->gpus; g++) {
+        json_t *pods = json_array();
+        for (size_t k = start[g]; k < start[g + 1]; k++)
+            json_array_append_new(pods, json_string(in->keys[idx[k]]));
+        unsigned long long units = 0;
+        json_t *layout = p->g[g].mig ? json_array() : json_null();
+        for (size_t k = start[g]; k < start[g + 1]; k++) {
+            units += cs_gib_units(p->quota[idx[k]]);
+            if (p->g[g].mig)
+                json_array_append_new(layout, json_pack("{s:s, s:I, s:s}", "profile", profile_name(p, idx[k]), "start",
+                                                        (json_int_t)p->start[idx[k]], "pod", in->keys[idx[k]]));
+        }
+        json_array_append_new(
+            gpus, json_pack("{s:I, s:I, s:s, s:o, s:I, s:I, s:f, s:I, s:o, s:o, s:I}", "gpu", (json_int_t)g, "node",
+                            (json_int_t)(g / p->t.gpus_per_node), "mode", p->g[g].mig ? "mig" : "shared", "pods", pods,
+                            "memory_bytes",
+                            (json_int_t)p->g[g].mem, "memory_gib_units", (json_int_t)units, "duty_peak_percent",
+                            pct(p->g[g].peak), "steps_over_budget", (json_int_t)p->g[g].over, "over_budget",
+                            risk_json(p, g, idx + start[g], start[g + 1] - start[g]), "mig_layout", layout,
+                            "slice_steps_over", (json_int_t)p->g[g].slice_over));
+    }
+    for (size_t i = 0; i < in->n_skipped; i++)
+        json_array_append_new(skipped, json_string(in->skipped[i]));
+    size_t nodes = (p->gpus + p->t.gpus_per_node - 1) / p->t.gpus_per_node;
+    json_object_set_new(root, "gpu_model", json_string(p->t.model->key));
+    json_object_set_new(root, "gpu_memory_bytes", json_integer((json_int_t)p->capacity));
+    json_object_set_new(root, "mode", json_string(cs_mode_name(p->t.mode)));
+    json_object_set_new(root, "alternatives",
+                        json_pack("{s:o, s:o}", "shared",
+                                  p->shared_gpus >= 0 ? json_integer(p->shared_gpus) : json_null(), "mig",
+                                  p->mig_gpus >= 0 ? json_integer(p->mig_gpus) : json_null()));
+    json_object_set_new(root, "gpus_per_node", json_integer(p->t.gpus_per_node));
+    json_object_set_new(root, "margin", json_real(p->t.margin));
+    json_object_set_new(root, "budget_percent", json_real(p->t.budget));
+    json_object_set_new(root, "tolerance", json_real(p->t.tolerance));
+    json_object_set_new(root, "tolerated_steps", json_integer(p->tolerated));
+    json_object_set_new(root, "grid",
+                        json_pack("{s:f, s:f, s:I, s:I, s:s}", "t0", in->t0, "step_s", in->step_s, "steps",
+                                  (json_int_t)in->steps, "merged_samples", (json_int_t)in->merged, "fill",
+                                  in->fill == CS_FILL_PEAK ? "peak" : "last"));
+    json_object_set_new(root, "pods", json_integer((json_int_t)in->n));
+    json_object_set_new(root, "gpus", json_integer((json_int_t)p->gpus));
+    json_object_set_new(root, "nodes", json_integer((json_int_t)nodes));
+    json_object_set_new(root, "first_fit_decreasing_gpus", json_integer((json_int_t)p->ffd_gpus));
+    json_object_set_new(root, "lower_bound",
+                        json_pack("{s:I, s:I, s:I, s:I}", "memory", (json_int_t)p->bounds.memory, "duty",
+                                  (json_int_t)p->bounds.duty, "large_pods", (json_int_t)p->bounds.large, "bound",
+                                  (json_int_t)p->bounds.bound));
+    json_object_set_new(root, "gap", json_integer((json_int_t)(p->gpus - p->bounds.bound)));
+    json_object_set_new(root, "search", json_pack("{s:I, s:b, s:I}", "emptied", (json_int_t)p->stats.emptied,
+                                                  "complete", p->stats.search_complete, "work",
+                                                  (json_int_t)p->stats.work));
+    json_object_set_new(root, "assignments", asg);
+    json_object_set_new(root, "gpu_list", gpus);
+    json_object_set_new(root, "skipped", skipped);
+    int r = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(12));
+    json_decref(root);
+    if (r < 0 || fputc('\n', f) == EOF)
+        return -EIO;
+    return 0;
+}
+
+int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
+    const struct cs_series *in = p->in;
+    _cleanup_free_ size_t *idx = NULL;
+    _cleanup_free_ size_t *start = NULL;
+    if (pods_by_gpu(p, &idx, &start) < 0)
+        return -ENOMEM;
+    size_t nodes = (p->gpus + p->t.gpus_per_node - 1) / p->t.gpus_per_node;
+    size_t nmig = 0;
+    for (size_t g = 0; g < p->gpus; g++)
+        nmig += p->g[g].mig;
+    fprintf(f, "%zu pods on %zu x %s (%.1f GiB) in %zu nodes of %u: %zu shared (time-slicing, VRAM quotas), %zu MIG\n",
+            in->n, p->gpus, p->t.model->key, p->capacity / GIB, nodes, p->t.gpus_per_node, p->gpus - nmig, nmig);
+    if (p->t.mode != CS_MODE_SHARED)
+        fprintf(f, "mode %s: all shared %ld GPUs, all MIG %ld GPUs (-1: not possible)\n", cs_mode_name(p->t.mode),
+                p->shared_gpus, p->mig_gpus);
+    fprintf(f, "targets: quota = peak + %g %%, duty budget %g %% per GPU, %g %% of steps tolerated (%u of %zu)\n",
+            p->t.margin * 100, p->t.budget, p->t.tolerance * 100, p->tolerated, in->steps);
+    fprintf(f, "grid: %zu steps of %g s from %.0f (a step without a sample: the pod's %s)\n", in->steps, in->step_s,
+            in->t0, in->fill == CS_FILL_PEAK ? "peak" : "last value");
+    fprintf(f, "lower bound %zu (memory %zu, duty %zu, pods over half a GPU %zu): gap %zu; first-fit decreasing %zu\n",
+            p->bounds.bound, p->bounds.memory, p->bounds.duty, p->bounds.large, p->gpus - p->bounds.bound,
+            p->ffd_gpus);
+    if (in->n_skipped)
+        fprintf(f, "left out: %zu pods (no series of one metric)\n", in->n_skipped);
+    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %6s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "OVER",
+            "PODS (quota GiB, or MIG profile)");
+    for (size_t g = 0; g < p->gpus; g++) {
+        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %6u ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
+                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), p->g[g].over);
+        for (size_t k = start[g]; k < start[g + 1]; k++) {
+            if (p->g[g].mig)
+                fprintf(f, " %s (%s)", in->keys[idx[k]], profile_name(p, idx[k]));
+            else
+                fprintf(f, " %s (%.1f)", in->keys[idx[k]], p->quota[idx[k]] / GIB);
+        }
+        fputc('\n', f);
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+int cs_plan_write_svg(const struct cs_plan *p, FILE *f) {
+    const struct cs_series *in = p->in;
+    const unsigned cols = 4, w = 300, h = 120, pad = 28;
+    size_t rows = (p->gpus + cols - 1) / cols;
+    unsigned W = cols * (w + pad) + pad;
+    size_t H = rows * (h + pad) + pad + 20;
+    double ymax = 100.0;
+    for (size_t g = 0; g < p->gpus; g++)
+        if (pct(p->g[g].peak) > ymax)
+            ymax = pct(p->g[g].peak);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%u\" height=\"%zu\" font-family=\"sans-serif\" "
+            "font-size=\"10\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            W, H);
+    fprintf(f, "<text x=\"%u\" y=\"16\" font-size=\"13\">%zu pods on %zu %s: summed duty per GPU over %.1f h, budget %g %%"
+               " (red)</text>\n",
+            pad, in->n, p->gpus, p->t.model->key, (double)in->steps * in->step_s / 3600.0, p->t.budget);
+    size_t stride = in->steps > w ? (in->steps + w - 1) / w : 1;
+    for (size_t g = 0; g < p->gpus; g++) {
+        unsigned x0 = pad + (unsigned)(g % cols) * (w + pad);
+        size_t y0 = 20 + pad + (g / cols) * (h + pad);
+        fprintf(f, "<g transform=\"translate(%u,%zu)\"><rect width=\"%u\" height=\"%u\" fill=\"none\" stroke=\"#bbb\"/>\n",
+                x0, y0, w, h);
+        fprintf(f, "<text x=\"2\" y=\"-3\">GPU %zu: %zu pods, peak %.0f %%, %u steps over</text>\n", g, p->g[g].npods,
+                pct(p->g[g].peak), p->g[g].over);
+        double by = h - p->t.budget / ymax * h;
+        fprintf(f, "<line x1=\"0\" x2=\"%u\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"red\"/>\n", w, by, by);
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1\" points=\"");
+        const uint32_t *s = p->sum + g * in->steps;
+        for (size_t t = 0; t < in->steps; t += stride) {
+            uint32_t mx = 0;
+            for (size_t k = t; k < t + stride && k < in->steps; k++)
+                mx = s[k] > mx ? s[k] : mx;
+            double x = in->steps > 1 ? (double)t / (double)(in->steps - 1) * w : 0;
+            fprintf(f, "%.1f,%.1f ", x, h - pct(mx) / ymax * h);
+        }
+        fprintf(f, "\"/></g>\n");
+    }
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -EIO : 0;
+}
+
+bool cs_plan_has_mig(const struct cs_plan *p) {
+    for (size_t g = 0; g < p->gpus; g++)
+        if (p->g[g].mig)
+            return true;
+    return false;
+}
+
+int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
+    if (!cs_plan_has_mig(p)) {
+        fprintf(f,
+                "# gpuslice plan: the GPUs of the plan's nodes shared by fractional requests (docs/fractional.md)\n"
+                "version: v1\n"
+                "gpuslice:\n"
+                "  gpus:\n"
+                "    - model: \"%s*\"\n"
+                "      mode: fractional\n",
+                p->t.model->nvml_name);
+        return ferror(f) ? -EIO : 0;
+    }
+    unsigned gpn = p->t.gpus_per_node;
+    fprintf(f,
+            "# gpuslice plan: node %zu of the plan: its MIG GPUs (mig-layouts.yaml, config plan-node-%zu) and\n"
+            "# its GPUs shared by fractional requests (docs/policy.md, docs/mig.md)\n"
+            "version: v1\n"
+            "flags:\n"
+            "  migStrategy: mixed\n"
+            "gpuslice:\n"
+            "  gpus:\n",
+            node, node);
+    bool first = true;
+    for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
+        if (!p->g[g].mig)
+            continue;
+        fprintf(f, "%s%zu", first ? "    - index: \"" : ",", g - node * gpn);
+        first = false;
+    }
+    if (!first)
+        fprintf(f, "\"\n      mode: mig\n");
+    fprintf(f,
+            "    - model: \"%s*\"\n"
+            "      mode: fractional\n"
+            "  mig:\n"
+            "    config: plan-node-%zu\n"
+            "    layoutFile: /etc/gpuslice/mig-layouts.yaml   # where the node has the plan's mig-layouts.yaml\n",
+            p->t.model->nvml_name, node);
+    return ferror(f) ? -EIO : 0;
+}
+
+int cs_plan_write_mig_layouts(const struct cs_plan *p, FILE *f) {
+    unsigned gpn = p->t.gpus_per_node;
+    size_t nodes = (p->gpus + gpn - 1) / gpn;
+    fprintf(f, "# gpuslice plan: each node's MIG layout (mig-parted's v1 format, docs/mig.md)\nversion: v1\nmig-configs:\n");
+    for (size_t node = 0; node < nodes; node++) {
+        fprintf(f, "  plan-node-%zu:\n", node);
+        for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
+            fprintf(f, "    - devices: [%zu]\n      mig-enabled: %s\n", g - node * gpn, p->g[g].mig ? "true" : "false");
+            if (!p->g[g].mig)
+                continue;
+            fprintf(f, "      mig-devices: {");
+            /* count each profile of the GPU's pods */
+            const struct gs_model *m = p->t.model;
+            bool any = false;
+            for (size_t k = 0; k < m->n_profiles; k++) {
+                unsigned c = 0;
+                for (size_t pod = 0; pod < p->in->n; pod++)
+                    c += p->gpu_of[pod] == g && p->profile[pod] == (int)k;
+                if (c)
+                    fprintf(f, "%s\"%s\": %u", any ? ", " : "", m->profiles[k].name, c);
+                any = any || c;
+            }
+            fprintf(f, "}\n");
+        }
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f) {
+    if (on_mig(p, pod)) {
+        fprintf(f,
+                "# pod %s: GPU %u of the plan (node %u), MIG instance %s at memory slice %u; its observed peaks:\n"
+                "# %.2f GiB, %.2f %% duty. Merge into the pod's container (flags.migStrategy: mixed, docs/policy.md)\n"
+                "resources:\n"
+                "  limits:\n"
+                "    nvidia.com/mig-%s: 1\n",
+                p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, profile_name(p, pod),
+                p->start[pod], p->in->mem_peak[pod] / GIB, pct(p->in->duty_peak[pod]), profile_name(p, pod));
+        return ferror(f) ? -EIO : 0;
+    }
+    fprintf(f,
+            "# pod %s: GPU %u of the plan (node %u); its observed peaks: %.2f GiB, %.2f %% duty\n"
+            "# merge into the pod's container (docs/fractional.md); no gpuslice.io/gpu-compute: a compute share\n"
+            "# caps the pod, and the plan counts on the pods' peaks not coinciding\n"
+            "resources:\n"
+            "  limits:\n"
+            "    gpuslice.io/gpu-memory: %llu\n",
+            p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, p->in->mem_peak[pod] / GIB,
+            pct(p->in->duty_peak[pod]), cs_gib_units(p->quota[pod]));
+    return ferror(f) ? -EIO : 0;
+}
