@@ -343,7 +343,7 @@ def test_prometheus_source(prom):
     ("503", "HTTP 503: overloaded"),
     ("400", "HTTP 400: parse error at char 4"),
     ("garbage", "memory query: the answer is not JSON"),
-    ("slow", "timed out after 2000 milliseconds"),
+    ("slow", "timed out after 20"),
     ("missing", "pod ns/b has a memory series but no duty series"),
     ("nan", "utilization query: ns/a, point 3: pod ns/a: duty value is NaN"),
 ])
