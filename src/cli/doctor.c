@@ -36,6 +36,7 @@ struct doc {
     const char *kubeconfig, *node_name; /* the API server's checks (check_api) */
     const char *extender;               /* --extender URL: its /healthz and filter */
     bool extender_warn;                 /* --extender-warn: its failures are warnings */
+    struct gs_doc_extender_tls extender_tls; /* --extender-ca, --extender-cert, --extender-key */
     bool dra;
     const char *scan[GS_DOC_MAX_DIRS];
     size_t n_scan;
@@ -611,6 +612,9 @@ static void usage(FILE *f) {
             "                              empty pod on this node\n"
             "  --extender-warn             with --extender: what it finds is at worst a warning (the node stays\n"
             "                              ready), each request 2 s at most (the chart's init container)\n"
+            "  --extender-ca FILE          with an https:// --extender: the CA of its serving certificate (PEM)\n"
+            "  --extender-cert FILE        the client certificate to present (PEM; an extender with TLS takes\n"
+            "  --extender-key FILE         requests only with one its client CA verifies: the scheduler's), its key\n"
             "  --json                      schema gpuslice.doctor/v1 (docs/cli.md)\n"
             "  --termination-log FILE      also write the failures and warnings there (e.g. /dev/termination-log)\n");
 }
@@ -618,7 +622,7 @@ static void usage(FILE *f) {
 int cmd_doctor(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_POD_RESOURCES, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CDI_DIR, OPT_CONTAINERD, OPT_CRIO,
            OPT_GUARD_ROOT, OPT_PROC_ROOT, OPT_OPERATOR, OPT_TERMLOG, OPT_KUBECONFIG, OPT_NODE_NAME, OPT_DRA, OPT_EXTENDER,
-           OPT_EXTENDER_WARN };
+           OPT_EXTENDER_WARN, OPT_EXTENDER_CA, OPT_EXTENDER_CERT, OPT_EXTENDER_KEY };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -637,6 +641,9 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         { "dra", no_argument, NULL, OPT_DRA },
         { "extender", required_argument, NULL, OPT_EXTENDER },
         { "extender-warn", no_argument, NULL, OPT_EXTENDER_WARN },
+        { "extender-ca", required_argument, NULL, OPT_EXTENDER_CA },
+        { "extender-cert", required_argument, NULL, OPT_EXTENDER_CERT },
+        { "extender-key", required_argument, NULL, OPT_EXTENDER_KEY },
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -686,6 +693,9 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         case OPT_DRA: d.dra = true; break;
         case OPT_EXTENDER: d.extender = optarg; break;
         case OPT_EXTENDER_WARN: d.extender_warn = true; break;
+        case OPT_EXTENDER_CA: d.extender_tls.ca_file = optarg; break;
+        case OPT_EXTENDER_CERT: d.extender_tls.cert_file = optarg; break;
+        case OPT_EXTENDER_KEY: d.extender_tls.key_file = optarg; break;
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return GS_EXIT_OK;
         default: usage(stderr); return GS_EXIT_USAGE;
@@ -695,6 +705,14 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         return GS_EXIT_USAGE;
     if (d.extender_warn && !d.extender)
         return cli_usage_error("doctor", "--extender-warn: without --extender URL there is no extender to check");
+    if ((d.extender_tls.ca_file || d.extender_tls.cert_file || d.extender_tls.key_file) && !d.extender)
+        return cli_usage_error("doctor", "--extender-ca, --extender-cert, --extender-key: without --extender URL "
+                                         "there is no extender to check");
+    if (!d.extender_tls.cert_file != !d.extender_tls.key_file)
+        return cli_usage_error("doctor", "--extender-cert and --extender-key go together");
+    if ((d.extender_tls.ca_file || d.extender_tls.cert_file) && d.extender && strncmp(d.extender, "https://", 8) != 0)
+        return cli_usage_error("doctor", "--extender-ca, --extender-cert: --extender %s is not an https:// URL",
+                               d.extender);
     check_policy(&d);
     check_nvml(&d);
     if (!d.node || !cli_node_path(d.node, "", NULL, d.root))
@@ -713,7 +731,7 @@ int cmd_doctor(const struct cli *cli, int argc, char **argv) {
         const char *from;
         if (gs_node_name(d.node_name, host, sizeof(host), &from, why, sizeof(why)) < 0)
             fprintf(stderr, "gpuslice doctor: the extender's check without a Node: %s\n", why);
-        gs_doc_check_extender(&d.rep, d.extender, host, d.extender_warn);
+        gs_doc_check_extender(&d.rep, d.extender, host, d.extender_warn, &d.extender_tls);
     }
     if (as_json) {
         char *s = gs_doc_json(&d.rep);

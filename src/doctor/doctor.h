@@ -95,6 +95,7 @@ struct gs_doc_extender {
     const char *health_err;
     int filter_r;             /* POST URL/filter: 0 (2xx, JSON), -errno */
     const char *filter_err;
+    bool client_cert;         /* a client certificate was presented (--extender-cert) */
     const struct json_t *filter_answer; /* its answer (jansson), when filter_r is 0 */
     bool warn_only;           /* --extender-warn: what would fail is a warning (the node stays ready) */
 };
@@ -114,7 +115,14 @@ void gs_doc_extender_findings(struct gs_doc_report *r, const struct gs_doc_exten
 /* probe.c: GET /healthz and POST the filter (each 3 s to connect and 5 s in all; warn_only, the
  * chart's init container, which delays the agent: each 2 s in all, at most 4 s for both), then
  * the findings. */
-void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only);
+/* The TLS material of a check of an extender over https:// (each NULL: none): the CA its serving
+ * certificate chains to (NULL: the system's CAs), and the client certificate and key presented
+ * (an extender with TLS answers 401 without one its client CA verifies, e.g. the scheduler's). */
+struct gs_doc_extender_tls {
+    const char *ca_file, *cert_file, *key_file;
+};
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only,
+                           const struct gs_doc_extender_tls *tls);
 
 /* ---- parsers (parse.c): hostile input, bounded ------------------------------------------------- */
 

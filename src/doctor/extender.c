@@ -67,6 +67,15 @@ static const json_t *get(const json_t *o, const char *key) {
 
 static void filter_finding(struct gs_doc_report *r, const struct gs_doc_extender *e) {
     const char *node = S(e->node);
+    if (e->filter_r == -EACCES) { /* 401: an extender with TLS, and no client certificate its CA verifies */
+        gs_doc_add(r, "extender.filter", GS_DOC_FAIL,
+                   e->client_cert ? "the extender's --client-ca-file must verify the certificate of --extender-cert "
+                                    "(and --allowed-client-name name it): present the scheduler's"
+                                  : "the extender takes requests only with a client certificate its client CA "
+                                    "verifies: give the doctor the scheduler's (--extender-cert, --extender-key)",
+                   "%s (a filter for a pod that asks for no GPU, on %s): %s", S(e->url), node, S(e->filter_err));
+        return;
+    }
     if (e->filter_r < 0) {
         gs_doc_add(r, "extender.filter", GS_DOC_FAIL,
                    "the scheduler POSTs its filter to URLPREFIX/filter: check that --extender is the urlPrefix and "

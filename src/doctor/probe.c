@@ -116,17 +116,22 @@ int gs_doc_list_dir(const char *dir, unsigned max, gs_doc_entry_fn fn, void *ctx
     return n;
 }
 
-/* A client of an extender's URL: the kube client over plain HTTP (or HTTPS with the system's CAs),
- * no credentials. Each request 3 s to connect and 5 s in all; warn_only (the chart's init
- * container, which the agent waits for) 2 s in all, so both requests at most 4 s. */
-static struct kube_client *ext_client(const char *server, bool warn_only, char *err, size_t errlen) {
+/* A client of an extender's URL: the kube client over plain HTTP, or HTTPS with tls's CA (else the
+ * system's) and its client certificate, if any. Each request 3 s to connect and 5 s in all;
+ * warn_only (the chart's init container, which the agent waits for) 2 s in all, so both requests
+ * at most 4 s. */
+static struct kube_client *ext_client(const char *server, bool warn_only, const struct gs_doc_extender_tls *tls,
+                                      char *err, size_t errlen) {
     struct kube_config cfg = { 0 };
     struct kube_limits lim = KUBE_DEFAULT_LIMITS;
     lim.connect_timeout_ms = warn_only ? 2000 : 3000;
     lim.timeout_ms = warn_only ? 2000 : 5000;
     lim.max_response = (size_t)1 << 20;
     struct kube_client *c = NULL;
-    if (!(cfg.server = strdup(server))) {
+    if (!(cfg.server = strdup(server)) || (tls && tls->ca_file && !(cfg.ca_file = strdup(tls->ca_file))) ||
+        (tls && tls->cert_file && !(cfg.cert_file = strdup(tls->cert_file))) ||
+        (tls && tls->key_file && !(cfg.key_file = strdup(tls->key_file)))) {
+        kube_config_free(&cfg);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
@@ -136,11 +141,12 @@ static struct kube_client *ext_client(const char *server, bool warn_only, char *
     return c;
 }
 
-void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only) {
+void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char *node, bool warn_only,
+                           const struct gs_doc_extender_tls *tls) {
     char base[GS_DOC_TEXT_MAX], why[GS_DOC_TEXT_MAX], health_err[GS_DOC_TEXT_MAX], filter_err[GS_DOC_TEXT_MAX];
     struct gs_doc_extender e = { .url = url, .node = node, .base = base, .health_err = health_err,
                                  .filter_err = filter_err, .health_r = -EIO, .filter_r = -EIO,
-                                 .warn_only = warn_only };
+                                 .warn_only = warn_only, .client_cert = tls && tls->cert_file };
     health_err[0] = filter_err[0] = '\0';
     size_t n = strlen(url);
     while (n && url[n - 1] == '/') /* the scheduler joins urlPrefix and the verb with one '/' */
@@ -153,8 +159,8 @@ void gs_doc_check_extender(struct gs_doc_report *r, const char *url, const char 
         return;
     }
     e.url = prefix;
-    struct kube_client *hc = ext_client(base, warn_only, health_err, sizeof(health_err));
-    struct kube_client *fc = hc ? ext_client(prefix, warn_only, filter_err, sizeof(filter_err)) : NULL;
+    struct kube_client *hc = ext_client(base, warn_only, tls, health_err, sizeof(health_err));
+    struct kube_client *fc = hc ? ext_client(prefix, warn_only, tls, filter_err, sizeof(filter_err)) : NULL;
     json_t *answer = NULL;
     char *args = gs_doc_extender_args(node);
     if (hc)

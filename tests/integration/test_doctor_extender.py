@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "extender"))
 from test_doctor import node  # noqa: E402,F401 (node: fixture)
 from test_extender_http import Extender  # noqa: E402
+from test_extender_tls import Extender as TlsExtender, make_tls  # noqa: E402
 
 
 def ext_findings(findings):
@@ -44,6 +45,41 @@ def test_a_real_extender_passes(node, tmp_path):
     assert [(f["check"], f["status"]) for f in got] == [("extender", "fail")], got
     assert f"http://127.0.0.1:{e.port}: GET /healthz:" in got[0]["message"]
     assert "gpuslice extender" in got[0]["fix"] and "urlPrefix" in got[0]["fix"]
+
+
+def test_an_extender_with_tls(node, tmp_path):
+    """Over https:// with the extender's CA: /healthz is open; the filter needs the scheduler's client
+    certificate (--extender-cert/--extender-key), and without it the finding says to give one."""
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    make_tls(str(tls))
+    e = TlsExtender(tmp_path, tls)
+    try:
+        url = f"https://127.0.0.1:{e.port}/gpuslice"
+        ca = ("--extender-ca", str(tls / "ca.crt"))
+        got = ext_findings(node.findings("--extender", url, *ca, "--extender-cert", str(tls / "scheduler.crt"),
+                                         "--extender-key", str(tls / "scheduler.key"), "--node-name", "split",
+                                         expect_rc=0))
+        assert [(f["check"], f["status"]) for f in got] == [("extender", "ok"), ("extender.filter", "ok")], got
+        got = ext_findings(node.findings("--extender", url, *ca, "--node-name", "split", expect_rc=1))
+        assert [(f["check"], f["status"]) for f in got] == [("extender", "ok"), ("extender.filter", "fail")], got
+        assert "--extender-cert" in got[1]["fix"], got
+        # a client certificate of another CA: the handshake fails, named as the doctor's request
+        got = ext_findings(node.findings("--extender", url, *ca, "--extender-cert", str(tls / "wrong.crt"),
+                                         "--extender-key", str(tls / "wrong.key"), "--node-name", "split",
+                                         expect_rc=1))
+        assert got[0]["status"] == "fail", got
+        # the extender's CA not given: its serving certificate is not trusted
+        got = ext_findings(node.findings("--extender", url, "--node-name", "split", expect_rc=1))
+        assert got[0]["status"] == "fail" and "/healthz" in got[0]["message"], got
+    finally:
+        e.stop()
+    for args, why in ((("--extender", url, "--extender-cert", "c.pem"),
+                       "--extender-cert and --extender-key go together"),
+                      (("--extender-ca", "ca.pem"), "without --extender URL"),
+                      (("--extender", "http://127.0.0.1:1/x", "--extender-ca", "ca.pem"), "is not an https:// URL")):
+        p = node.run(*args)
+        assert p.returncode == 2 and why in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("url,why", [("127.0.0.1:8888/gpuslice", "not an http:// or https:// URL"),
