@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -33,6 +34,7 @@ struct gpu_node {
     unsigned n_devices;
     nvmlReturn_t last;
     char error[512];
+    atomic_uint waiting; /* threads inside nvmlEventSetWait (gpu_events_wait_unless) */
 };
 
 struct gpu_events {
@@ -203,6 +205,10 @@ int gpu_node_open(const char *lib, struct gpu_node **out, char *err, size_t errl
 
 void gpu_node_close(struct gpu_node *n) {
     if (!n)
+        return;
+    /* A thread still inside nvmlEventSetWait, which nothing interrupts: the process is ending, and
+     * the library, its handles and this node stay for the last moments of that thread's wait. */
+    if (atomic_load(&n->waiting))
         return;
     n->api.Shutdown();
     dlclose(n->dl);
@@ -688,6 +694,18 @@ int gpu_events_wait(struct gpu_events *e, unsigned timeout_ms, struct gpu_event 
     ev->gi_id = data.gpuInstanceId;
     ev->ci_id = data.computeInstanceId;
     return 0;
+}
+
+int gpu_events_wait_unless(struct gpu_events *e, unsigned timeout_ms, const atomic_bool *stop, struct gpu_event *ev) {
+    /* Counted before stop is read: a closer that sees no waiter knows this call will not wait. */
+    atomic_fetch_add(&e->node->waiting, 1);
+    int r = atomic_load(stop) ? -ECANCELED : gpu_events_wait(e, timeout_ms, ev);
+    atomic_fetch_sub(&e->node->waiting, 1);
+    return r;
+}
+
+bool gpu_events_waiting(const struct gpu_events *e) {
+    return atomic_load(&e->node->waiting) != 0;
 }
 
 void gpu_events_close(struct gpu_events *e) {
