@@ -33,7 +33,7 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 /* The longest the event thread waits when nothing is due (it wakes for gRPC's events). */
-#define IDLE_WAIT_MS 1000
+#define IDLE_WAIT_MS 30000
 #define REGISTER_DEADLINE_MS 10000
 
 enum op { OP_NEW, OP_RECV, OP_DONE, OP_SEND, OP_CLOSE, OP_REGISTER, OP_SHUTDOWN, OP_COUNT };
@@ -1028,8 +1028,8 @@ static int poll_events(struct dp_manager *m, int timeout_ms) {
 }
 
 /* Event-driven: it wakes for gRPC's events (calls, streams, Register answers, and the servers'
- * shut-down that dp_manager_free starts), for a registration retry that is due, and else once in
- * IDLE_WAIT_MS. */
+ * shut-down that dp_manager_free starts, or the queue's when no server runs), for a registration
+ * retry that is due, and else once in IDLE_WAIT_MS. */
 static void *event_loop(void *arg) {
     struct dp_manager *m = arg;
     int wait_ms = 0;
@@ -1064,7 +1064,10 @@ void dp_manager_free(struct dp_manager *m) {
         if (p->state == P_STOPPED)
             plugin_maybe_finish(p);
     }
+    bool idle = !m->plugins; /* nothing outstanding: no event would come to wake the thread */
     pthread_mutex_unlock(&m->lock);
+    if (idle)
+        grpc_completion_queue_shutdown(m->cq); /* its next wait returns at once */
     if (m->thread_started)
         pthread_join(m->thread, NULL);
     while (m->plugins && gs_now_ns() < end)
