@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--xid-trials", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=10)
+    ap.add_argument("--list-strategy", default="envvar",
+                    help="the policy's deviceListStrategy (cdi-cri: each Allocate names CDI devices)")
     ap.add_argument("--log-level", default="info",
                     help="the agent's --log-level (default info, the agent's own default, as deployed)")
     ap.add_argument("--smaps", help="write the agent's resident memory per mapping (from /proc/PID/smaps) here")
@@ -74,6 +76,7 @@ def main():
     with open(policy, "w") as f:
         f.write("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
                 "    - name: nvidia.com/gpu\n      replicas: 64\n"
+                f"flags:\n  plugin:\n    deviceListStrategy: {args.list_strategy}\n"
                 "gpuslice:\n  health:\n    recoveryQuietPeriod: 1s\n")
     state = os.path.join(base, "state")
     kdir = os.path.join(base, "k")
@@ -81,7 +84,7 @@ def main():
     env = dict(os.environ, GPUSLICE_SIM_LIB=args.sim_lib)
     agent = subprocess.Popen([args.gpuslice, "--sim", node, "--sim-state", state, "--log-level", args.log_level, "agent",
                               "--config", policy, "--kubelet-dir", kdir,
-                              "--features-file", os.path.join(base, "features"),
+                              "--features-file", os.path.join(base, "features"), "--cdi-root", os.path.join(base, "cdi"),
                               "--metrics-address", "127.0.0.1:0"], env=env,
                              stderr=open(os.path.join(base, "agent.log"), "w"))
     print(f"agent log: {base}/agent.log", file=sys.stderr)
@@ -157,10 +160,12 @@ def main():
     print(f"| Allocate latency, {len(lat)} calls, median | {statistics.median(lat):.0f} us |")
     print(f"| Allocate latency p99 | {pct(lat, 99):.0f} us |")
     print(f"| Allocate latency max | {max(lat):.0f} us |")
-    print(f"| Xid -> Unhealthy ListAndWatch, {len(health)} trials, median | {statistics.median(health):.1f} ms |")
-    print(f"| Xid -> Unhealthy, max | {max(health):.1f} ms |")
-    print(f"| kubelet restart -> re-registered, {len(rereg)} trials, median | {statistics.median(rereg):.1f} ms |")
-    print(f"| kubelet restart -> re-registered, max | {max(rereg):.1f} ms |")
+    if health:
+        print(f"| Xid -> Unhealthy ListAndWatch, {len(health)} trials, median | {statistics.median(health):.1f} ms |")
+        print(f"| Xid -> Unhealthy, max | {max(health):.1f} ms |")
+    if rereg:
+        print(f"| kubelet restart -> re-registered, {len(rereg)} trials, median | {statistics.median(rereg):.1f} ms |")
+        print(f"| kubelet restart -> re-registered, max | {max(rereg):.1f} ms |")
     print(f"| agent VmRSS at the end | {rss.get('VmRSS')} |")
     print(f"| agent VmHWM (peak RSS) | {rss.get('VmHWM')} |")
     for k in ("Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty", "Anonymous"):

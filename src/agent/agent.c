@@ -3,8 +3,7 @@
  *
  * Three threads: the main one runs the loop (loop.h) on a signalfd, an inotify fd (kubelet
  * directory and the policy file's directory), a timerfd (the inventory poll, the loop's tick), a
- * pipe fed by the NVML event thread, whose only job is to wait in nvmlEventSetWait and forward Xid
- * events, and the MPS supervisor's fd; the device plugins' gRPC thread answers the kubelet with
+ * pipe fed by the NVML event thread (xidwatch.c), and the MPS supervisor's fd; the device plugins' gRPC thread answers the kubelet with
  * the handlers of shared.h. The node's state machine is state.c, MPS mps_glue.c, what is written
  * for others publish.c, the clean-up of gone pods cleanup.c. */
 #include "agent/agent.h"
@@ -27,6 +26,7 @@
 #include "agent/metrics_http.h"
 #include "agent/utilization.h"
 #include "agent/state.h"
+#include "agent/xidwatch.h"
 #include "dra/dra.h"
 #include "kubelet/deviceplugin.h"
 #include "util/log.h"
@@ -48,32 +48,6 @@ static void trim_job(void *ctx, uint64_t now) {
     struct mallinfo2 mi = mallinfo2();
     if (mi.fordblks > 512 * 1024)
         malloc_trim(0);
-}
-
-/* ---- NVML event thread ---------------------------------------------------------------------- */
-
-/* How long one nvmlEventSetWait lasts: the longest the thread takes to see the agent stop, since
- * nothing can wake NVML's wait. 50 ms keeps SIGTERM-to-exit under ~70 ms (the join comes last in
- * teardown, after the rest of the shut-down) for 20 cheap calls a second; with 500 ms a SIGTERM
- * waited ~250 ms on average, up to 500. */
-#define EVENT_WAIT_MS 50
-
-static void *event_thread(void *arg) {
-    struct agent *a = arg;
-    while (!atomic_load(&a->stop)) {
-        struct gpu_event ev;
-        int r = gpu_events_wait(a->events, EVENT_WAIT_MS, &ev);
-        if (r == -ETIMEDOUT)
-            continue;
-        if (r < 0) {
-            /* Lost contact with the event source: the inventory poll will tell what is left. */
-            usleep(200000);
-            continue;
-        }
-        ssize_t w = write(a->pipe_wr, &ev, sizeof(ev));
-        (void)w;
-    }
-    return NULL;
 }
 
 /* ---- fd sources ------------------------------------------------------------------------------ */
@@ -239,9 +213,8 @@ static void start_metrics(struct agent *a) {
 }
 
 static void start_events(struct agent *a) {
-    if (gpu_events_open(a->node, &a->events) == 0) {
-        if (pthread_create(&a->event_thread, NULL, event_thread, a) == 0)
-            a->event_thread_started = true;
+    if (xidwatch_start(a->node, a->pipe_wr, &a->xid) == 0) {
+        a->pipe_wr = -1; /* the event thread's now */
     } else {
         log_warn("Xid events unavailable (%s): health comes from the inventory poll only", gpu_node_error(a->node));
     }
@@ -281,16 +254,13 @@ static int start_dra(struct agent *a) {
 }
 
 static void teardown(struct agent *a) {
-    atomic_store(&a->stop, true); /* the event thread's current wait ends while the rest stops */
     agent_migmgr_stop(a);
     agent_pub_free(&a->pub);
     agent_mps_stop(a);
     dra_server_stop(a->dra);
     agent_dra_api_stop(a);
     dp_manager_free(a->dp);
-    if (a->event_thread_started)
-        pthread_join(a->event_thread, NULL);
-    gpu_events_close(a->events);
+    xidwatch_stop(a->xid); /* never waits for NVML's event wait to end */
     if (a->plan_valid)
         gs_plan_free(&a->plan);
     int fds[] = { a->sigfd, a->inofd, a->timerfd, a->pipe_rd, a->pipe_wr };

@@ -30,6 +30,8 @@ void agent_shared_init(struct agent_shared *s, const struct agent_options *o) {
 void agent_shared_destroy(struct agent_shared *s) {
     free(s->cdi_spec);
     s->cdi_spec = NULL;
+    free(s->cdi_names);
+    s->cdi_names = NULL;
     frac_state_free(&s->frac);
     pthread_mutex_destroy(&s->lock);
 }
@@ -44,12 +46,47 @@ const struct gs_policy *agent_shared_set_policy(struct agent_shared *s, const st
     return old;
 }
 
+#define CDI_NAME_KEY "\"name\": \""
+
+static int cdi_name_cmp(const void *x, const void *y) {
+    const struct agent_cdi_name *a = x, *b = y;
+    int c = memcmp(a->name, b->name, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* Every "name": "X" of the spec text, sorted: what cdi_check looks a device up in. NULL (and
+ * *n = 0) for a text without names, or when out of memory (then nothing is found: Allocate answers
+ * EAGAIN, as for a spec not written yet). */
+static struct agent_cdi_name *cdi_index(const char *text, size_t *n) {
+    size_t count = 0;
+    for (const char *p = text; (p = strstr(p, CDI_NAME_KEY)); p += sizeof(CDI_NAME_KEY) - 1)
+        count++;
+    struct agent_cdi_name *names = count ? malloc(count * sizeof(*names)) : NULL;
+    *n = 0;
+    if (!names)
+        return NULL;
+    for (const char *p = text; (p = strstr(p, CDI_NAME_KEY));) {
+        p += sizeof(CDI_NAME_KEY) - 1;
+        const char *end = strchr(p, '"');
+        if (!end)
+            break;
+        names[(*n)++] = (struct agent_cdi_name){ p, (size_t)(end - p) };
+    }
+    qsort(names, *n, sizeof(*names), cdi_name_cmp);
+    return names;
+}
+
 void agent_shared_set_cdi(struct agent_shared *s, char *text, const char *err) {
+    size_t n = 0;
+    struct agent_cdi_name *names = text ? cdi_index(text, &n) : NULL; /* outside the lock */
     pthread_mutex_lock(&s->lock);
     gs_strlcpy(s->cdi_error, err ? err : "", sizeof(s->cdi_error));
     if (text) {
         free(s->cdi_spec);
+        free(s->cdi_names);
         s->cdi_spec = text;
+        s->cdi_names = names;
+        s->n_cdi_names = n;
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -134,12 +171,12 @@ int agent_shared_metrics(struct agent_shared *s, const struct gs_inventory *inv,
 /* ---- handlers called by the device plugins -------------------------------------------------- */
 
 /* Allocate with a CDI strategy may only name devices the written spec has: a container created
- * from a name the runtime cannot resolve would fail later and less clearly. Under s->lock. */
+ * from a name the runtime cannot resolve would fail later and less clearly. Looked up in the
+ * spec's sorted names (agent_shared_set_cdi made them), not in its text. Under s->lock. */
 static int cdi_check(const struct agent_shared *s, const struct gs_alloc_response *out, char *err, size_t errlen) {
     for (unsigned i = 0; i < out->n_cdi; i++) {
-        char needle[sizeof(out->cdi[0]) + 16];
-        snprintf(needle, sizeof(needle), "\"name\": \"%s\"", out->cdi[i]);
-        if (!s->cdi_spec || !strstr(s->cdi_spec, needle)) {
+        struct agent_cdi_name key = { out->cdi[i], strlen(out->cdi[i]) };
+        if (!s->n_cdi_names || !bsearch(&key, s->cdi_names, s->n_cdi_names, sizeof(key), cdi_name_cmp)) {
             snprintf(err, errlen, "device %s is not in the CDI spec yet (%s)", out->cdi[i],
                      s->cdi_error[0] ? s->cdi_error : "not written");
             return -EAGAIN;

@@ -22,6 +22,11 @@ struct agent_shared {
     pthread_mutex_t lock;          /* guards everything below */
     const struct gs_policy *policy; /* the policy in force (the main thread's, replaced whole) */
     char *cdi_spec;                /* the node's CDI spec as last written (NULL: none yet) */
+    struct agent_cdi_name {        /* its device names, sorted (pointers into cdi_spec): Allocate's index */
+        const char *name;
+        size_t len;
+    } *cdi_names;
+    size_t n_cdi_names;
     char cdi_error[256];           /* why it could not be written ("": it was) */
     struct gs_metrics_counters counters; /* Allocate counts from the gRPC thread, the rest from the main one */
     struct frac_state frac;        /* fractional GPUs: the admission in progress (its kube client and node

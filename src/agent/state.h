@@ -49,10 +49,7 @@ struct agent {
     char config_dir[PATH_MAX], config_base[NAME_MAX + 1];
     int policy_job;                /* the loop's job id of the policy reload, kicked by SIGHUP and inotify */
     int replan_job;                /* the loop's job id of a replan, kicked by the MPS supervisor's job */
-    struct gpu_events *events;     /* Xid events, waited for by the event thread */
-    pthread_t event_thread;
-    atomic_bool stop;
-    bool event_thread_started;
+    struct xidwatch *xid;          /* the NVML event thread (xidwatch.h), NULL without */
     unsigned long long trim_last_ns;
 
     struct agent_mps mps;          /* mps_glue.c */

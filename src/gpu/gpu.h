@@ -7,6 +7,7 @@
 #ifndef GS_GPU_H
 #define GS_GPU_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -160,6 +161,11 @@ int gpu_events_open(struct gpu_node *node, struct gpu_events **out);
 /* 0 with *ev filled, -ETIMEDOUT, or another -errno (gpu_node_error is not updated: this may run
  * on its own thread while the node is used elsewhere). */
 int gpu_events_wait(struct gpu_events *e, unsigned timeout_ms, struct gpu_event *ev);
+/* gpu_events_wait unless *stop is already set (-ECANCELED then, without calling NVML). While such a
+ * wait lasts gpu_events_waiting is true, and gpu_node_close leaves the library loaded: nothing
+ * interrupts NVML's wait, and a process that stops need not wait for it to end. */
+int gpu_events_wait_unless(struct gpu_events *e, unsigned timeout_ms, const atomic_bool *stop, struct gpu_event *ev);
+bool gpu_events_waiting(const struct gpu_events *e);
 void gpu_events_close(struct gpu_events *e);
 
 #endif

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -33,6 +34,18 @@ struct gpu_node {
     unsigned n_devices;
     nvmlReturn_t last;
     char error[512];
+    atomic_uint waiting; /* threads inside nvmlEventSetWait (gpu_events_wait_unless) */
+    struct profile_table *profiles[GS_MAX_GPUS]; /* read_profiles' tables, NULL until read */
+};
+
+/* A GPU's GPU-instance profiles and their placements as NVML gave them: the board's, the same at
+ * every read for one GPU (its UUID) in one MIG mode. Read once, they are copied at each inventory;
+ * only the remaining capacity, which changes with the instances, is asked every time. */
+struct profile_table {
+    char uuid[GS_UUID_LEN];
+    unsigned mig_current;
+    unsigned n_profiles, mig_mem_slices;
+    struct gs_gi_profile profiles[GS_MAX_PROFILES];
 };
 
 struct gpu_events {
@@ -210,8 +223,14 @@ int gpu_node_open(const char *lib, struct gpu_node **out, char *err, size_t errl
 void gpu_node_close(struct gpu_node *n) {
     if (!n)
         return;
+    /* A thread still inside nvmlEventSetWait, which nothing interrupts: the process is ending, and
+     * the library, its handles and this node stay for the last moments of that thread's wait. */
+    if (atomic_load(&n->waiting))
+        return;
     n->api.Shutdown();
     dlclose(n->dl);
+    for (size_t i = 0; i < GS_ARRAY_SIZE(n->profiles); i++)
+        free(n->profiles[i]);
     free(n);
 }
 
@@ -231,10 +250,46 @@ static int device(struct gpu_node *n, unsigned idx, nvmlDevice_t *d) {
 
 /* ---- inventory ------------------------------------------------------------------------------- */
 
+/* The remaining capacity of every profile of g, now. */
+static void read_remaining(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) {
+    for (unsigned p = 0; p < g->n_profiles && n->api.DeviceGetGpuInstanceRemainingCapacity; p++)
+        if (n->api.DeviceGetGpuInstanceRemainingCapacity(d, g->profiles[p].id, &g->profiles[p].remaining) != NVML_SUCCESS)
+            g->profiles[p].remaining = 0;
+}
+
+/* g's profiles from the table read before for this GPU in this MIG mode; false when there is none. */
+static bool profiles_from_table(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) {
+    const struct profile_table *t = g->index < GS_MAX_GPUS ? n->profiles[g->index] : NULL;
+    if (!t || strcmp(t->uuid, g->uuid) != 0 || t->mig_current != g->mig_current)
+        return false;
+    g->n_profiles = t->n_profiles;
+    g->mig_mem_slices = t->mig_mem_slices;
+    memcpy(g->profiles, t->profiles, t->n_profiles * sizeof(g->profiles[0]));
+    read_remaining(n, d, g);
+    return true;
+}
+
+/* Keeps g's profiles as the table of this GPU in this MIG mode (complete reads only). */
+static void profiles_to_table(struct gpu_node *n, const struct gs_gpu *g) {
+    if (g->index >= GS_MAX_GPUS)
+        return;
+    struct profile_table *t = n->profiles[g->index];
+    if (!t && !(t = n->profiles[g->index] = malloc(sizeof(*t))))
+        return;
+    gs_strlcpy(t->uuid, g->uuid, sizeof(t->uuid));
+    t->mig_current = g->mig_current;
+    t->n_profiles = g->n_profiles;
+    t->mig_mem_slices = g->mig_mem_slices;
+    memcpy(t->profiles, g->profiles, g->n_profiles * sizeof(g->profiles[0]));
+}
+
 static void read_profiles(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) {
     const struct nvml_api *a = &n->api;
     if (!a->DeviceGetGpuInstanceProfileInfo && !a->DeviceGetGpuInstanceProfileInfoV)
         return;
+    if (profiles_from_table(n, d, g))
+        return;
+    bool complete = true; /* every answer a profile, NOT_SUPPORTED, or the end of the list */
     /* Enumerate profile indices forward-compatibly: 0, 1, ... until INVALID_ARGUMENT. */
     for (unsigned p = 0; p < 64 && g->n_profiles < GS_MAX_PROFILES; p++) {
         struct gs_gi_profile *gp = &g->profiles[g->n_profiles];
@@ -265,6 +320,7 @@ static void read_profiles(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) 
         }
         if (r == NVML_ERROR_INVALID_ARGUMENT)
             break;
+        complete &= r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED;
         if (r != NVML_SUCCESS)
             continue;
         gp->nvml_index = p;
@@ -273,7 +329,9 @@ static void read_profiles(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) 
         if (a->DeviceGetGpuInstancePossiblePlacements) {
             nvmlGpuInstancePlacement_t pl[8];
             unsigned cnt = GS_ARRAY_SIZE(pl);
-            if (a->DeviceGetGpuInstancePossiblePlacements(d, gp->id, pl, &cnt) == NVML_SUCCESS) {
+            nvmlReturn_t pr = a->DeviceGetGpuInstancePossiblePlacements(d, gp->id, pl, &cnt);
+            complete &= pr == NVML_SUCCESS || pr == NVML_ERROR_NOT_SUPPORTED;
+            if (pr == NVML_SUCCESS) {
                 gp->n_starts = cnt;
                 for (unsigned i = 0; i < cnt; i++) {
                     gp->starts[i] = pl[i].start;
@@ -283,10 +341,11 @@ static void read_profiles(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) 
                 }
             }
         }
-        if (a->DeviceGetGpuInstanceRemainingCapacity)
-            a->DeviceGetGpuInstanceRemainingCapacity(d, gp->id, &gp->remaining);
         g->n_profiles++;
     }
+    if (complete)
+        profiles_to_table(n, g);
+    read_remaining(n, d, g);
 }
 
 static void read_mig_devices(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *g) {
@@ -295,6 +354,9 @@ static void read_mig_devices(struct gpu_node *n, nvmlDevice_t d, struct gs_gpu *
         return;
     /* GPU instances per profile (including empty ones, which have no MIG device). */
     for (unsigned p = 0; p < g->n_profiles; p++) {
+        /* Room for every instance the profile allows: there is none of it (one would take one). */
+        if (g->profiles[p].max_instances && g->profiles[p].remaining == g->profiles[p].max_instances)
+            continue;
         nvmlGpuInstance_t gis[GS_MAX_GIS];
         unsigned cnt = GS_ARRAY_SIZE(gis);
         if (a->DeviceGetGpuInstances(d, g->profiles[p].id, gis, &cnt) != NVML_SUCCESS)
@@ -784,6 +846,18 @@ int gpu_events_wait(struct gpu_events *e, unsigned timeout_ms, struct gpu_event 
     ev->gi_id = data.gpuInstanceId;
     ev->ci_id = data.computeInstanceId;
     return 0;
+}
+
+int gpu_events_wait_unless(struct gpu_events *e, unsigned timeout_ms, const atomic_bool *stop, struct gpu_event *ev) {
+    /* Counted before stop is read: a closer that sees no waiter knows this call will not wait. */
+    atomic_fetch_add(&e->node->waiting, 1);
+    int r = atomic_load(stop) ? -ECANCELED : gpu_events_wait(e, timeout_ms, ev);
+    atomic_fetch_sub(&e->node->waiting, 1);
+    return r;
+}
+
+bool gpu_events_waiting(const struct gpu_events *e) {
+    return atomic_load(&e->node->waiting) != 0;
 }
 
 void gpu_events_close(struct gpu_events *e) {

@@ -32,6 +32,8 @@
 #define METHOD_PREFIX "/v1beta1.DevicePlugin/"
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+/* The longest the event thread waits when nothing is due (it wakes for gRPC's events). */
+#define IDLE_WAIT_MS 30000
 #define REGISTER_DEADLINE_MS 10000
 
 enum op { OP_NEW, OP_RECV, OP_DONE, OP_SEND, OP_CLOSE, OP_REGISTER, OP_SHUTDOWN, OP_COUNT };
@@ -998,8 +1000,9 @@ static void handle_event(struct dp_manager *m, grpc_event ev) {
 }
 
 /* Waits up to timeout_ms for gRPC events (without the lock), then handles each under the lock,
- * then starts the registration retries that are due. */
-static void poll_events(struct dp_manager *m, int timeout_ms) {
+ * then starts the registration retries that are due. Returns how long until the next retry is due
+ * (ms, at most IDLE_WAIT_MS). */
+static int poll_events(struct dp_manager *m, int timeout_ms) {
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(m->cq, deadline, NULL);
@@ -1011,17 +1014,27 @@ static void poll_events(struct dp_manager *m, int timeout_ms) {
         deadline = gpr_inf_past(GPR_CLOCK_MONOTONIC);
     }
     pthread_mutex_lock(&m->lock);
-    unsigned long long now = gs_now_ns();
-    for (struct dp_plugin *p = m->plugins; p; p = p->next)
-        if (p->state == P_RUNNING && p->reg == R_WAIT && now >= p->reg_at_ns)
+    unsigned long long now = gs_now_ns(), next = now + IDLE_WAIT_MS * 1000000ULL;
+    for (struct dp_plugin *p = m->plugins; p; p = p->next) {
+        if (p->state != P_RUNNING || p->reg != R_WAIT)
+            continue;
+        if (now >= p->reg_at_ns)
             register_start(p);
+        else if (p->reg_at_ns < next)
+            next = p->reg_at_ns;
+    }
     pthread_mutex_unlock(&m->lock);
+    return (int)((next - now + 999999) / 1000000);
 }
 
+/* Event-driven: it wakes for gRPC's events (calls, streams, Register answers, and the servers'
+ * shut-down that dp_manager_free starts, or the queue's when no server runs), for a registration
+ * retry that is due, and else once in IDLE_WAIT_MS. */
 static void *event_loop(void *arg) {
     struct dp_manager *m = arg;
+    int wait_ms = 0;
     while (!atomic_load(&m->stop))
-        poll_events(m, 50);
+        wait_ms = poll_events(m, wait_ms);
     return NULL;
 }
 
@@ -1036,10 +1049,8 @@ int dp_manager_start(struct dp_manager *m) {
 void dp_manager_free(struct dp_manager *m) {
     if (!m)
         return;
-    if (m->thread_started) {
-        atomic_store(&m->stop, true);
-        pthread_join(m->thread, NULL);
-    }
+    /* Stopped first, then the servers' shut-down: its events wake the event thread at once. */
+    atomic_store(&m->stop, true);
     pthread_mutex_lock(&m->lock);
     for (struct dp_plugin *p = m->plugins; p; p = p->next) {
         p->remove_when_stopped = true;
@@ -1053,7 +1064,12 @@ void dp_manager_free(struct dp_manager *m) {
         if (p->state == P_STOPPED)
             plugin_maybe_finish(p);
     }
+    bool idle = !m->plugins; /* nothing outstanding: no event would come to wake the thread */
     pthread_mutex_unlock(&m->lock);
+    if (idle)
+        grpc_completion_queue_shutdown(m->cq); /* its next wait returns at once */
+    if (m->thread_started)
+        pthread_join(m->thread, NULL);
     while (m->plugins && gs_now_ns() < end)
         poll_events(m, 50);
     grpc_completion_queue_shutdown(m->cq);

@@ -1386,6 +1386,35 @@ def test_sigterm_exits_promptly(h):
     assert max(times) < 0.150, f"SIGTERM to exit took {[round(t * 1000) for t in times]} ms"
 
 
+def test_idle_agent_sleeps(h):
+    """An idle agent's threads wait for events, not in short steps: over 4 s, with the inventory
+    poll at its default 2 s and the 10 s and 30 s jobs off, its threads block and wake (voluntary
+    context switches, every thread's) fewer than 15 times a second. A 50 ms wait step anywhere
+    (the NVML event thread's, the device plugins' gRPC thread's) is 20 a second on its own."""
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"],
+                extra=["--poll-interval-ms", "2000", "--pod-attribution-interval-ms", "0",
+                       "--guard-reconcile-interval-ms", "0", "--guard-gc-interval-ms", "0"])
+    a.wait_log(r"Serving metrics")
+    settle(1.0)
+
+    def switches():
+        n = 0
+        for t in os.listdir(f"/proc/{a.proc.pid}/task"):
+            try:
+                with open(f"/proc/{a.proc.pid}/task/{t}/status") as f:
+                    n += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
+        return n
+
+    before = switches()
+    settle(4.0)
+    woke = switches() - before
+    assert a.alive(), a.log()
+    assert woke < 4 * 15, f"{woke} wake-ups in 4 s of idling"
+
+
 # ------------------------------------------------------------------------------- NVML failing (GPUSLICE_SIM_FAULTS)
 
 def _faulty_agent(h, monkeypatch, node, policy, schedule, resources):
