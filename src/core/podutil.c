@@ -62,6 +62,15 @@ unsigned gs_util_fold(struct gs_util_window *w, const struct gs_util_sample *in,
         if (w->start_us + spanned * w->period_us > next)
             next = w->start_us + spanned * w->period_us;
     }
+    /* Never fewer periods than one process has samples (one a period at most): a read late or
+     * early against the driver's period grid would otherwise divide one more period's samples by
+     * one period fewer. */
+    for (unsigned i = 0, j; i < m; i = j) {
+        for (j = i; j < m && s[j].pid == s[i].pid; j++)
+            ;
+        if (periods < j - i)
+            periods = j - i;
+    }
     unsigned k = 0;
     for (unsigned i = 0; i < m;) {
         unsigned long long sum = 0;

@@ -81,6 +81,23 @@ static void test_fold_means_over_periods(void **state) {
         assert_true(pu[i].ratio <= 1.0);
 }
 
+/* A read that comes early against the driver's period grid (its last period stamped after the
+ * read's clock says it ended): the samples' periods count, never fewer. */
+static void test_fold_read_early_on_the_grid(void **state) {
+    (void)state;
+    static struct gs_util_sample s[32];
+    struct gs_proc_util pu[4];
+    struct gs_util_window w;
+    gs_util_window_init(&w, T0);
+    w.period_us = P;
+    unsigned n = 0;
+    for (unsigned k = 1; k <= 10; k++)
+        s[n++] = (struct gs_util_sample){ 1, 40, T0 + k * P };
+    unsigned m = gs_util_fold(&w, s, n, T0 + 9 * P + P / 2, pu, 4);
+    assert_int_equal(m, 1);
+    assert_true(fabs(pu[0].ratio - 0.40) < 1e-9); /* 10 samples in 10 periods, not 9 */
+}
+
 /* Processes' samples of one period a few microseconds apart (a driver that stamps each process
  * when it reads it): the periods are those of the interval, not the timestamps. */
 static void test_fold_jittered_timestamps(void **state) {
@@ -340,6 +357,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fold_means_over_periods),
         cmocka_unit_test(test_fold_jittered_timestamps),
+        cmocka_unit_test(test_fold_read_early_on_the_grid),
         cmocka_unit_test(test_fold_period_unknown),
         cmocka_unit_test(test_attribution),
         cmocka_unit_test(test_attribution_mig),
