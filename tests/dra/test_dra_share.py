@@ -126,7 +126,7 @@ def test_mig_on_demand_created_and_destroyed(node):
     assert f"GPUSLICE_DRA_DEVICES={uuid}" in e["env"]
     assert [n["path"] for n in e["deviceNodes"]][0] == "/dev/nvidia3"
     assert len(e["deviceNodes"]) == 3 and all(n["path"].startswith("/dev/nvidia-caps/") for n in e["deviceNodes"][1:])
-    assert list(r.devices[0].cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[3]}", f"gpuslice.io/gpu=claim-{UID}"]
+    assert list(r.devices[0].cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[3]}", f"gpuslice.io/gpu=claim-{UID}-0"]
     assert c.prepare([claim("ns1", "mig", UID)])[UID].error == ""  # idempotent: nothing more made
     assert gis(node)[0] == [(9, 4)]
     assert c.unprepare([claim("ns1", "mig", UID)])[UID].error == ""
