@@ -321,6 +321,27 @@ static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct d
     return rc;
 }
 
+/* An MPS share's daemon: running (as the agent last saw it) and its pipe directory there; else
+ * -EAGAIN saying why (the kubelet retries the prepare). */
+static int mps_ready(const struct dra_result *r, const struct dra_device *d, char *err, size_t errlen) {
+    char pipe[600];
+    struct stat st;
+    snprintf(pipe, sizeof(pipe), "%s/%s/pipe", d->mps_root, d->cdi);
+    if (d->mps_down[0]) {
+        snprintf(err, errlen, "request %.127s: device %.63s is shared by MPS, but its control daemon (%.96s) is not "
+                 "running: %.63s (the agent's log says why)", r->request, d->name, d->cdi, d->mps_down);
+        return -EAGAIN;
+    }
+    int there = stat(pipe, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    if (there <= 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "request %.63s: device %.63s is shared by MPS, but its pipe directory %.240s %s: no "
+                 "control daemon runs for it", r->request, d->name, pipe,
+                 there == 0 ? "does not exist" : there < 0 ? "cannot be read" : "is not a directory");
+        return -EAGAIN;
+    }
+    return 0;
+}
+
 /* Each result's edits: its request's guard and MPS edits, so that a container gets those of the
  * requests it names only. A request with time-sliced shares gets its own guard limits (its devices
  * numbered from CUDA ordinal 0, as a container naming it sees them), in the claim's guard
@@ -409,7 +430,8 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
     for (unsigned i = 0; i < c->n_results; i++) {
         struct dra_gpu_config cfg;
         if ((rc = dra_config_for(c, c->results[i].request, &cfg, err, errlen)) < 0 ||
-            (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0)
+            (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0 ||
+            (shares[i].sharing == DRA_SHARING_MPS && (rc = mps_ready(&c->results[i], bound[i], err, errlen)) < 0))
             goto out;
     }
     bool any_mig = false;
