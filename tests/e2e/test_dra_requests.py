@@ -6,13 +6,15 @@ one naming "mps", one naming the claim. Each container shows what it sees (its e
 and device nodes): a request's devices, MPS's pipe and limits reach only the containers naming it
 (each result is a CDI device of its own); the claim's container sees both. The MPS daemon is the
 agent's, started for the GPU DRA serves in MPS mode (its pipe directory is what the container
-mounts)."""
+mounts). A claim of four requests, each a 1g.10gb MIG device made on demand, and four containers,
+one a request: each sees its own MIG device only (its UUID, its two capability nodes)."""
 import json
 import os
 
 import yaml
 
-from dra_util import apply_classes, dra_args, delete_prefixed, slice_devices, slices
+from dra_util import DRIVER, apply_classes, case_dirs, delete_prefixed, dra_args, dra_policy, h100_node, slice_devices, \
+    slices
 from e2e import NS, wait
 from test_pods import SHOW, parse
 
@@ -34,17 +36,17 @@ def _claim():
                                             "capacity": {"requests": {"compute": "25", "memory": "4Gi"}}}}]}}}
 
 
-def _pod(cluster):
-    pod = yaml.safe_load(cluster.pod_yaml("dra-req-pod", {}, SHOW))
+def _pod(cluster, name="dra-req-pod", claim=CLAIM, names=(("whole", "whole"), ("mps", "mps"), ("all", None))):
+    pod = yaml.safe_load(cluster.pod_yaml(name, {}, SHOW))
     main = pod["spec"]["containers"][0]
     containers = []
-    for name, request in (("whole", "whole"), ("mps", "mps"), ("all", None)):
+    for name, request in names:
         c = json.loads(json.dumps(main))
         c["name"] = name
         c["resources"] = {"claims": [dict({"name": "gpu"}, **({"request": request} if request else {}))]}
         containers.append(c)
     pod["spec"]["containers"] = containers
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": CLAIM}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
     return pod
 
 
@@ -94,5 +96,42 @@ def test_each_container_sees_only_its_requests(cluster, agent):
         assert every["env"].get("GPUSLICE_DRA_DEVICES_MPS") == u1, every["env"]
         assert "/mps/pipe" in every["mount"], sorted(every["mount"])
         assert _gpu_nodes(every) == sorted([f"/dev/nvidia{minors[u0]}", f"/dev/nvidia{minors[u1]}"]), every["node"]
+    finally:
+        delete_prefixed(cluster, "dra-req-")
+
+
+def test_four_mig_requests_each_container_sees_its_own(cluster, agent):
+    apply_classes(cluster)
+    node, _ = case_dirs(cluster, "dra-req-mig", h100_node(mig=(0, 1)))
+    policy = dra_policy('{index: "0,1", mode: mig}', flags="  migStrategy: mixed\n")
+    a = agent(node, policy, dra_args(cluster) + ["--cdi-hook", ""])
+    try:
+        wait(lambda: any(d.startswith("gpu-0-mig-1g10gb-") for d in slice_devices(slices(cluster))), 120,
+             "the MIG placements in the slices")
+        sel = f'device.attributes["{DRIVER}"].profile == "1g.10gb"'
+        reqs = [{"name": f"r{i}", "exactly": {"deviceClassName": f"mig.{DRIVER}",
+                                              "selectors": [{"cel": {"expression": sel}}]}} for i in range(4)]
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "dra-req-mig", "namespace": NS}, "spec": {"devices": {"requests": reqs}}}
+        pod = _pod(cluster, "dra-req-migpod", "dra-req-mig", [(f"c{i}", f"r{i}") for i in range(4)])
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([claim, pod]))
+        p = cluster.wait_phase("dra-req-migpod", ("Succeeded",), timeout=240)
+        seen = {s["name"]: parse(s["state"]["terminated"].get("message", "")) for s in p["status"]["containerStatuses"]}
+        uuids, caps = [], []
+        for i in range(4):
+            env = seen[f"c{i}"]["env"]
+            uuid = env.get("GPUSLICE_DRA_DEVICES", "")
+            assert uuid.startswith("MIG-") and "," not in uuid, env
+            assert env.get(f"GPUSLICE_DRA_DEVICES_R{i}") == uuid, env
+            assert not any(env.get(f"GPUSLICE_DRA_DEVICES_R{j}") for j in range(4) if j != i), env
+            mine = {n for n in seen[f"c{i}"]["node"] if n.startswith("/dev/nvidia-caps/")}
+            assert len(mine) == 2, seen[f"c{i}"]["node"]   # its GI's and CI's access nodes, no other's
+            uuids.append(uuid)
+            caps.append(mine)
+        assert len(set(uuids)) == 4, uuids
+        for i in range(4):
+            for j in range(i + 1, 4):
+                assert not caps[i] & caps[j], (i, j, caps)
+        print(f"DRA four MIG requests: {uuids}, caps {caps}")
     finally:
         delete_prefixed(cluster, "dra-req-")
