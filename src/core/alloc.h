@@ -44,7 +44,7 @@ struct gs_guard_quota {
  * one, never cuts it. */
 #define GS_ENV_VALUE_MAX 2048
 struct gs_env {
-    char key[64];
+    char key[160];
     char value[GS_ENV_VALUE_MAX];
 };
 

@@ -364,12 +364,20 @@ static int add_nodes(const struct dra_edits *e, unsigned i, json_t *dev) {
     return rc;
 }
 
-/* GPUSLICE_DRA_DEVICES_<REQUEST> of result i's request: upper case, '-' as '_'. */
-static void request_env_name(const char *request, char *buf, size_t len) {
-    size_t n = dra_request_base_len(request), k = (size_t)snprintf(buf, len, "GPUSLICE_DRA_DEVICES_");
-    for (size_t j = 0; j < n && k + 1 < len; j++, k++)
-        buf[k] = request[j] == '-' || request[j] == '.' ? '_' : (char)(request[j] >= 'a' && request[j] <= 'z' ? request[j] - 32 : request[j]);
-    buf[k < len ? k : len - 1] = '\0';
+/* GPUSLICE_DRA_DEVICES_<REQUEST> of a request: upper case, '-' and '.' as '_'; -E2BIG when it does
+ * not fit len (never cut). */
+static int request_env_name(const char *request, char *buf, size_t len) {
+    static const char prefix[] = "GPUSLICE_DRA_DEVICES_";
+    size_t n = dra_request_base_len(request), k = sizeof(prefix) - 1;
+    if (k + n >= len)
+        return -E2BIG;
+    memcpy(buf, prefix, k);
+    for (size_t j = 0; j < n; j++, k++) {
+        char ch = request[j];
+        buf[k] = ch == '-' || ch == '.' ? '_' : ch >= 'a' && ch <= 'z' ? (char)(ch - 'a' + 'A') : ch;
+    }
+    buf[k] = '\0';
+    return 0;
 }
 
 /* Result i's device of the claim's spec, appended to devices: its environment, its request's
@@ -378,7 +386,7 @@ static int result_device(const struct dra_claim *c, const struct dra_device *con
                          const char *kind, unsigned i, struct gs_alloc_response *a, json_t *devices, char *err,
                          size_t errlen) {
     const struct dra_result *r = &c->results[i];
-    char list[GS_ENV_VALUE_MAX], value[GS_ENV_VALUE_MAX], key[64], name[96];
+    char list[GS_ENV_VALUE_MAX], value[GS_ENV_VALUE_MAX], key[sizeof(a->envs[0].key)], name[96];
     size_t used = 0;
     memset(a, 0, sizeof(*a));
     for (unsigned j = 0; j < c->n_results && j < DRA_MAX_RESULTS; j++) {
@@ -395,9 +403,8 @@ static int result_device(const struct dra_claim *c, const struct dra_device *con
     }
     /* What the container is told of its claim: which claim, and the devices of its request. */
     snprintf(value, sizeof(value), "%s/%s", c->ns, c->name);
-    request_env_name(r->request, key, sizeof(key));
     int rc = 0;
-    if (gs_alloc_add_env(a, "GPUSLICE_DRA_CLAIM", value) < 0 || gs_alloc_add_env(a, "GPUSLICE_DRA_DEVICES", list) < 0 ||
+    if (request_env_name(r->request, key, sizeof(key)) < 0 || gs_alloc_add_env(a, "GPUSLICE_DRA_CLAIM", value) < 0 || gs_alloc_add_env(a, "GPUSLICE_DRA_DEVICES", list) < 0 ||
         gs_alloc_add_env(a, key, list) < 0)
         rc = -E2BIG;
     const struct dra_result_edits *x = e ? &e->extra[i] : NULL;

@@ -245,6 +245,17 @@ static int guard_path(const struct dra_server *s, const char *uid, int sub, char
     return rc;
 }
 
+/* The node's ld.so.preload for the guard, GUARD_ROOT/ld.so.preload: -ENAMETOOLONG rather than cut. */
+static int preload_path(const struct dra_server *s, char *buf, size_t len) {
+    static const char name[] = "/ld.so.preload";
+    size_t n = strlen(s->guard_root);
+    if (n + sizeof(name) > len)
+        return -ENAMETOOLONG;
+    memcpy(buf, s->guard_root, n);
+    memcpy(buf + n, name, sizeof(name));
+    return 0;
+}
+
 /* The claim's guard files (GUARD_ROOT/claim-<uid>: limits, state/region) and the node's
  * ld.so.preload, for the device plugin's mounts; nothing is left of them when this fails. */
 static int write_guard(const struct dra_server *s, const char *uid, int sub, const struct gs_guard_limits *l, char *dir,
@@ -260,7 +271,11 @@ static int write_guard(const struct dra_server *s, const char *uid, int sub, con
         dir[0] = '\0';
         return -ENAMETOOLONG;
     }
-    snprintf(preload, plen, "%.200s/ld.so.preload", s->guard_root);
+    if (preload_path(s, preload, plen) < 0) {
+        snprintf(err, errlen, "the guard root %.200s... is too long for the claim's mounts", s->guard_root);
+        dir[0] = '\0';
+        return -ENAMETOOLONG;
+    }
     int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
     if (len < 0) {
         snprintf(err, errlen, "the guard's limits cannot be written (%s)", strerror(-len));
@@ -397,7 +412,7 @@ static int request_edits(const struct dra_server *s, const struct dra_claim *c, 
                 break;
         } else if (guarded[first[i]]) {
             guard_path(s, c->uid, at, dir, sizeof(dir));
-            snprintf(preload, sizeof(preload), "%.200s/ld.so.preload", s->guard_root);
+            preload_path(s, preload, sizeof(preload)); /* it fitted at the request's first result */
         }
         memset(a, 0, sizeof(*a));
         if ((rc = dra_share_edits(sub, dev, m, dir[0] ? dir : NULL, s->guard_lib, preload, a, err, errlen)) == 0 &&
