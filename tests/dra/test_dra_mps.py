@@ -3,7 +3,8 @@ GPU 0, time-sliced GPU 1, MPS GPU 2, MIG GPUs 3 and 4), called as the kubelet ca
 runs a supervised control daemon (the stand-in tests/mps/fake_mps_control) for the GPU DRA serves
 in MPS mode, an MPS claim gets that daemon's pipe, thread share and memory limit, and a claim is
 refused, saying why, when the daemon cannot run; a claim of two requests gives each request's
-device its own edits only. Claims come from files; the MPS root is the test's.
+device its own edits only, two time-sliced requests their own guard limits. Claims come from
+files; the MPS root is the test's.
 
 Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT, FAKE_MPS_CONTROL."""
 import json
@@ -103,3 +104,27 @@ def test_two_requests_each_get_their_own_edits(node):
     with open(ts_mounts["/etc/gpuslice/guard.conf"]) as f:
         lines = [ln for ln in f.read().splitlines() if ln.startswith("device ")]
     assert lines == [f"device 0 {node.uuids[1]} {2 << 30} 50"], lines
+
+
+def test_two_guarded_requests_each_get_their_own_limits(node):
+    """Two time-sliced requests of one claim: each request's guard limits in a directory of its own
+    (GUARD_ROOT/claim-<uid>/r<I>), its GPU at CUDA ordinal 0 with its own quota; both removed at
+    unprepare."""
+    node.write_claim(claim_json("ns1", "twots", UID,
+                                [result("gpu-1", request="small", shareID="5f0e3c7a-0000-4000-8000-00000000000a",
+                                        consumedCapacity={"memory": "1Gi", "compute": "10"}),
+                                 result("gpu-1", request="big", shareID="5f0e3c7a-0000-4000-8000-00000000000b",
+                                        consumedCapacity={"memory": "3Gi", "compute": "40"})]))
+    c = start(node)
+    r = c.prepare([claim("ns1", "twots", UID)])[UID]
+    assert r.error == "", node.log()
+    claim_dir = os.path.join(node.dir, "guard", "claim-" + UID)
+    for i, (dev, gib, pct) in enumerate(zip(devices(node), (1, 3), (10, 40))):
+        mounts = {m["containerPath"]: m["hostPath"] for m in dev["containerEdits"]["mounts"]}
+        assert mounts["/etc/gpuslice/guard.conf"] == os.path.join(claim_dir, f"r{i}", "limits"), mounts
+        assert mounts["/run/gpuslice/guard"] == os.path.join(claim_dir, f"r{i}", "state"), mounts
+        with open(mounts["/etc/gpuslice/guard.conf"]) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.startswith("device ")]
+        assert lines == [f"device 0 {node.uuids[1]} {gib << 30} {pct}"], lines
+    assert c.unprepare([claim("ns1", "twots", UID)])[UID].error == ""
+    assert not os.path.exists(claim_dir) and not os.path.exists(node.spec_path(UID))
