@@ -139,8 +139,11 @@ static int update_checkpoint(struct dra_server *s, cp_mutate_fn mutate, const vo
         snprintf(err, errlen, "the checkpoint has no entry to change (%s)", strerror(-rc));
     if (text) {
         gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
-        if ((rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true)) < 0)
-            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-rc));
+        int w = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
+        if (w < 0) { /* else rc stays > 0: changed and saved */
+            rc = w;
+            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-w));
+        }
         free(text);
     }
     pthread_mutex_unlock(&s->cp_lock);

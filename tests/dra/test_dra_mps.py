@@ -128,3 +128,4 @@ def test_two_guarded_requests_each_get_their_own_limits(node):
         assert lines == [f"device 0 {node.uuids[1]} {gib << 30} {pct}"], lines
     assert c.unprepare([claim("ns1", "twots", UID)])[UID].error == ""
     assert not os.path.exists(claim_dir) and not os.path.exists(node.spec_path(UID))
+    wait(lambda: f"DRA: unprepared ns1/twots ({UID})" in node.log(), 10, "the unprepare in the agent's log")
