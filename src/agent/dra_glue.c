@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent/coexist.h"
+#include "agent/mps_glue.h"
 #include "agent/state.h"
 #include "dra/apiserver.h"
 #include "dra/slices.h"
@@ -142,6 +143,8 @@ void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n) {
             snprintf(d[i].health_message, sizeof(d[i].health_message), "critical Xid %llu", a->last_xid[g]);
         else
             d[i].health_message[0] = 0;
+        const char *down = d[i].sharing == DRA_SHARING_MPS ? agent_mps_down(a, d[i].cdi) : NULL;
+        snprintf(d[i].mps_down, sizeof(d[i].mps_down), "%s", down ? down : "");
     }
 }
 

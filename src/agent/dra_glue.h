@@ -40,7 +40,8 @@ void agent_dra_api_start(struct agent *a, struct dra_options *d);
 void agent_dra_refused(struct agent *a, const char *why);
 
 /* Each device's health as the device plugin's (a critical Xid on its GPU until the quiet period
- * passes, or the GPU lost), for the resource-health stream. */
+ * passes, or the GPU lost), for the resource-health stream; an MPS GPU's mps_down when its
+ * control daemon is not running (prepare refuses its claims). */
 void agent_dra_health(const struct agent *a, struct dra_device *d, size_t n);
 
 /* Hands the publisher what the slices say now (the inventory and policy in force; cheap when

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "agent/state.h"
+#include "dra/dra.h"
 #include "gpu/gpu.h"
 #include "mps/mps.h"
 #include "util/log.h"
@@ -72,6 +73,26 @@ static size_t mps_wanted(const struct gs_plan *plan, struct gs_mps_gpu *out, siz
     return n;
 }
 
+/* The GPUs the DRA driver serves in MPS mode (the policy's MPS GPUs given to DRA): a daemon each,
+ * added to out after the plan's. A claim's share is in its environment (CUDA_MPS_*, share.c): the
+ * daemon keeps 100 % and no memory limit. */
+static size_t mps_wanted_dra(const struct agent *a, struct gs_mps_gpu *out, size_t n, size_t max) {
+    static struct dra_device devs[GS_MAX_GPUS];
+    if (!a->dra || !a->inv || !a->policy)
+        return n;
+    size_t nd = dra_devices_of(a->inv, a->policy, devs, GS_MAX_GPUS);
+    for (size_t i = 0; i < nd && n < max; i++) {
+        bool seen = devs[i].sharing != DRA_SHARING_MPS || devs[i].withheld;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = !strcmp(out[j].uuid, devs[i].cdi);
+        if (seen)
+            continue;
+        memset(&out[n], 0, sizeof(out[n]));
+        gs_strlcpy(out[n++].uuid, devs[i].cdi, sizeof(out[0].uuid));
+    }
+    return n;
+}
+
 static void mps_publish(struct agent *a, const struct gs_mps_gpu *gpus, size_t n) {
     static struct gs_mps_daemon_status st[GS_METRICS_MAX_MPS];
     unsigned k = 0;
@@ -126,7 +147,7 @@ static void mps_compute_modes(struct agent *a, const struct gs_plan *next) {
 void agent_mps_sync(struct agent *a, struct gs_plan *next) {
     static struct gs_mps_gpu gpus[GS_METRICS_MAX_MPS];
     mps_compute_modes(a, next);
-    size_t n = mps_wanted(next, gpus, GS_METRICS_MAX_MPS);
+    size_t n = mps_wanted_dra(a, gpus, mps_wanted(next, gpus, GS_METRICS_MAX_MPS), GS_METRICS_MAX_MPS);
     if (!n && !a->mps.sup)
         return;
     if (mps_supervisor(a) < 0)
@@ -140,7 +161,7 @@ void agent_mps_sync(struct agent *a, struct gs_plan *next) {
             log_warn("MPS: cannot create %s: clients get no shared memory mount", shm);
     }
     if (gs_mps_sup_set_gpus(a->mps.sup, gpus, n) < 0)
-        log_error("MPS: the plan's GPUs were not handed to the supervisor (see above)");
+        log_error("MPS: the plan's and DRA's GPUs were not handed to the supervisor (see above)");
     if (!a->mps.stale_checked) {
         a->mps.stale_checked = true;
         gs_mps_sup_stop_stale(a->mps.sup);
@@ -185,4 +206,11 @@ void agent_mps_stop(struct agent *a) {
     for (unsigned g = 0; g < GS_MAX_GPUS; g++) /* MPS is gone: other CUDA clients may use the GPU again */
         if (a->mps.cm_saved[g])
             set_compute_mode(a, g, (unsigned)(a->mps.cm_saved[g] - 1), "the agent stops");
+}
+
+const char *agent_mps_down(const struct agent *a, const char *uuid) {
+    if (!a->mps.sup)
+        return "no MPS supervisor runs (see the agent's log)";
+    enum gs_mps_state st = gs_mps_sup_state(a->mps.sup, uuid);
+    return st == GS_MPS_RUNNING ? NULL : gs_mps_state_name(st);
 }

@@ -1,5 +1,5 @@
-/* mps_glue.h: the agent's side of MPS (src/mps): the plan's MPS GPUs and MIG instances handed to
- * the supervisor, replicas of a daemon that is not running marked Unhealthy before the plan is
+/* mps_glue.h: the agent's side of MPS (src/mps): the plan's MPS GPUs and MIG instances and the
+ * GPUs the DRA driver serves in MPS mode handed to the supervisor, replicas of a daemon that is not running marked Unhealthy before the plan is
  * compared and sent, compute modes (gpuslice.mps.exclusiveProcess), the supervisor's fd and
  * deadlines in the agent's loop (the fd comes and goes with the policy's MPS root). */
 #ifndef GS_AGENT_MPS_GLUE_H
@@ -31,6 +31,10 @@ void agent_mps_sync(struct agent *a, struct gs_plan *next);
  * due: its next deadline. */
 loop_job_fn agent_mps_job;
 loop_due_fn agent_mps_due;
+
+/* NULL when the MPS control daemon of uuid (a GPU or MIG instance) is running; else why not: its
+ * state ("starting", "restarting", "failed", "stopped": not supervised) or that no supervisor runs. */
+const char *agent_mps_down(const struct agent *a, const char *uuid);
 
 /* Quits the daemons and gives GPUs their compute modes back (the agent stops). */
 void agent_mps_stop(struct agent *a);

@@ -185,8 +185,9 @@ static int list_add_unique(char **list, size_t *len, const char *item) {
 }
 
 int gs_alloc_add_env(struct gs_alloc_response *out, const char *key, const char *value) {
-    if (out->n_envs == GS_ALLOC_MAX_ENVS || strlen(key) >= sizeof(out->envs[0].key) ||
-        strlen(value) >= sizeof(out->envs[0].value))
+    if (strlen(key) >= sizeof(out->envs[0].key) || strlen(value) >= sizeof(out->envs[0].value))
+        return -E2BIG;
+    if (out->n_envs == GS_ALLOC_MAX_ENVS)
         return -ENOSPC;
     gs_strlcpy(out->envs[out->n_envs].key, key, sizeof(out->envs[0].key));
     gs_strlcpy(out->envs[out->n_envs].value, value, sizeof(out->envs[0].value));
@@ -195,9 +196,10 @@ int gs_alloc_add_env(struct gs_alloc_response *out, const char *key, const char 
 }
 
 int gs_alloc_add_mount(struct gs_alloc_response *out, const char *container_path, const char *host_path, bool read_only) {
-    if (out->n_extra_mounts == GS_ALLOC_MAX_EXTRA_MOUNTS ||
-        strlen(container_path) >= sizeof(out->extra_mounts[0].container_path) ||
+    if (strlen(container_path) >= sizeof(out->extra_mounts[0].container_path) ||
         strlen(host_path) >= sizeof(out->extra_mounts[0].host_path))
+        return -E2BIG;
+    if (out->n_extra_mounts == GS_ALLOC_MAX_EXTRA_MOUNTS)
         return -ENOSPC;
     struct gs_mount *m = &out->extra_mounts[out->n_extra_mounts++];
     gs_strlcpy(m->container_path, container_path, sizeof(m->container_path));

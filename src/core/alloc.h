@@ -36,13 +36,16 @@ struct gs_guard_quota {
     unsigned compute_pct;       /* the guard's compute share (0: none; fractional GPUs, set by the agent) */
 };
 
-#define GS_ALLOC_MAX_ENVS 6
+#define GS_ALLOC_MAX_ENVS 8
 #define GS_ALLOC_MAX_CDI 64
 #define GS_ALLOC_MAX_EXTRA_MOUNTS 8
 
+/* A value holds a list of 32 UUIDs (a DRA request's devices); gs_alloc_add_env refuses a longer
+ * one, never cuts it. */
+#define GS_ENV_VALUE_MAX 2048
 struct gs_env {
-    char key[48];
-    char value[160];
+    char key[160];
+    char value[GS_ENV_VALUE_MAX];
 };
 
 /* Where an MPS client finds its daemon: the GPU's pipe directory and the node's shared memory. */
@@ -104,7 +107,8 @@ int gs_allocate(const struct gs_resource *r, const char *const *ids, size_t n, c
                 char *err, size_t errlen);
 void gs_alloc_response_free(struct gs_alloc_response *resp);
 
-/* Adds an environment variable / a mount to an answer; -ENOSPC when full or too long. */
+/* Adds an environment variable / a mount to an answer; -ENOSPC when full, -E2BIG when a key, value
+ * or path is too long (nothing is cut). */
 int gs_alloc_add_env(struct gs_alloc_response *out, const char *key, const char *value);
 int gs_alloc_add_mount(struct gs_alloc_response *out, const char *container_path, const char *host_path, bool read_only);
 

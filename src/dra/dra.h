@@ -113,6 +113,8 @@ struct dra_device {
     unsigned index, minor, arch;   /* NVML index, /dev/nvidia<minor>, NVML architecture */
     unsigned long long mem_total;  /* bytes */
     char mps_root[256];            /* MPS: the policy's root (<root>/<uuid>/pipe, <root>/shm) */
+    char mps_down[64];             /* MPS: why its control daemon is not running ("" : it runs, or the
+                                    * agent does not say); prepare refuses its claims then */
     bool withheld;                 /* the policy's gpuslice.dra.gpus does not give the GPU to DRA: prepare refuses it */
     enum dra_health health;        /* the agent's (Xid, GPU lost); dra_devices_of leaves it Unknown */
     char health_message[128];      /* why, for the kubelet ("critical Xid 79 ...") */

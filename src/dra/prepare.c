@@ -231,8 +231,29 @@ int dra_claim_parse(const char *json, size_t len, const char *driver, const char
     return rc;
 }
 
-void dra_claim_cdi_name(const char *uid, char *buf, size_t len) {
-    snprintf(buf, len, "claim-%s", uid);
+void dra_result_cdi_name(const char *uid, unsigned index, char *buf, size_t len) {
+    snprintf(buf, len, "claim-%s-%u", uid, index);
+}
+
+size_t dra_request_base_len(const char *request) {
+    return strcspn(request, "/");
+}
+
+bool dra_same_request(const struct dra_claim *c, unsigned i, unsigned j) {
+    const char *a = c->results[i].request, *b = c->results[j].request;
+    size_t n = dra_request_base_len(a);
+    return n == dra_request_base_len(b) && !strncmp(a, b, n);
+}
+
+int dra_result_edits_from(struct dra_result_edits *out, const struct gs_alloc_response *a) {
+    memset(out, 0, sizeof(*out));
+    if (a->n_envs > GS_ALLOC_MAX_ENVS || a->n_extra_mounts > GS_ALLOC_MAX_EXTRA_MOUNTS)
+        return -ENOSPC;
+    out->n_envs = a->n_envs;
+    memcpy(out->envs, a->envs, a->n_envs * sizeof(a->envs[0]));
+    out->n_mounts = a->n_extra_mounts;
+    memcpy(out->mounts, a->extra_mounts, a->n_extra_mounts * sizeof(a->extra_mounts[0]));
+    return 0;
 }
 
 void dra_claim_spec_file(const char *kind, const char *uid, char *buf, size_t len) {
@@ -324,27 +345,91 @@ int dra_prepare_claim(const struct dra_claim *c, const struct dra_device *devs, 
     return rc < 0 ? rc : dra_prepare_claim_ex(c, bound, NULL, kind, out, spec, err, errlen);
 }
 
-/* The claim's spec with the edits' device nodes in its device's containerEdits. */
-static int add_nodes(const struct dra_edits *e, char **spec, char *err, size_t errlen) {
-    if (!e || !e->n_nodes)
-        return 0;
-    json_t *root = json_loads(*spec, 0, NULL), *nodes = json_array();
-    json_t *edits = json_object_get(json_array_get(json_object_get(root, "devices"), 0), "containerEdits");
-    for (unsigned i = 0; nodes && i < e->n_nodes; i++)
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:i,s:i}", "path", e->nodes[i].path, "type", "c", "major",
-                                               e->nodes[i].major, "minor", e->nodes[i].minor));
-    char *text = NULL;
-    if (edits && nodes && json_object_set(edits, "deviceNodes", nodes) == 0)
-        text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(nodes);
-    json_decref(root);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+/* A spec device's containerEdits gets the device nodes of result i. */
+static int add_nodes(const struct dra_edits *e, unsigned i, json_t *dev) {
+    json_t *edits = json_object_get(dev, "containerEdits"), *nodes = json_array();
+    bool any = false;
+    for (unsigned k = 0; nodes && e && k < e->n_nodes; k++) {
+        if (e->nodes[k].result != i)
+            continue;
+        any = true;
+        if (json_array_append_new(nodes, json_pack("{s:s,s:s,s:i,s:i}", "path", e->nodes[k].path, "type", "c", "major",
+                                                   e->nodes[k].major, "minor", e->nodes[k].minor)) < 0) {
+            json_decref(nodes);
+            return -ENOMEM;
+        }
     }
-    free(*spec);
-    *spec = text;
+    int rc = !nodes || !edits ? -ENOMEM : !any ? 0 : json_object_set(edits, "deviceNodes", nodes) < 0 ? -ENOMEM : 0;
+    json_decref(nodes);
+    return rc;
+}
+
+/* GPUSLICE_DRA_DEVICES_<REQUEST> of a request: upper case, '-' and '.' as '_'; -E2BIG when it does
+ * not fit len (never cut). */
+static int request_env_name(const char *request, char *buf, size_t len) {
+    static const char prefix[] = "GPUSLICE_DRA_DEVICES_";
+    size_t n = dra_request_base_len(request), k = sizeof(prefix) - 1;
+    if (k + n >= len)
+        return -E2BIG;
+    memcpy(buf, prefix, k);
+    for (size_t j = 0; j < n; j++, k++) {
+        char ch = request[j];
+        buf[k] = ch == '-' || ch == '.' ? '_' : ch >= 'a' && ch <= 'z' ? (char)(ch - 'a' + 'A') : ch;
+    }
+    buf[k] = '\0';
     return 0;
+}
+
+/* Result i's device of the claim's spec, appended to devices: its environment, its request's
+ * edits, its device nodes. */
+static int result_device(const struct dra_claim *c, const struct dra_device *const *bound, const struct dra_edits *e,
+                         const char *kind, unsigned i, struct gs_alloc_response *a, json_t *devices, char *err,
+                         size_t errlen) {
+    const struct dra_result *r = &c->results[i];
+    char list[GS_ENV_VALUE_MAX], value[GS_ENV_VALUE_MAX], key[sizeof(a->envs[0].key)], name[96];
+    size_t used = 0;
+    memset(a, 0, sizeof(*a));
+    for (unsigned j = 0; j < c->n_results && j < DRA_MAX_RESULTS; j++) {
+        if (!dra_same_request(c, i, j))
+            continue;
+        const char *uuid = e && e->uuid[j] ? e->uuid[j] : bound[j]->cdi;
+        int w = snprintf(list + used, sizeof(list) - used, "%s%s", used ? "," : "", uuid);
+        if (w < 0 || (size_t)w >= sizeof(list) - used) {
+            snprintf(err, errlen, "request %.127s: its devices' UUIDs are longer than GPUSLICE_DRA_DEVICES holds (%d bytes)",
+                     r->request, GS_ENV_VALUE_MAX - 1);
+            return -E2BIG;
+        }
+        used += (size_t)w;
+    }
+    /* What the container is told of its claim: which claim, and the devices of its request. */
+    snprintf(value, sizeof(value), "%s/%s", c->ns, c->name);
+    int rc = 0;
+    if (request_env_name(r->request, key, sizeof(key)) < 0 || gs_alloc_add_env(a, "GPUSLICE_DRA_CLAIM", value) < 0 || gs_alloc_add_env(a, "GPUSLICE_DRA_DEVICES", list) < 0 ||
+        gs_alloc_add_env(a, key, list) < 0)
+        rc = -E2BIG;
+    const struct dra_result_edits *x = e ? &e->extra[i] : NULL;
+    for (unsigned k = 0; x && rc == 0 && k < x->n_envs; k++)
+        rc = gs_alloc_add_env(a, x->envs[k].key, x->envs[k].value);
+    for (unsigned k = 0; x && rc == 0 && k < x->n_mounts; k++)
+        rc = gs_alloc_add_mount(a, x->mounts[k].container_path, x->mounts[k].host_path, x->mounts[k].read_only);
+    if (rc < 0) {
+        snprintf(err, errlen, "request %.127s: its environment and mounts do not fit its CDI edits", r->request);
+        return rc;
+    }
+    char *text = NULL;
+    dra_result_cdi_name(c->uid, i, name, sizeof(name));
+    if ((rc = gs_cdi_alloc_spec(kind, name, a, &text, err, errlen)) < 0)
+        return rc;
+    json_t *one = json_loads(text, 0, NULL);
+    free(text);
+    json_t *dev = json_array_get(json_object_get(one, "devices"), 0);
+    rc = !dev ? -ENOMEM : add_nodes(e, i, dev);
+    if (rc == 0 && json_array_append(devices, dev) < 0)
+        rc = -ENOMEM;
+    json_decref(one);
+    if (rc < 0)
+        snprintf(err, errlen, "out of memory");
+    return rc;
 }
 
 int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *const *bound, const struct dra_edits *e,
@@ -358,46 +443,45 @@ int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *con
     gs_strlcpy(out->uid, c->uid, sizeof(out->uid));
     gs_strlcpy(out->ns, c->ns, sizeof(out->ns));
     gs_strlcpy(out->name, c->name, sizeof(out->name));
-    char own[64], own_q[GS_UUID_LEN + 64];
-    dra_claim_cdi_name(c->uid, own, sizeof(own));
-    gs_cdi_qualified(kind, own, own_q, sizeof(own_q));
     struct gs_alloc_response *a = calloc(1, sizeof(*a));
-    if (!a)
-        return -ENOMEM;
-    size_t used = 0;
-    char list[sizeof(a->envs[0].value)] = "";
-    for (unsigned i = 0; i < c->n_results && i < DRA_MAX_RESULTS; i++) {
+    json_t *devices = json_array();
+    int rc = a && devices ? 0 : -ENOMEM;
+    for (unsigned i = 0; rc == 0 && i < c->n_results && i < DRA_MAX_RESULTS; i++) {
         const struct dra_result *r = &c->results[i];
-        const struct dra_device *d = bound[i];
-        const char *uuid = e && e->uuid[i] ? e->uuid[i] : d->cdi;
         struct dra_prepared_device *p = &out->devices[out->n_devices++];
+        char own[96];
         gs_strlcpy(p->request, r->request, sizeof(p->request));
         gs_strlcpy(p->pool, r->pool, sizeof(p->pool));
         gs_strlcpy(p->device, r->device, sizeof(p->device));
         gs_strlcpy(p->share_id, r->share_id, sizeof(p->share_id));
-        gs_cdi_qualified(kind, d->cdi, p->cdi[0], sizeof(p->cdi[0])); /* a MIG device's: its GPU's node */
-        gs_strlcpy(p->cdi[1], own_q, sizeof(p->cdi[1]));
-        int w = snprintf(list + used, sizeof(list) - used, "%s%s", used ? "," : "", uuid);
-        used = w < 0 || (size_t)w >= sizeof(list) - used ? sizeof(list) - 1 : used + (size_t)w;
+        gs_cdi_qualified(kind, bound[i]->cdi, p->cdi[0], sizeof(p->cdi[0])); /* a MIG device's: its GPU's node */
+        dra_result_cdi_name(c->uid, i, own, sizeof(own));
+        gs_cdi_qualified(kind, own, p->cdi[1], sizeof(p->cdi[1]));
+        rc = result_device(c, bound, e, kind, i, a, devices, err, errlen);
     }
-    /* What the container is told of its claim: which claim, and the GPUs it was given. */
-    snprintf(a->envs[0].key, sizeof(a->envs[0].key), "GPUSLICE_DRA_CLAIM");
-    snprintf(a->envs[0].value, sizeof(a->envs[0].value), "%.63s/%.95s", c->ns, c->name);
-    snprintf(a->envs[1].key, sizeof(a->envs[1].key), "GPUSLICE_DRA_DEVICES");
-    gs_strlcpy(a->envs[1].value, list, sizeof(a->envs[1].value));
-    a->n_envs = 2;
-    int rc = 0;
-    for (unsigned i = 0; e && rc == 0 && i < e->extra.n_envs; i++)
-        rc = gs_alloc_add_env(a, e->extra.envs[i].key, e->extra.envs[i].value);
-    for (unsigned i = 0; e && rc == 0 && i < e->extra.n_extra_mounts; i++)
-        rc = gs_alloc_add_mount(a, e->extra.extra_mounts[i].container_path, e->extra.extra_mounts[i].host_path,
-                                e->extra.extra_mounts[i].read_only);
-    if (rc < 0)
-        snprintf(err, errlen, "the claim's environment and mounts do not fit its CDI edits");
-    else if ((rc = gs_cdi_alloc_spec(kind, own, a, spec, err, errlen)) == 0 && (rc = add_nodes(e, spec, err, errlen)) < 0) {
-        free(*spec);
-        *spec = NULL;
+    /* the claim's spec: the first result's, with every result's device */
+    json_t *root = NULL;
+    if (rc == 0 && c->n_results) {
+        char *text = NULL;
+        memset(a, 0, sizeof(*a));
+        char first[96];
+        dra_result_cdi_name(c->uid, 0, first, sizeof(first));
+        if ((rc = gs_cdi_alloc_spec(kind, first, a, &text, err, errlen)) == 0) {
+            root = json_loads(text, 0, NULL);
+            free(text);
+            if (!root || json_object_set(root, "devices", devices) < 0 ||
+                json_object_set_new(root, "cdiVersion", json_string(gs_cdi_min_version(root))) < 0 ||
+                !(*spec = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS)))
+                rc = -ENOMEM;
+        }
+    } else if (rc == 0) {
+        snprintf(err, errlen, "the claim has no allocation results for this driver");
+        rc = -ENODATA;
     }
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    json_decref(root);
+    json_decref(devices);
     free(a);
     return rc;
 }

@@ -11,7 +11,7 @@
 #include "core/alloc.h"
 #include "dra/dra.h"
 
-#define DRA_CDI_IDS 2 /* per device: the node spec's device, the claim's */
+#define DRA_CDI_IDS 2 /* per device: the node spec's device, the result's own (dra_result_cdi_name) */
 
 /* A MIG instance a claim's prepare makes on demand (migdemand.c), recorded before and after each
  * step so that a restart between two steps finds it. */
@@ -40,17 +40,34 @@ struct dra_prepared {
     struct dra_prepared_device devices[DRA_MAX_RESULTS];
 };
 
-/* What a claim's container gets besides its devices (server.c gathers it: share.c, migdemand.c). */
-#define DRA_MAX_NODES 16
+/* What a container that names a request gets besides its devices (server.c gathers it: share.c,
+ * migdemand.c): each result's edits reach only the containers given that result (the kubelet hands
+ * a container the CDI devices of the results of the requests it names). */
+#define DRA_MAX_NODES 24
+struct dra_result_edits {                 /* the guard's and MPS's mounts and environment */
+    unsigned n_envs;
+    struct gs_env envs[GS_ALLOC_MAX_ENVS];
+    unsigned n_mounts;
+    struct gs_mount mounts[GS_ALLOC_MAX_EXTRA_MOUNTS];
+};
 struct dra_edits {
-    struct gs_alloc_response extra;       /* mounts and environment (the guard's, MPS's) */
+    struct dra_result_edits extra[DRA_MAX_RESULTS]; /* per result */
     const char *uuid[DRA_MAX_RESULTS];    /* per result: the device the container uses (a MIG UUID); NULL: the GPU's */
     unsigned n_nodes;                     /* device nodes (a MIG device's capabilities) */
     struct {
         char path[64];
         int major, minor;
+        unsigned result;                  /* the result whose device it is */
     } nodes[DRA_MAX_NODES];
 };
+
+/* A request name without its subrequest ("gpus" of "gpus/big"): what a container names. */
+size_t dra_request_base_len(const char *request);
+/* Whether results i and j of c belong to one request (the same base name). */
+bool dra_same_request(const struct dra_claim *c, unsigned i, unsigned j);
+
+/* A result's edits from an answer's environment and mounts (-ENOSPC when they do not fit). */
+int dra_result_edits_from(struct dra_result_edits *out, const struct gs_alloc_response *a);
 
 /* The device of each result of c: a GPU by its name in devs, a MIG placement
  * ("gpu-<i>-mig-...") by its GPU's, which must be in MIG mode. -ENODEV naming the first that is not
@@ -61,8 +78,11 @@ int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t
                 const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen);
 
 /* dra_prepare_claim with each result's device given (dra_resolve) and the edits (NULL: none):
- * a result with a uuid in e answers with its GPU's node spec device and the claim's, whose spec
- * has the edits' device nodes. */
+ * each result answers with its GPU's node spec device and its own device of the claim's spec
+ * (dra_result_cdi_name), which carries that result's edits only: its device nodes, its
+ * request's guard and MPS edits, GPUSLICE_DRA_CLAIM, and the UUIDs of its request's devices as
+ * GPUSLICE_DRA_DEVICES and GPUSLICE_DRA_DEVICES_<REQUEST> (upper case, '-' as '_'). -E2BIG naming
+ * the request when a value does not fit (never cut). */
 int dra_prepare_claim_ex(const struct dra_claim *c, const struct dra_device *const *bound, const struct dra_edits *e,
                          const char *kind, struct dra_prepared *out, char **spec, char *err, size_t errlen);
 
@@ -86,15 +106,15 @@ int dra_guard_dir(const char *root, const char *uid, char *buf, size_t len);
 int dra_claim_parse(const char *json, size_t len, const char *driver, const char *ns, const char *name,
                     const char *uid, struct dra_claim *out, char *err, size_t errlen);
 
-/* The claim's prepared devices and its transient spec's JSON text (*spec, malloc'ed; its one
- * device is dra_claim_cdi_name). Every result must name a device of devs (-ENODEV otherwise, the
+/* The claim's prepared devices and its transient spec's JSON text (*spec, malloc'ed; one device
+ * a result, dra_result_cdi_name). Every result must name a device of devs (-ENODEV otherwise, the
  * device named in err). kind: the node spec's ("gpuslice.io/gpu"). */
 int dra_prepare_claim(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs, const char *kind,
                       struct dra_prepared *out, char **spec, char *err, size_t errlen);
 
-/* "claim-<uid>": the claim's device in its transient spec, and the spec file's base name
- * "<vendor>-<class>_claim-<uid>.json" (kind's '/' as '-'). */
-void dra_claim_cdi_name(const char *uid, char *buf, size_t len);
+/* "claim-<uid>-<index>": result index's device in the claim's transient spec, and the spec file's
+ * base name "<vendor>-<class>_claim-<uid>.json" (kind's '/' as '-'). */
+void dra_result_cdi_name(const char *uid, unsigned index, char *buf, size_t len);
 void dra_claim_spec_file(const char *kind, const char *uid, char *buf, size_t len);
 
 /* The checkpoint's text (malloc'ed JSON; NULL when out of memory) and back. Parse: -EINVAL with

@@ -139,8 +139,11 @@ static int update_checkpoint(struct dra_server *s, cp_mutate_fn mutate, const vo
         snprintf(err, errlen, "the checkpoint has no entry to change (%s)", strerror(-rc));
     if (text) {
         gs_grpc_server_notify(s->dra); /* the prepared devices are the health stream's too */
-        if ((rc = gs_write_file_atomic(s->checkpoint, text, strlen(text), true)) < 0)
-            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-rc));
+        int w = gs_write_file_atomic(s->checkpoint, text, strlen(text), true);
+        if (w < 0) { /* else rc stays > 0: changed and saved */
+            rc = w;
+            snprintf(err, errlen, "checkpoint not saved: %.400s: %s", s->checkpoint, strerror(-w));
+        }
         free(text);
     }
     pthread_mutex_unlock(&s->cp_lock);
@@ -234,9 +237,31 @@ static void spec_path(const struct dra_server *s, const char *uid, char *buf, si
 
 /* ---- prepare -------------------------------------------------------------------------------- */
 
+/* The guard directory of a claim (sub < 0) or of its request whose first result is sub
+ * (GUARD_ROOT/claim-<uid>/r<sub>: a claim with several guarded requests, each with its own CUDA
+ * ordinals). */
+static int guard_path(const struct dra_server *s, const char *uid, int sub, char *dir, size_t dirlen) {
+    int rc = dra_guard_dir(s->guard_root, uid, dir, dirlen);
+    size_t n = strlen(dir);
+    if (rc == 0 && sub >= 0 && (size_t)snprintf(dir + n, dirlen - n, "/r%d", sub) >= dirlen - n)
+        rc = -ENAMETOOLONG;
+    return rc;
+}
+
+/* The node's ld.so.preload for the guard, GUARD_ROOT/ld.so.preload: -ENAMETOOLONG rather than cut. */
+static int preload_path(const struct dra_server *s, char *buf, size_t len) {
+    static const char name[] = "/ld.so.preload";
+    size_t n = strlen(s->guard_root);
+    if (n + sizeof(name) > len)
+        return -ENAMETOOLONG;
+    memcpy(buf, s->guard_root, n);
+    memcpy(buf + n, name, sizeof(name));
+    return 0;
+}
+
 /* The claim's guard files (GUARD_ROOT/claim-<uid>: limits, state/region) and the node's
  * ld.so.preload, for the device plugin's mounts; nothing is left of them when this fails. */
-static int write_guard(const struct dra_server *s, const char *uid, const struct gs_guard_limits *l, char *dir,
+static int write_guard(const struct dra_server *s, const char *uid, int sub, const struct gs_guard_limits *l, char *dir,
                        size_t dirlen, char *preload, size_t plen, char *err, size_t errlen) {
     char path[PATH_MAX + 64], text[4096];
     if (!s->guard_lib[0] || !s->guard_root[0]) {
@@ -244,12 +269,16 @@ static int write_guard(const struct dra_server *s, const char *uid, const struct
                  s->guard_lib[0] ? "the guard root" : "libgpuslice-guard.so");
         return -ENOENT;
     }
-    if (dra_guard_dir(s->guard_root, uid, dir, dirlen) < 0) {
+    if (guard_path(s, uid, sub, dir, dirlen) < 0) {
         snprintf(err, errlen, "the guard root %.200s and claim UID '%.40s' make no guard directory", s->guard_root, uid);
         dir[0] = '\0';
         return -ENAMETOOLONG;
     }
-    snprintf(preload, plen, "%.200s/ld.so.preload", s->guard_root);
+    if (preload_path(s, preload, plen) < 0) {
+        snprintf(err, errlen, "the guard root %.200s... is too long for the claim's mounts", s->guard_root);
+        dir[0] = '\0';
+        return -ENAMETOOLONG;
+    }
     int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
     if (len < 0) {
         snprintf(err, errlen, "the guard's limits cannot be written (%s)", strerror(-len));
@@ -297,13 +326,103 @@ static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct d
             rec = entry->devices[i].mig;
         const struct mig_step step = { s, c->uid, i, c->n_results, &c->results[i], &rec };
         char why[400];
+        unsigned before = e->n_nodes;
         if ((rc = dra_mig_prepare(&s->mig, ref.gpu, ref.profile_id, ref.start, &rec, record_mig_step, (void *)&step, e,
                                   why, sizeof(why))) < 0)
             snprintf(err, errlen, "request %.127s: MIG device %.63s: %.200s", c->results[i].request, c->results[i].device,
                      why);
+        for (unsigned k = before; k < e->n_nodes; k++)
+            e->nodes[k].result = i; /* the nodes of result i's device: its containers' only */
         made[i] = rec;
     }
     free(entry);
+    return rc;
+}
+
+/* An MPS share's daemon: running (as the agent last saw it) and its pipe directory there; else
+ * -EAGAIN saying why (the kubelet retries the prepare). */
+static int mps_ready(const struct dra_result *r, const struct dra_device *d, char *err, size_t errlen) {
+    char pipe[600];
+    struct stat st;
+    snprintf(pipe, sizeof(pipe), "%s/%s/pipe", d->mps_root, d->cdi);
+    if (d->mps_down[0]) {
+        snprintf(err, errlen, "request %.127s: device %.63s is shared by MPS, but its control daemon (%.96s) is not "
+                 "running: %.63s (the agent's log says why)", r->request, d->name, d->cdi, d->mps_down);
+        return -EAGAIN;
+    }
+    int there = stat(pipe, &st) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    if (there <= 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "request %.63s: device %.63s is shared by MPS, but its pipe directory %.240s %s: no "
+                 "control daemon runs for it", r->request, d->name, pipe,
+                 there == 0 ? "does not exist" : there < 0 ? "cannot be read" : "is not a directory");
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+/* Each result's edits: its request's guard and MPS edits, so that a container gets those of the
+ * requests it names only. A request with time-sliced shares gets its own guard limits (its devices
+ * numbered from CUDA ordinal 0, as a container naming it sees them), in the claim's guard
+ * directory, or in claim_dir/r<I> when several requests of the claim are guarded. The claim's MPS
+ * shares are checked together first (a container naming several requests talks to one daemon).
+ * claim_dir: the claim's guard directory once something was written there (removed on failure). */
+static int request_edits(const struct dra_server *s, const struct dra_claim *c, const struct dra_share *shares,
+                         const struct dra_device *const *bound, struct gs_guard_limits *l, char *claim_dir,
+                         size_t cdlen, struct dra_edits *e, char *err, size_t errlen) {
+    struct gs_alloc_response *a = calloc(1, sizeof(*a));
+    int rc = a ? dra_share_edits(shares, bound, c->n_results, NULL, NULL, NULL, a, err, errlen) : -ENOMEM;
+    unsigned first[DRA_MAX_RESULTS], guarded_requests = 0;
+    bool guarded[DRA_MAX_RESULTS] = { false };
+    for (unsigned i = 0; i < c->n_results; i++) {
+        for (first[i] = 0; !dra_same_request(c, i, first[i]); first[i]++)
+            ;
+        if (shares[i].sharing == DRA_SHARING_TIME_SLICING) {
+            guarded_requests += !guarded[first[i]];
+            guarded[first[i]] = true;
+        }
+    }
+    if (rc == 0 && guarded_requests) { /* one guarded claim a container (share.h) */
+        int one = dra_share_one_guard(c, &s->source, &s->cp, err, errlen);
+        if (one < 0)
+            rc = one;
+        else if (one > 0)
+            log_warn("DRA: %.63s/%.200s: %s", c->ns, c->name, err);
+        if (one >= 0)
+            err[0] = '\0';
+    }
+    for (unsigned i = 0; rc == 0 && i < c->n_results; i++) {
+        struct dra_share sub[DRA_MAX_RESULTS];
+        const struct dra_device *dev[DRA_MAX_RESULTS];
+        char dir[256] = "", preload[256] = "";
+        unsigned m = 0;
+        for (unsigned j = 0; j < c->n_results; j++) {
+            if (first[j] == first[i]) {
+                sub[m] = shares[j];
+                dev[m++] = bound[j];
+            }
+        }
+        int at = guarded_requests > 1 ? (int)first[i] : -1;
+        if (guarded[first[i]] && first[i] == i) {
+            if (dra_share_guard_limits(sub, dev, m, l) < 0) {
+                snprintf(err, errlen, "request %.127s: more than %d guarded GPUs", c->results[i].request,
+                         GS_GUARD_MAX_DEVICES);
+                rc = -E2BIG;
+                break;
+            }
+            if (!claim_dir[0] && dra_guard_dir(s->guard_root, c->uid, claim_dir, cdlen) < 0)
+                claim_dir[0] = '\0';
+            if ((rc = write_guard(s, c->uid, at, l, dir, sizeof(dir), preload, sizeof(preload), err, errlen)) < 0)
+                break;
+        } else if (guarded[first[i]]) {
+            guard_path(s, c->uid, at, dir, sizeof(dir));
+            preload_path(s, preload, sizeof(preload)); /* it fitted at the request's first result */
+        }
+        memset(a, 0, sizeof(*a));
+        if ((rc = dra_share_edits(sub, dev, m, dir[0] ? dir : NULL, s->guard_lib, preload, a, err, errlen)) == 0 &&
+            (rc = dra_result_edits_from(&e->extra[i], a)) < 0)
+            snprintf(err, errlen, "request %.127s: its edits do not fit", c->results[i].request);
+    }
+    free(a);
     return rc;
 }
 
@@ -316,7 +435,7 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
     struct gs_guard_limits *l = malloc(sizeof(*l));
     const struct dra_device *bound[DRA_MAX_RESULTS];
     struct dra_share shares[DRA_MAX_RESULTS];
-    char guard_dir[256] = "", preload[256] = "";
+    char guard_dir[256] = "";
     int rc = -ENOMEM;
     if (!devs || !e || !made || !l)
         goto out;
@@ -329,7 +448,8 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
     for (unsigned i = 0; i < c->n_results; i++) {
         struct dra_gpu_config cfg;
         if ((rc = dra_config_for(c, c->results[i].request, &cfg, err, errlen)) < 0 ||
-            (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0)
+            (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0 ||
+            (shares[i].sharing == DRA_SHARING_MPS && (rc = mps_ready(&c->results[i], bound[i], err, errlen)) < 0))
             goto out;
     }
     bool any_mig = false;
@@ -341,25 +461,7 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
             any_mig = true;
         }
     }
-    if ((rc = dra_share_guard_limits(shares, bound, c->n_results, l)) < 0) {
-        snprintf(err, errlen, "more than %d guarded GPUs in one claim", GS_GUARD_MAX_DEVICES);
-        goto out;
-    }
-    if (rc > 0) { /* one guarded claim a container (share.h) */
-        int one = dra_share_one_guard(c, &s->source, &s->cp, err, errlen);
-        if (one < 0) {
-            rc = one;
-            goto out;
-        }
-        if (one > 0)
-            log_warn("DRA: %.63s/%.200s: %s", c->ns, c->name, err);
-        err[0] = '\0';
-    }
-    if (rc > 0 && (rc = write_guard(s, c->uid, l, guard_dir, sizeof(guard_dir), preload, sizeof(preload), err,
-                                    errlen)) < 0)
-        goto out;
-    if ((rc = dra_share_edits(shares, bound, c->n_results, guard_dir, s->guard_lib, preload, &e->extra, err,
-                              errlen)) < 0 ||
+    if ((rc = request_edits(s, c, shares, bound, l, guard_dir, sizeof(guard_dir), e, err, errlen)) < 0 ||
         (rc = dra_prepare_claim_ex(c, bound, e, s->cdi_kind, out, spec, err, errlen)) < 0)
         goto out;
     for (unsigned i = 0; i < out->n_devices; i++)

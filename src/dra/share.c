@@ -444,7 +444,7 @@ int dra_share_one_guard(const struct dra_claim *c, const struct dra_claim_source
             snprintf(err, errlen,
                      "claim %.63s/%.200s: container %.63s of pod %.200s also holds claim %.200s, prepared with the guard "
                      "of a shared GPU too: a container gets one claim's guard (the limits mount at one path); ask for "
-                     "both GPUs in one claim (two requests), or give the claims to two containers",
+                     "both GPUs in one request of one claim (count: 2), or give the claims to two containers",
                      c->ns, c->name, beside[k].container, pr->name, beside[k].claim);
             return -EBUSY;
         }

@@ -84,7 +84,7 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
  * DRA_GUARD_CONF_IN_CONTAINER, the counters, ld.so.preload): two guarded claims in one container
  * would mount over each other and the container would run under one claim's limits. A guarded
  * claim is therefore refused when a container that holds it already holds another prepared
- * guarded claim (two shared GPUs for one container: two requests of one claim, whose one limits
+ * guarded claim (two shared GPUs for one container: one request of count 2, whose one limits
  * file has a quota per device). The containers come from the pods of the claim's reservedFor. */
 
 /* status.reservedFor's pods of the claim JSON text (what the sources read) into c->pods: 0, or

@@ -161,7 +161,7 @@ def test_prepare_batch_per_claim_errors(node):
     d = a.devices[0]
     assert list(d.request_names) == ["gpu"] and d.pool_name == "node-1" and d.device_name == "gpu-1"
     assert d.share_id == "5f0e3c7a-0000-4000-8000-000000000001"
-    assert list(d.cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[1]}", f"gpuslice.io/gpu=claim-{UID_A}"]
+    assert list(d.cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[1]}", f"gpuslice.io/gpu=claim-{UID_A}-0"]
     assert "has UID 11111111" in r["99999999-2222-3333-4444-555555555555"].error
     assert "no device of gpu.gpuslice.io" in r[UID_B].error
     assert "not found" in r["33333333-2222-3333-4444-555555555555"].error
@@ -173,7 +173,7 @@ def test_prepare_batch_per_claim_errors(node):
     with open(node.spec_path(UID_A)) as f:
         spec = json.load(f)
     assert spec["kind"] == "gpuslice.io/gpu"
-    assert [dv["name"] for dv in spec["devices"]] == [f"claim-{UID_A}"]
+    assert [dv["name"] for dv in spec["devices"]] == [f"claim-{UID_A}-0"]
     env = spec["devices"][0]["containerEdits"]["env"]
     assert "GPUSLICE_DRA_CLAIM=ns1/a" in env and f"GPUSLICE_DRA_DEVICES={node.uuids[1]}" in env
     assert sorted(os.listdir(node.cdi)) == sorted(["gpuslice.json", os.path.basename(node.spec_path(UID_A))])

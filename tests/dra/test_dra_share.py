@@ -1,11 +1,10 @@
 """Prepare's enforcement in the DRA driver (src/dra/share.c, migdemand.c) on the simulated node of
 examples/dra (whole GPU 0, time-sliced GPU 1, MPS GPU 2, MIG GPUs 3 and 4) with its policy, called
 as the kubelet calls it: a time-sliced claim gets the guard with its consumedCapacity as quota and
-compute share, an MPS claim its thread percentage and pinned memory, a GpuConfig asking the wrong
-mode an error; a MIG placement is created at prepare, destroyed at unprepare, and a kill of the
+compute share, a GpuConfig asking the wrong mode an error (MPS claims: test_dra_mps.py); a MIG placement is created at prepare, destroyed at unprepare, and a kill of the
 agent between the steps converges when it is started again. Claims come from files.
 
-Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT."""
+Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT, FAKE_MPS_CONTROL."""
 import json
 import os
 
@@ -21,9 +20,30 @@ UID = "7a1c0d4e-4f3a-4c1e-9d59-1b2f0c9e0a01"
 MIG_DEV = "gpu-3-mig-3g40gb-9-4"  # 3g.40gb (GI profile 9) at memory slice 4 of GPU 3
 
 
+FAKE = os.environ.get("FAKE_MPS_CONTROL") or os.path.join(ROOT, "build", "tests", "mps", "fake_mps_control")
+
+
+def dra_policy(directory):
+    """POLICY with its MPS root in directory (the agent runs GPU 2's daemon there, nothing in the
+    host's /run)."""
+    with open(POLICY) as f:
+        text = f.read()
+    assert "flags:\n" in text
+    path = os.path.join(directory, "policy.yaml")
+    with open(path, "w") as f:
+        f.write(text.replace("flags:\n", f"flags:\n  mpsRoot: {os.path.join(directory, 'mps')}\n", 1))
+    return path
+
+
+def mps_node(control=FAKE):
+    n = Node(DRA_NODE)
+    n.extra = ["--config", dra_policy(n.dir), "--mps-control", control]
+    return n
+
+
 @pytest.fixture
 def node(request):
-    yield from running(request, Node(DRA_NODE, ["--config", POLICY]))
+    yield from running(request, mps_node())
 
 
 def start(node):
@@ -79,22 +99,6 @@ def test_time_sliced_claim_gets_the_guard(node):
     assert not os.path.exists(guard_dir) and not os.path.exists(node.spec_path(UID))
 
 
-def test_mps_claim_gets_its_limits(node):
-    node.write_claim(claim_json("ns1", "mps", UID, [result("gpu-2", consumedCapacity={"memory": "10Gi", "compute": "25",
-                                                                                      "clients": "1"})],
-                                [gpu_config("MPS")]))
-    c = start(node)
-    r = c.prepare([claim("ns1", "mps", UID)])[UID]
-    assert r.error == "", node.log()
-    e = edits(node)
-    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in e["env"]
-    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in e["env"]
-    assert "CUDA_MPS_PIPE_DIRECTORY=/mps/pipe" in e["env"]
-    pipe = [m for m in e["mounts"] if m["containerPath"] == "/mps/pipe"]
-    assert pipe and pipe[0]["hostPath"].endswith(f"/{node.uuids[2]}/pipe")
-    assert not any(m["containerPath"] == "/etc/ld.so.preload" for m in e["mounts"])  # MPS: no guard
-
-
 def test_wrong_or_malformed_config_is_the_claims_error(node):
     uid_b = UID[:-1] + "2"
     uid_c = UID[:-1] + "3"
@@ -126,7 +130,7 @@ def test_mig_on_demand_created_and_destroyed(node):
     assert f"GPUSLICE_DRA_DEVICES={uuid}" in e["env"]
     assert [n["path"] for n in e["deviceNodes"]][0] == "/dev/nvidia3"
     assert len(e["deviceNodes"]) == 3 and all(n["path"].startswith("/dev/nvidia-caps/") for n in e["deviceNodes"][1:])
-    assert list(r.devices[0].cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[3]}", f"gpuslice.io/gpu=claim-{UID}"]
+    assert list(r.devices[0].cdi_device_ids) == [f"gpuslice.io/gpu={node.uuids[3]}", f"gpuslice.io/gpu=claim-{UID}-0"]
     assert c.prepare([claim("ns1", "mig", UID)])[UID].error == ""  # idempotent: nothing more made
     assert gis(node)[0] == [(9, 4)]
     assert c.unprepare([claim("ns1", "mig", UID)])[UID].error == ""

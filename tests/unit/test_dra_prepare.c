@@ -102,17 +102,29 @@ static void test_prepare_claim(void **state) {
     assert_string_equal(p.devices[0].device, "gpu-1");
     assert_string_equal(p.devices[0].share_id, "s-1");
     assert_string_equal(p.devices[0].cdi[0], "gpuslice.io/gpu=GPU-bbbb");
-    assert_string_equal(p.devices[0].cdi[1], "gpuslice.io/gpu=claim-" UID);
+    assert_string_equal(p.devices[0].cdi[1], "gpuslice.io/gpu=claim-" UID "-0");
     assert_string_equal(p.devices[1].cdi[0], "gpuslice.io/gpu=GPU-aaaa");
+    assert_string_equal(p.devices[1].cdi[1], "gpuslice.io/gpu=claim-" UID "-1");
     json_error_t je;
     json_t *s = json_loads(spec, 0, &je);
     assert_non_null(s);
     assert_string_equal(json_string_value(json_object_get(s, "kind")), "gpuslice.io/gpu");
-    json_t *dev = json_array_get(json_object_get(s, "devices"), 0);
-    assert_string_equal(json_string_value(json_object_get(dev, "name")), "claim-" UID);
-    json_t *env = json_object_get(json_object_get(dev, "containerEdits"), "env");
-    assert_string_equal(json_string_value(json_array_get(env, 0)), "GPUSLICE_DRA_CLAIM=ns1/c");
-    assert_string_equal(json_string_value(json_array_get(env, 1)), "GPUSLICE_DRA_DEVICES=GPU-bbbb,GPU-aaaa");
+    assert_int_equal(json_array_size(json_object_get(s, "devices")), 2);
+    /* one device a result, each with its request's devices only (requests b and c) */
+    static const char *const want[2][3] = {
+        { "GPUSLICE_DRA_CLAIM=ns1/c", "GPUSLICE_DRA_DEVICES=GPU-bbbb", "GPUSLICE_DRA_DEVICES_B=GPU-bbbb" },
+        { "GPUSLICE_DRA_CLAIM=ns1/c", "GPUSLICE_DRA_DEVICES=GPU-aaaa", "GPUSLICE_DRA_DEVICES_C=GPU-aaaa" },
+    };
+    for (size_t k = 0; k < 2; k++) {
+        json_t *dev = json_array_get(json_object_get(s, "devices"), k);
+        char name[96];
+        snprintf(name, sizeof(name), "claim-%s-%zu", UID, k);
+        assert_string_equal(json_string_value(json_object_get(dev, "name")), name);
+        json_t *env = json_object_get(json_object_get(dev, "containerEdits"), "env");
+        assert_int_equal(json_array_size(env), 3);
+        for (size_t j = 0; j < 3; j++)
+            assert_string_equal(json_string_value(json_array_get(env, j)), want[k][j]);
+    }
     json_decref(s);
     free(spec);
     /* a device the node does not have */
@@ -123,6 +135,147 @@ static void test_prepare_claim(void **state) {
     char name[128];
     dra_claim_spec_file("gpuslice.io/gpu", UID, name, sizeof(name));
     assert_string_equal(name, "gpuslice.io-gpu_claim-" UID ".json");
+}
+
+/* A claim of four requests, each one MIG device (the container of each names one request): each
+ * result's device of the spec has its own MIG device's nodes, UUID and its request's edits, and
+ * nothing of the other requests'; a claim-wide device carries nothing. */
+#define MIG(n) "MIG-0b7c0d4e-4f3a-4c1e-9d59-1b2f0c9e0a0" #n
+static void four_mig_claim(struct dra_claim *c, unsigned n, bool one_request) {
+    memset(c, 0, sizeof(*c));
+    strcpy(c->ns, "team-a");
+    memset(c->name, 'n', 250); /* a name of 250 bytes: GPUSLICE_DRA_CLAIM holds it whole */
+    strcpy(c->uid, UID);
+    c->n_results = n;
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(c->results[i].request, sizeof(c->results[i].request), one_request ? "gpus/mig-%u" : "req-%u", i);
+        snprintf(c->results[i].pool, sizeof(c->results[i].pool), "node-1");
+        snprintf(c->results[i].device, sizeof(c->results[i].device), "gpu-%u-mig-1g10gb-%u", i % 2, i);
+    }
+}
+
+static const char *env_of(json_t *dev, const char *key) {
+    size_t i, n = strlen(key);
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(dev, "containerEdits"), "env"), i, v) {
+        const char *kv = json_string_value(v);
+        if (!strncmp(kv, key, n) && kv[n] == '=')
+            return kv + n + 1;
+    }
+    return NULL;
+}
+
+static void test_prepare_scopes_each_request(void **state) {
+    (void)state;
+    static const char *const uuids[4] = { MIG(1), MIG(2), MIG(3), MIG(4) };
+    struct dra_claim *c = malloc(sizeof(*c));
+    struct dra_edits *e = calloc(1, sizeof(*e));
+    struct dra_prepared *p = malloc(sizeof(*p));
+    const struct dra_device *bound[DRA_MAX_RESULTS];
+    four_mig_claim(c, 4, false);
+    for (unsigned i = 0; i < 4; i++) {
+        bound[i] = &DEVS[i % 2];
+        e->uuid[i] = uuids[i];
+        for (unsigned k = 0; k < 3; k++, e->n_nodes++) { /* as migdemand.c adds them: result i's */
+            snprintf(e->nodes[e->n_nodes].path, sizeof(e->nodes[0].path), "/dev/nvidia-caps/nvidia-cap%u", 10 * i + k);
+            e->nodes[e->n_nodes].major = 236;
+            e->nodes[e->n_nodes].minor = (int)(10 * i + k);
+            e->nodes[e->n_nodes].result = i;
+        }
+    }
+    /* request req-2 is an MPS client: its limits in its device only */
+    strcpy(e->extra[2].envs[0].key, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    strcpy(e->extra[2].envs[0].value, "25");
+    e->extra[2].n_envs = 1;
+    strcpy(e->extra[2].mounts[0].container_path, "/mps/pipe");
+    strcpy(e->extra[2].mounts[0].host_path, "/run/mps/" MIG(3) "/pipe");
+    e->extra[2].n_mounts = 1;
+    char err[512] = "", *spec = NULL;
+    assert_int_equal(dra_prepare_claim_ex(c, bound, e, "gpuslice.io/gpu", p, &spec, err, sizeof(err)), 0);
+    assert_int_equal(p->n_devices, 4);
+    json_t *s = json_loads(spec, 0, NULL);
+    json_t *devs = json_object_get(s, "devices");
+    assert_int_equal(json_array_size(devs), 4);
+    for (unsigned i = 0; i < 4; i++) {
+        char name[96], key[64], want[96];
+        snprintf(name, sizeof(name), "gpuslice.io/gpu=claim-%s-%u", UID, i);
+        assert_string_equal(p->devices[i].cdi[1], name);
+        assert_string_equal(p->devices[i].cdi[0], i % 2 ? "gpuslice.io/gpu=GPU-bbbb" : "gpuslice.io/gpu=GPU-aaaa");
+        json_t *dev = json_array_get(devs, i);
+        assert_string_equal(json_string_value(json_object_get(dev, "name")), name + strlen("gpuslice.io/gpu="));
+        assert_string_equal(env_of(dev, "GPUSLICE_DRA_DEVICES"), uuids[i]);
+        snprintf(key, sizeof(key), "GPUSLICE_DRA_DEVICES_REQ_%u", i);
+        assert_string_equal(env_of(dev, key), uuids[i]);
+        assert_int_equal(strlen(env_of(dev, "GPUSLICE_DRA_CLAIM")), strlen("team-a/") + 250);
+        json_t *nodes = json_object_get(json_object_get(dev, "containerEdits"), "deviceNodes");
+        assert_int_equal(json_array_size(nodes), 3);
+        for (unsigned k = 0; k < 3; k++) {
+            snprintf(want, sizeof(want), "/dev/nvidia-caps/nvidia-cap%u", 10 * i + k);
+            assert_string_equal(json_string_value(json_object_get(json_array_get(nodes, k), "path")), want);
+        }
+        json_t *mounts = json_object_get(json_object_get(dev, "containerEdits"), "mounts");
+        assert_int_equal(json_array_size(mounts), i == 2 ? 1 : 0);
+        assert_true((env_of(dev, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != NULL) == (i == 2));
+    }
+    json_decref(s);
+    free(spec);
+    free(c);
+    free(e);
+    free(p);
+}
+
+/* The devices of one request are listed whole, however long their UUIDs (four MIG UUIDs do not fit
+ * 160 bytes); a list past what an environment value holds is refused, never cut. */
+static void test_prepare_lists_long_uuids_whole(void **state) {
+    (void)state;
+    struct dra_claim *c = malloc(sizeof(*c));
+    struct dra_edits *e = calloc(1, sizeof(*e));
+    struct dra_prepared *p = malloc(sizeof(*p));
+    struct dra_device *big = calloc(DRA_MAX_RESULTS, sizeof(*big));
+    const struct dra_device *bound[DRA_MAX_RESULTS];
+    static const char *const uuids[4] = { MIG(1), MIG(2), MIG(3), MIG(4) };
+    four_mig_claim(c, 4, true);
+    for (unsigned i = 0; i < 4; i++) {
+        bound[i] = &DEVS[i % 2];
+        e->uuid[i] = uuids[i];
+    }
+    char err[512] = "", *spec = NULL;
+    assert_int_equal(dra_prepare_claim_ex(c, bound, e, "gpuslice.io/gpu", p, &spec, err, sizeof(err)), 0);
+    json_t *s = json_loads(spec, 0, NULL);
+    const char *all = MIG(1) "," MIG(2) "," MIG(3) "," MIG(4);
+    assert_true(strlen(all) > 159);
+    for (unsigned i = 0; i < 4; i++) { /* one request "gpus" (subrequests gpus/mig-N): each device lists all four */
+        json_t *dev = json_array_get(json_object_get(s, "devices"), i);
+        assert_string_equal(env_of(dev, "GPUSLICE_DRA_DEVICES"), all);
+        assert_string_equal(env_of(dev, "GPUSLICE_DRA_DEVICES_GPUS"), all);
+    }
+    json_decref(s);
+    free(spec);
+    /* 32 devices with UUIDs of 95 bytes: more than GS_ENV_VALUE_MAX */
+    four_mig_claim(c, DRA_MAX_RESULTS, true);
+    for (unsigned i = 0; i < DRA_MAX_RESULTS; i++) {
+        memset(big[i].cdi, 'u', GS_UUID_LEN - 1);
+        big[i].cdi[0] = (char)('A' + i % 26);
+        bound[i] = &big[i];
+    }
+    assert_int_equal(dra_prepare_claim_ex(c, bound, NULL, "gpuslice.io/gpu", p, &spec, err, sizeof(err)), -E2BIG);
+    assert_null(spec);
+    assert_non_null(strstr(err, "request gpus/mig-0: its devices' UUIDs are longer than GPUSLICE_DRA_DEVICES holds"));
+    /* an answer's value past its buffer is refused, not cut */
+    struct gs_alloc_response *a = calloc(1, sizeof(*a));
+    char *v = malloc(GS_ENV_VALUE_MAX + 1);
+    memset(v, 'x', GS_ENV_VALUE_MAX);
+    v[GS_ENV_VALUE_MAX] = '\0';
+    assert_int_equal(gs_alloc_add_env(a, "K", v), -E2BIG);
+    v[GS_ENV_VALUE_MAX - 1] = '\0';
+    assert_int_equal(gs_alloc_add_env(a, "K", v), 0);
+    assert_int_equal(strlen(a->envs[0].value), GS_ENV_VALUE_MAX - 1);
+    free(v);
+    free(a);
+    free(big);
+    free(c);
+    free(e);
+    free(p);
 }
 
 /* A result on a GPU the policy's gpuslice.dra.gpus does not give to DRA (the policy changed after
@@ -435,6 +588,8 @@ int main(void) {
         cmocka_unit_test(test_claim_parse),
         cmocka_unit_test(test_claim_parse_errors),
         cmocka_unit_test(test_prepare_claim),
+        cmocka_unit_test(test_prepare_scopes_each_request),
+        cmocka_unit_test(test_prepare_lists_long_uuids_whole),
         cmocka_unit_test(test_resolve_refuses_gpus_not_given_to_dra),
         cmocka_unit_test(test_uid_valid),
         cmocka_unit_test(test_checkpoint_roundtrip_and_idempotent_put),
