@@ -1,11 +1,14 @@
 /* agent.c: the node agent's main thread (see agent.h): set-up, the loop's fd sources and jobs,
  * shut-down.
  *
- * Three threads: the main one runs the loop (loop.h) on a signalfd, an inotify fd (kubelet
- * directory and the policy file's directory), a timerfd (the inventory poll, the loop's tick), a
- * pipe fed by the NVML event thread (xidwatch.c), and the MPS supervisor's fd; the device plugins' gRPC thread answers the kubelet with
- * the handlers of shared.h. The node's state machine is state.c, MPS mps_glue.c, what is written
- * for others publish.c, the clean-up of gone pods cleanup.c. */
+ * The main thread runs the loop (loop.h) on a signalfd, an inotify fd (kubelet directory and the
+ * policy file's directory), a timerfd (the inventory poll, the loop's tick), a pipe fed by the
+ * NVML event thread (xidwatch.c), and the MPS supervisor's fd. Beside it: the device plugins' gRPC
+ * thread answers the kubelet with the handlers of shared.h; the DRA driver's gRPC server
+ * (src/kubelet/grpcsrv.c), the metrics server (src/httpd), the API informers (src/kube/informer.c)
+ * and the MIG manager's reader (migmgr.c) each have a thread of their own when enabled; gRPC core
+ * adds its own. The node's state machine is state.c, MPS mps_glue.c, what is written for others
+ * publish.c, the clean-up of gone pods cleanup.c. */
 #include "agent/agent.h"
 
 #include <errno.h>
