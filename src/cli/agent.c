@@ -60,9 +60,22 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { 0 },
     };
     char guard_lib[PATH_MAX];
-    struct agent_options o = { NULL, DEFAULT_KUBELET_DIR, NULL, NULL, 2000, "/run/gpuslice/mig-status.json",
-                               "/var/lib/gpuslice/guard", cli_guard_lib_path(guard_lib), GS_PODRESOURCES_SOCKET, 60000,
-                               120000, 30000, 10000, GS_FEATURES_FILE, ":9402", NULL, "/var/run/cdi", GS_CDI_KIND };
+    struct agent_options o = {
+        .kubelet_dir = DEFAULT_KUBELET_DIR,
+        .poll_ms = 2000,
+        .mig_status_path = "/run/gpuslice/mig-status.json",
+        .guard_root = "/var/lib/gpuslice/guard",
+        .guard_lib = cli_guard_lib_path(guard_lib),
+        .pod_resources = GS_PODRESOURCES_SOCKET,
+        .guard_gc_ms = 60000,
+        .guard_grace_ms = 120000,
+        .guard_reconcile_ms = 30000,
+        .pod_attribution_ms = 10000,
+        .features_file = GS_FEATURES_FILE,
+        .metrics_address = ":9402",
+        .cdi_root = "/var/run/cdi",
+        .cdi_kind = GS_CDI_KIND,
+    };
     int c;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         unsigned long long v;
