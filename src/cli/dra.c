@@ -14,12 +14,13 @@
 #include "util/util.h"
 
 static int usage_slices(FILE *f) {
-    fprintf(f, "Usage: gpuslice [GLOBAL OPTIONS] dra slices [--config POLICY.yaml] [--node NAME] [--driver NAME]\n"
+    fprintf(f, "Usage: gpuslice [GLOBAL OPTIONS] dra slices [--config POLICY.yaml] [--node NAME] [--dra-driver NAME]\n"
                "                                   [--generation N]\n\n"
                "Prints the ResourceSlice objects (resource.k8s.io/v1) the DRA driver publishes for this node\n"
                "under the policy, as a Kubernetes List (docs/dra.md):\n"
                "  --node NAME        the node's name (default: $NODE_NAME, else the host name)\n"
-               "  --driver NAME      the driver's name (default " GS_DRA_DRIVER_DEFAULT ")\n"
+               "  --dra-driver NAME  the driver's name, as the agent's --dra-driver (default " GS_DRA_DRIVER_DEFAULT ";\n"
+               "                     --driver: the same)\n"
                "  --generation N     spec.pool.generation (default 1)\n");
     return f == stdout ? GS_EXIT_OK : GS_EXIT_USAGE;
 }
@@ -28,6 +29,7 @@ static int dra_slices(const struct cli *cli, int argc, char **argv) {
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "node", required_argument, NULL, 'n' },
+        { "dra-driver", required_argument, NULL, 'd' },
         { "driver", required_argument, NULL, 'd' },
         { "generation", required_argument, NULL, 'g' },
         { "help", no_argument, NULL, 'h' },

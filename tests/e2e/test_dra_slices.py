@@ -52,7 +52,7 @@ def normalized(x, key=None):
 
 def slices_of(cluster, state):
     p = subprocess.run([GPUSLICE, "--sim", NODE_YAML, "--sim-state", state, "dra", "slices", "--config", POLICY,
-                        "--node", cluster.node_name, "--driver", DRIVER, "--generation", "1"],
+                        "--node", cluster.node_name, "--dra-driver", DRIVER, "--generation", "1"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"gpuslice dra slices: exit {p.returncode}\n{p.stderr}"
     return json.loads(p.stdout)

@@ -324,3 +324,19 @@ def test_apply_previews_the_policys_mig_layout_and_shows_quotas(sim, tmp_path):
     j = json.loads(sim("apply", "--config", str(policy), "--json",
                        node=os.path.join(ROOT, "examples", "nodes", "t4x2.yaml")).stdout)
     assert {d["vram_quota_bytes"] for r in j["resources"] for d in r["devices"]} == {4 << 30}
+
+
+def test_dra_slices_takes_the_agents_driver_flag(sim):
+    """`dra slices --dra-driver NAME` (the agent's flag) names the driver in every slice; `--driver`
+    is the same."""
+    node = os.path.join(ROOT, "examples", "dra", "node.yaml")
+    policy = os.path.join(ROOT, "examples", "dra", "policy.yaml")
+    outs = []
+    for flag in ("--dra-driver", "--driver"):
+        out = json.loads(sim("dra", "slices", "--config", policy, "--node", "n1", flag, "gpu.example.com",
+                             node=node).stdout)
+        assert out["items"] and {s["spec"]["driver"] for s in out["items"]} == {"gpu.example.com"}, out
+        outs.append(out)
+    assert outs[0] == outs[1]
+    bad = sim("dra", "slices", "--config", policy, "--node", "n1", "--dra-driver", "Not_A_Name", node=node, check=1)
+    assert "Not_A_Name" in bad.stderr
