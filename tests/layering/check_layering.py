@@ -3,7 +3,9 @@
 1. Folders depend one way. Each folder has a rank; a file may include headers of its own folder
    and of folders of a lower rank only. (src/place/frag.h, the fragmentation measure, is its own
    library below src/core/; the rest of src/place/ is above it.)
-2. No circle between source files: A.c calls B.c when A.c's object needs a symbol B.c's object
+2. Calls point the same way: a source file may call functions of its own folder and of folders
+   of a lower rank only (a prototype written by hand does not get around rule 1).
+3. No circle between source files: A.c calls B.c when A.c's object needs a symbol B.c's object
    defines (nm, on the objects of BUILD's libraries and executables, tests and benchmarks
    excepted). A cycle (A -> B -> ... -> A) is an error, inside a folder too: two files that call
    each other belong together, or one of them holds something that belongs in a third.
@@ -31,9 +33,9 @@ def folder_of(rel):
         return "main"
     if rel == "src/place/frag.h" or rel == "src/place/frag.c":
         return "frag"
-    if parts[0] == "src" and len(parts) == 3:
+    if parts[0] == "src" and len(parts) >= 3:  # nested folders belong to their top folder
         return parts[1]
-    if parts[0] in ("sim", "guard") and len(parts) == 2:
+    if parts[0] in ("sim", "guard") and len(parts) >= 2:
         return parts[0]
     return None
 
@@ -96,6 +98,19 @@ def calls(build):
                 if other != src and os.path.dirname(other) != "" and other.split("/")[0] == src.split("/")[0]:
                     deps.setdefault(src, set()).add(other)
     return deps
+
+
+def upward_calls(deps):
+    """Rule 2: the calls (source file -> the files it calls) into a folder not below the caller's."""
+    errors = []
+    for src in sorted(deps):
+        folder = folder_of(src)
+        for other in sorted(deps[src]):
+            tfolder = folder_of(other)
+            if folder in RANKS and tfolder in RANKS and tfolder != folder and RANKS[tfolder] >= RANKS[folder]:
+                errors.append(f"{src}: calls {other}: {folder}/ (rank {RANKS[folder]}) may not depend on "
+                              f"{tfolder}/ (rank {RANKS[tfolder]})")
+    return errors
 
 
 def cycles(deps):
@@ -168,6 +183,7 @@ def main(root, build):
                 errors.append(f"{rel}: includes {target}: {folder}/ (rank {RANKS[folder]}) may not depend on "
                               f"{tfolder}/ (rank {RANKS[tfolder]})")
     deps = calls(build)
+    errors += upward_calls(deps)
     for cyc in cycles(deps):
         errors.append("circle: " + " <-> ".join(cyc))
     for e in errors:
