@@ -15,10 +15,14 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wait  # noqa: E402  (tests/lib)
 
 from kubelet_emulator import EmulatorError, KubeletEmulator
 
@@ -273,5 +277,13 @@ def ids(devices):
     return sorted(d.id for d in devices)
 
 
-def settle(seconds=0.4):
-    time.sleep(seconds)
+def settle(h):
+    """Waits until what the kubelet emulator has received (registrations, and ListAndWatch messages
+    per resource) has stopped changing for four polls of 0.1 s, at most 5 s: the agent's answer to
+    what the test did is complete, without a fixed sleep."""
+    kubelet = h.kubelet
+
+    def received():
+        regs = kubelet.registrations
+        return len(regs), tuple((r, len(kubelet.messages(r))) for r in sorted({g.resource_name for g in regs}))
+    return wait.steady(received, what="the agent's registrations and device lists")

@@ -36,7 +36,7 @@ def test_registration_whole_gpus(h):
     node = h.node(T4X2)
     u = node.uuids()
     h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
-    settle()
+    settle(h)
     regs = h.kubelet.registrations
     assert [r.resource_name for r in regs] == ["nvidia.com/gpu"], "exactly one registration per resource"
     reg = regs[0]
@@ -63,7 +63,7 @@ def test_registration_mig_mixed_one_per_resource(h):
     m2g = node.mig_create(1, "2g.20gb", 0)
     names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
     h.agent(node, MIXED, resources=names)
-    settle()
+    settle(h)
     regs = h.kubelet.registrations
     assert sorted(r.resource_name for r in regs) == sorted(names)
     for r in regs:
@@ -95,7 +95,7 @@ def test_time_slicing_rename_by_default(h):
     node = h.node(T4X2)
     u = node.uuids()
     h.agent(node, ts_policy(2, rename=True), resources=["nvidia.com/gpu.shared"])
-    settle()
+    settle(h)
     assert h.kubelet.resources() == ["nvidia.com/gpu.shared"]
     reg = h.kubelet.registrations[0]
     assert reg.endpoint == "gpuslice-nvidia.com_gpu.shared.sock"
@@ -138,7 +138,7 @@ def test_heterogeneous_per_gpu_policy(h):
     deadline = time.monotonic() + 5
     while len(_all_devices(h)) < 6 and time.monotonic() < deadline:
         time.sleep(0.1)
-    settle()
+    settle(h)
     got = _all_devices(h)
     expected = {m0, m1, f"{u[4]}::0", f"{u[4]}::1", f"{u[4]}::2", u[5]}
     assert set(got) == expected, f"advertised {sorted(got)}"
@@ -169,7 +169,7 @@ def test_heterogeneous_apply_json_matches_agent(h):
     assert kinds[f"{u[4]}::2"] == ("replica", 4, "Healthy")
     assert sorted(k for k, g, _ in kinds.values() if k == "mig") == ["mig", "mig"]
     a = h.agent(node, HETERO, resources=sorted(set(planned.values())))
-    settle()
+    settle(h)
     got = _all_devices(h)
     assert {i: r for i, (r, _) in got.items()} == planned
     assert a.alive()
@@ -179,7 +179,7 @@ def test_mig_single(h):
     node = h.node(NODE_H100X2)
     ms = [node.mig_create(0, "1g.10gb", 0), node.mig_create(0, "1g.10gb", 1), node.mig_create(1, "1g.10gb", 0)]
     h.agent(node, "version: v1\nflags:\n  migStrategy: single\n", resources=["nvidia.com/gpu"])
-    settle()
+    settle(h)
     assert h.kubelet.resources() == ["nvidia.com/gpu"]
     devs = h.latest("nvidia.com/gpu")
     assert ids(devs) == sorted(ms)
@@ -192,7 +192,7 @@ def test_mig_mixed(h):
     a = [node.mig_create(0, "1g.10gb", 0), node.mig_create(0, "1g.10gb", 1)]
     b = node.mig_create(3, "3g.40gb", 4)
     h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"])
-    settle()
+    settle(h)
     assert sorted(h.kubelet.resources()) == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
     assert ids(h.latest("nvidia.com/mig-1g.10gb")) == sorted(a)
     assert ids(h.latest("nvidia.com/mig-3g.40gb")) == [b]
@@ -274,7 +274,7 @@ def test_kubelet_restart_reregisters_within_1s(h):
             assert os.path.exists(os.path.join(h.kdir, reg.endpoint)), "fresh socket"
             msg = h.kubelet.wait_for(n, lambda devs: True, after=t, timeout=3)
             assert ids(msg.devices) == before[n]
-        settle()
+        settle(h)
         again = [r.resource_name for r in h.kubelet.registrations if r.received_at > t and r.ok]
         assert sorted(again) == sorted(names), f"one registration per resource, got {again}"
         u = node.uuids()
@@ -295,7 +295,7 @@ def test_sighup_reload(h):
     assert len(h.latest("nvidia.com/gpu")) == 4
     # SIGHUP with an unchanged file: still alive, still serving the same devices.
     agent.signal(signal.SIGHUP)
-    settle(1.0)
+    time.sleep(1.0)
     assert agent.alive() and agent.pid == pid
     assert len(h.latest("nvidia.com/gpu")) == 4
     # t before the write: the file watch may reload before the signal arrives
@@ -339,7 +339,7 @@ def test_bad_file_reload_keeps_old_policy(h):
     assert re.match(r'^\S+ level=error msg="', line), line
     m = re.search(r"policy\.yaml:(\d+):(\d+)", line)
     assert int(m.group(1)) == BAD_LINE and int(m.group(2)) in BAD_COLS, line
-    settle(1.0)
+    time.sleep(1.0)
     assert agent.alive()
     assert ids(h.latest("nvidia.com/gpu")) == good, "the old policy stays in force"
     assert all(ids(msg.devices) == good for msg in h.kubelet.messages("nvidia.com/gpu") if msg.time > t)
@@ -401,7 +401,7 @@ def test_ignored_xids(h):
     h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
     for xid in (13, 31, 43, 45, 68, 109):
         node.run("sim", "xid", "0", str(xid))
-    settle(1.5)
+    time.sleep(1.5)
     assert all(d.health == HEALTHY for m in h.kubelet.messages("nvidia.com/gpu") for d in m.devices)
     # The event path works: a critical Xid is seen.
     t = time.monotonic()
@@ -416,7 +416,7 @@ def test_custom_ignored_xids(h):
     policy = WHOLE + "gpuslice:\n  health:\n    ignoredXids: [79]\n"
     h.agent(node, policy, resources=["nvidia.com/gpu"])
     node.run("sim", "xid", "1", "79")
-    settle(1.5)
+    time.sleep(1.5)
     assert {d.health for d in h.latest("nvidia.com/gpu")} == {HEALTHY}
     t = time.monotonic()
     node.run("sim", "xid", "1", "48")
@@ -645,7 +645,7 @@ def test_guard_files_kept_when_pod_resources_unavailable(h):
         _wait(lambda: pr.calls >= 3, 5, "PodResources not asked", a)
         assert _guard_dirs(root) == [d]          # an error answer removes nothing
         pr.stop()
-        settle(0.6)                              # no socket at all: nothing removed either
+        time.sleep(0.6)                              # no socket at all: nothing removed either
         assert _guard_dirs(root) == [d] and a.alive()
     finally:
         pr.stop()
@@ -660,7 +660,7 @@ def test_guard_files_kept_during_grace(h):
     try:
         a = _gc_agent(h, node, root, pr, "60000")
         d = _guard_dir_of(h.kubelet.allocate("nvidia.com/gpu", [f"{u[0]}::0"]))
-        settle(0.8)                              # the pod is not listed yet, but the files are new
+        time.sleep(0.8)                              # the pod is not listed yet, but the files are new
         assert _guard_dirs(root) == [d] and a.alive()
     finally:
         pr.stop()
@@ -728,7 +728,7 @@ def test_guard_counters_reconciled_with_nvml(h):
         # The counts agree again once the untracked memory is gone; said once.
         node.run("sim", "process", "remove", "--pid", str(procs[1].pid))
         a.wait_log(r"Guard reconcile: allocation " + d + r" .*agrees with NVML again \(1024 MiB\)")
-        settle(0.5)
+        time.sleep(0.5)
         assert len(re.findall(r"allocation " + d + " on", a.log())) == 2   # not repeated every pass
         assert a.alive()
     finally:
@@ -763,7 +763,7 @@ def test_metrics_attributed_to_pods(h):
         assert m[info] == 1
         assert not [k for k in m if k.startswith("gpuslice_pod_device_info") and k != info]
         calls = pr.calls
-        settle(0.5)
+        time.sleep(0.5)
         assert 2 <= pr.calls - calls <= 8, "PodResources asked about every 100 ms"  # rate-limited by the interval
         # PodResources gone: said once, attribution dropped rather than kept stale
         pr.stop()
@@ -788,11 +788,11 @@ def test_guard_reconcile_skips_damaged_regions(h):
     p = _mapper(region)
     try:
         node.run("sim", "process", "add", "--gpu", "0", "--pid", str(p.pid), "--mem", "1GiB")
-        settle(0.6)
+        time.sleep(0.6)
         assert "Guard reconcile: allocation" not in a.log() and a.alive()
         with open(region, "r+b") as f:                  # truncated
             f.truncate(100)
-        settle(0.4)
+        time.sleep(0.4)
         assert a.alive()
         assert "gpuslice_guard_memory_used_bytes{" not in _scrape(a)
     finally:
@@ -953,7 +953,7 @@ def test_cdi_spec_not_written_without_driver(h):
     os.makedirs(proc)
     a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--proc-root", proc])
     a.wait_log(r"CDI spec not written: cannot read .*/noproc/devices")
-    settle(0.5)
+    time.sleep(0.5)
     assert len(re.findall("CDI spec not written", a.log())) == 1   # said once, not at every pass
     assert not os.path.exists(os.path.join(a.cdi_root, "gpuslice.json")) and a.alive()
 
@@ -1024,7 +1024,7 @@ def test_labels_mig_layout_state(h):
 def test_labels_file_disabled(h):
     node = h.node(T4X2)
     a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], extra=["--features-file", ""])
-    settle(0.5)
+    time.sleep(0.5)
     assert not os.path.exists(a.features) and a.alive()
 
 
@@ -1371,7 +1371,7 @@ def test_sigterm_exits_promptly(h):
     for i in range(3):
         a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"], policy_name=f"policy{i}.yaml")
         a.wait_log(r"Serving metrics")
-        settle(0.3 + 0.1 * i)  # somewhere inside the event thread's wait
+        time.sleep(0.3 + 0.1 * i)  # somewhere inside the event thread's wait
         killer = threading.Timer(10, a.proc.kill)
         killer.start()
         try:
@@ -1396,7 +1396,7 @@ def test_idle_agent_sleeps(h):
                 extra=["--poll-interval-ms", "2000", "--pod-attribution-interval-ms", "0",
                        "--guard-reconcile-interval-ms", "0", "--guard-gc-interval-ms", "0"])
     a.wait_log(r"Serving metrics")
-    settle(1.0)
+    time.sleep(1.0)
 
     def switches():
         n = 0
@@ -1409,7 +1409,7 @@ def test_idle_agent_sleeps(h):
         return n
 
     before = switches()
-    settle(4.0)
+    time.sleep(4.0)
     woke = switches() - before
     assert a.alive(), a.log()
     assert woke < 4 * 15, f"{woke} wake-ups in 4 s of idling"
@@ -1437,7 +1437,7 @@ def test_inventory_read_failing_keeps_serving_the_last_list(h, monkeypatch):
                           ["nvidia.com/gpu"])
     agent.wait_log(r"Failed to read the GPUs: nvmlDeviceGetCount: Unknown Error", timeout=5)
     agent.wait_log(r"GPUSLICE_SIM_FAULTS: call 3 and later of nvmlDeviceGetCount_v2 fails", timeout=1)
-    settle(3 * POLL_MS / 1000)
+    time.sleep(3 * POLL_MS / 1000)
     assert agent.alive(), agent.log()
     devs = h.latest("nvidia.com/gpu")
     assert len(devs) == 4 and {phys(d.id) for d in devs} == set(u)

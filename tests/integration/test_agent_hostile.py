@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 import agent_harness
-from agent_harness import T4X2, TS2, h, settle  # noqa: F401 (h: fixture)
+from agent_harness import T4X2, TS2, h  # noqa: F401 (h: fixture)
 from test_agent import GUARD_POLICY, REGION_SIZE, REGION_VERSION, _guard_dir_of, _guard_dirs, _samples, _scrape, _wait
 
 
@@ -244,7 +244,7 @@ def test_gc_removes_incomplete_directories(h):
         os.makedirs(os.path.join(old, "state"))
         os.utime(old, (past, past))
         _wait(lambda: not os.path.exists(old), 5, "incomplete directory not removed without PodResources", a)
-        settle(0.5)
+        time.sleep(0.5)
         assert os.path.isdir(young) and os.path.isdir(os.path.join(root, keep)) and a.alive()
     finally:
         pr.stop()

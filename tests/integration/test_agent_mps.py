@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from kubelet_emulator import HEALTHY, UNHEALTHY
-from test_agent import GPUSLICE, T4X2, _samples, _scrape, _wait, h, phys, settle  # noqa: F401 (h: fixture)
+from test_agent import GPUSLICE, T4X2, _samples, _scrape, _wait, h, phys  # noqa: F401 (h: fixture)
 
 ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.environ.get("FAKE_MPS_CONTROL") or os.path.join(ROOT, "build", "tests", "mps", "fake_mps_control")
