@@ -34,11 +34,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         if ((r != -EINVAL && r != -ENOMEM) || obj || !err[0] || strchr(err, '\n') || strncmp(err, "fuzz", 4))
             __builtin_trap();
-        /* bad UTF-8 needs a byte past ASCII or an escape ("\\u...") to write it; a text without
-         * either (nor a 'U' that a message could quote back) cannot be refused as bad UTF-8 */
+        /* bad UTF-8 needs a byte past ASCII or an escape to write it ("\\u..." in a scalar, "%b5"
+         * in a tag, which YAML decodes as a URI escape); a text without any (nor a 'U' that a
+         * message could quote back) cannot be refused as bad UTF-8 */
         bool plain_ascii = true;
         for (size_t i = 0; i < size; i++)
-            if (data[i] >= 0x80 || data[i] == '\\' || data[i] == 'U')
+            if (data[i] >= 0x80 || data[i] == '\\' || data[i] == '%' || data[i] == 'U')
                 plain_ascii = false;
         if (plain_ascii && strstr(err, "UTF-8"))
             __builtin_trap();
