@@ -205,7 +205,7 @@ int gs_guard_limits_format(const struct gs_guard_limits *l, char *buf, size_t le
 }
 
 /* Estimates, not measurements: the order of magnitude reported for a CUDA 12 context with its
- * kernels loaded (300-500 MiB per context per GPU, issue 17), larger on the newer architectures
+ * kernels loaded (300-500 MiB per context per GPU), larger on the newer architectures
  * whose contexts reserve more. tests/gpu/measure_context.py measures the real figure on a GPU
  * (NVML's used memory before and after cuDevicePrimaryCtxRetain); docs/guard.md keeps the table
  * and what has been measured. */

@@ -858,7 +858,7 @@ def read_bytes(path):
         return f.read()
 
 
-# ------------------------------------------------------------------------------------------ metrics exposure (issue 17)
+# ------------------------------------------------------------------------------------------ metrics exposure
 
 def test_metrics_bound_to_the_pod_ip():
     """metrics.bindFieldPath: the agent serves metrics only on the address the Downward API gives
@@ -895,7 +895,7 @@ def test_metrics_network_policy_example():
     assert "metrics-networkpolicy.yaml" in read(DEPLOY_MD)
 
 
-# ------------------------------------------------------------------------------------------ the scheduler extender (issue 20)
+# ------------------------------------------------------------------------------------------ the scheduler extender
 
 EXTENDER = {"extender": {"enabled": True}}
 EXTENDER_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",

@@ -1,4 +1,4 @@
-"""The chart's DaemonSet as the DRA driver in the real cluster (issue 19): the agent image of
+"""The chart's DaemonSet as the DRA driver in the real cluster: the agent image of
 tests/e2e/agent_image.sh, installed with the real Helm with dra.enabled and the simulated node's
 values (test_daemonset.py's), on a node of two H100 80GB both given to DRA: GPU 0 time-sliced
 (shared by consumable capacity), GPU 1 whole.

@@ -1,4 +1,4 @@
-"""An API server restart in the middle of a prepare (issue 19): the agent reads each ResourceClaim
+"""An API server restart in the middle of a prepare: the agent reads each ResourceClaim
 from the API server at NodePrepareResources (src/dra/claimkube.c).
 
 - Called as the kubelet calls it while the API server is down (cluster.sh restart-apiserver, in

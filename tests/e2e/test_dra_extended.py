@@ -1,4 +1,4 @@
-"""Pods in the device plugin's style served by DRA (issue 19): the chart's DeviceClasses with
+"""Pods in the device plugin's style served by DRA: the chart's DeviceClasses with
 extendedResourceName (DRAExtendedResource, beta and on by default in Kubernetes 1.36: the e2e
 cluster sets no gate), `gpuslice agent --dra` on a simulated node of three T4s, one node served
 both ways: GPU 0 by the device plugin (nvidia.com/gpu), GPU 1 (whole) and GPU 2 (time-sliced, 4

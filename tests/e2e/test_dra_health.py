@@ -1,4 +1,4 @@
-"""The DRA driver's resource-health stream (DRAResourceHealth.NodeWatchResources, issue 19) with
+"""The DRA driver's resource-health stream (DRAResourceHealth.NodeWatchResources) with
 the real kubelet: the kubelet (1.36: the ResourceHealthStatus feature gate, beta, on by default)
 opens the stream on the agent's DRA socket once it registers the driver, and shows each allocated
 device's health in the pod's status (containerStatuses[].allocatedResourcesStatus). A pod holds

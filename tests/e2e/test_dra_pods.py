@@ -1,4 +1,4 @@
-"""The DRA driver end to end (issue 19): `gpuslice agent --dra` on a simulated node of the real
+"""The DRA driver end to end: `gpuslice agent --dra` on a simulated node of the real
 cluster, with the e2e cluster's kubeconfig, publishes its ResourceSlices in the API server (only
 the GPU the policy's gpuslice.dra.gpus gives DRA; the other stays the device plugin's); a pod
 with a ResourceClaim of the chart's DeviceClass gpu.gpuslice.io is allocated the GPU by the real

@@ -1,4 +1,4 @@
-"""Prepare checks the policy's gpuslice.dra.gpus (issue 19) in the real cluster: the agent on the
+"""Prepare checks the policy's gpuslice.dra.gpus in the real cluster: the agent on the
 two-T4 node gives DRA both GPUs, then the policy changes so GPU 1 leaves DRA.
 
 - Allocated by the real scheduler, then the policy changed: with the agent stopped (the kubelet

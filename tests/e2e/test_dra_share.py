@@ -1,4 +1,4 @@
-"""DRA sharing and MIG on demand in the real cluster (issue 19): `gpuslice agent --dra` on a
+"""DRA sharing and MIG on demand in the real cluster: `gpuslice agent --dra` on a
 simulated node of two H100 80GB, both given to DRA (gpuslice.dra.gpus: all): GPU 0 time-sliced
 (one device shared by consumable capacity), GPU 1 in MIG mode without a layout (every free
 placement a device, made on demand). The chart's DeviceClasses; the real scheduler allocates,

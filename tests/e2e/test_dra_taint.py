@@ -1,4 +1,4 @@
-"""An Xid takes the device out of what the scheduler may allocate (issue 19): the agent on the
+"""An Xid takes the device out of what the scheduler may allocate: the agent on the
 two-T4 node gives DRA both GPUs (whole). A critical Xid on GPU 0 (the simulator's `sim xid 0 79`)
 taints gpu-0 in the published ResourceSlice (`gpu.gpuslice.io/xid` = 79, NoSchedule: DRA device
 taints, DRADeviceTaints beta and on by default in 1.36; the pool's generation bumped), as NVIDIA's

@@ -1,4 +1,4 @@
-"""Two shared claims in one container (issue 19): each time-sliced claim's guard files mount at
+"""Two shared claims in one container: each time-sliced claim's guard files mount at
 the same container paths, so a container holding two would run under one claim's limits. The
 agent (`gpuslice agent --dra`, a simulated node of one time-sliced H100 80GB given to DRA) reads
 the pods of a shared claim's reservedFor at prepare and refuses the second guarded claim of a

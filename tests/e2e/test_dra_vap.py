@@ -1,4 +1,4 @@
-"""The chart's ValidatingAdmissionPolicy for the DRA driver (templates/dra-rbac.yaml, issue 19)
+"""The chart's ValidatingAdmissionPolicy for the DRA driver (templates/dra-rbac.yaml)
 in the real API server: rendered by the real Helm (tests/deploy/helmchart.py) under a release of
 the test's own with a driver name of its own, applied, and then ResourceSlices written as the
 agent writes them: with a token of the release's service account bound to a Pod on the node (the

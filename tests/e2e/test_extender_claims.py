@@ -1,4 +1,4 @@
-"""ResourceClaims in the scheduler extender's model (issue 20 with issue 19's DRA driver), in the real
+"""ResourceClaims in the scheduler extender's model (gpuslice's DRA driver's claims), in the real
 cluster: `gpuslice agent --dra` on a simulated node of two H100 80GB, GPU 0 the DRA driver's
 (gpuslice.dra.gpus, time-sliced: one shared device by consumable capacity) and GPU 1 the device
 plugin's (nvidia.com/gpu); `gpuslice extender --kubeconfig` watches the Node (its gpuslice.io/gpu.*

@@ -1,4 +1,4 @@
-"""The extender's score decides among several nodes in the real cluster (issue 20): the real
+"""The extender's score decides among several nodes in the real cluster: the real
 kube-scheduler with `gpuslice extender --kubeconfig` (test_extender.py's fixture and scheduler
 configuration) chooses between the cluster's real node (its kubelet, gpuslice's agent on two
 simulated fractional H100s) and a second Node with the same two GPUs that kwok v0.8.0

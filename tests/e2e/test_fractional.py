@@ -1,4 +1,4 @@
-"""Fractional GPUs in the real cluster (docs/fractional.md, issue 20 item 3): the agent, a host
+"""Fractional GPUs in the real cluster (docs/fractional.md): the agent, a host
 process with the admin kubeconfig (--kubeconfig: it pairs a container's memory and compute through
 the pod it finds in the API server), on a simulated node of one H100 80GB in mode fractional and
 one L4 advertised whole (so that a pod can ask nvidia.com/gpu beside a fraction). The real

@@ -1,6 +1,6 @@
 """NVIDIA's DRA driver for GPUs (sigs.k8s.io/dra-driver-nvidia-gpu v0.4.1, its kubelet plugin
 gpu-kubelet-plugin, built by `tests/e2e/build.sh nvidia-dra`) on the simulated node, beside
-gpuslice's DRA driver, in the real cluster (issue 19, the last measure): what each enforces.
+gpuslice's DRA driver, in the real cluster: what each enforces.
 
 The plugin runs as a host process (as the agent does), registered with the real kubelet
 (plugins_registry/, plugins/gpu.nvidia.com/), publishing ResourceSlices to the real API server

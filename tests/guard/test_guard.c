@@ -1,4 +1,4 @@
-/* test_guard.c: the guard's test suite (issue 5). Each test runs guard_app as child processes under
+/* test_guard.c: the guard's test suite. Each test runs guard_app as child processes under
  * LD_PRELOAD=libgpuslice-guard.so, with the simulated driver (fake_cuda.c) as libcuda.so.1, a
  * limits file written by the test (GPUSLICE_GUARD_CONFIG) and its own counters region, both in a
  * fresh temporary directory. guard_app prints `key=value` lines; ground truth comes from the fake
@@ -1097,7 +1097,7 @@ static void test_pacer_contention_errs_low(void **state)
     expect_between(c, "share_permille", 120, 200);
 }
 
-/* ---- compute shares beside a neighbour on a time-sliced GPU (issue 21) ------------------------- *
+/* ---- compute shares beside a neighbour on a time-sliced GPU ------------------------- *
  *
  * FAKE_CUDA_GPU makes device 0 one GPU time-sliced between the test's processes (fake_timeslice.h):
  * with k of them busy each runs at 1/k speed, so a kernel's span grows with the neighbours' load,
@@ -1157,7 +1157,7 @@ static void share_run(struct fx *f, const struct share_case *sc, long long *mine
 }
 
 /* Each guarded process gets its share within +-3 points, alone and beside an unguarded or a
- * guarded neighbour. Charged by kernel span (the pacer before issue 21) the process got 15 % at
+ * guarded neighbour. Charged by kernel span (as the pacer once did) the process got 15 % at
  * 30 % beside the unguarded neighbour, as on the real H200. */
 static void test_share_beside_neighbour(void **state)
 {
@@ -1227,7 +1227,7 @@ static void test_pacer_off_without_limit(void **state)
     expect_eq(c, "events_created", 0);
 }
 
-/* ---- SIGKILL at every window of the reservation protocol (issue 17) ---------------------------- */
+/* ---- SIGKILL at every window of the reservation protocol ---------------------------- */
 
 /* Waits for a child that must die of SIGKILL (a fault point of the test build): proof that it got
  * to the point. */
@@ -1441,7 +1441,7 @@ static void test_sigkill_random(void **state)
     munmap(gt, sizeof(*gt));
 }
 
-/* ---- the quota comes back only when the memory does (issue 17, item 9) -------------------------- */
+/* ---- the quota comes back only when the memory does -------------------------- */
 
 /* 16 processes at a time exit while holding their allocations, each taking 30 ms after its atexit
  * handlers before it is gone (the driver's teardown), while others wait for room: the live bytes
@@ -1500,7 +1500,7 @@ static void test_meminfo_right_after_kill(void **state)
     finish(&survivor);
 }
 
-/* ---- limits a child cannot swap (issue 17, item 2) ------------------------------------------------ */
+/* ---- limits a child cannot swap (item 2) ------------------------------------------------ */
 
 /* In a container the mounted file is the only source: GPUSLICE_GUARD_CONFIG naming another file
  * (a bigger quota) changes nothing. The test build reads the "mounted" file at GUARD_MOUNTED_CONF. */
@@ -1597,7 +1597,7 @@ static void test_sealed_fd_config(void **state)
     unlink(mine);
 }
 
-/* ---- the correctness suite (issue 17) ------------------------------------------------------------ */
+/* ---- the correctness suite ------------------------------------------------------------ */
 
 /* Frees issued with another device's context current, on another stream, and a pool allocation
  * on device 0 made from device 1's context: each device's count follows the memory. */
@@ -1626,7 +1626,7 @@ static void test_cross_device_and_streams(void **state)
     assert_int_equal(region_used(f, 1), 0);
 }
 
-/* Virtual memory management (issue 17): the driver frees a handle's memory when it is released and
+/* Virtual memory management: the driver frees a handle's memory when it is released and
  * its last mapping unmapped, whichever comes last; the quota follows the memory. 16 MiB handles
  * under a 48 MiB quota: while a released handle is still mapped, a 40 MiB allocation (which would
  * fit had the release given the bytes back, as the guard did before) is refused. */

@@ -1,5 +1,5 @@
 """A tenant (or whatever else writes where the agent reads) must not crash or wedge the agent
-(issue 17): a guarded container truncating or garbling its counters region while the reconcile
+: a guarded container truncating or garbling its counters region while the reconcile
 reads it, a FIFO where the policy is (at start and swapped in at a reload), a full disk under
 Allocate, half-written allocation directories, and symbolic links planted in a guard allocation
 directory for the root-owned GC to follow. Harness and fixture: agent_harness.py; the counters

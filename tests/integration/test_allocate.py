@@ -324,7 +324,7 @@ def test_allocate_cdi_strategies_on_the_simulated_node(h):
     assert os.path.samefile(lib, os.environ["GPUSLICE_SIM_LIB"])   # the stand-in driver's NVML is the simulator
 
 
-# ------------------------------------------------------------------------------- hostile requests (issue 17)
+# ------------------------------------------------------------------------------- hostile requests
 
 def test_allocate_rejects_ids_with_a_nul_byte(h):
     """protobuf-c hands string fields over as C strings: "ID\\0junk" used to be taken as "ID"."""

@@ -250,7 +250,7 @@ static void test_open_write_refuses_special_files(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
-/* ---- the guard GC's symbolic link race (issue 17 point 8) ------------------------------------------
+/* ---- the guard GC's symbolic link race ------------------------------------------
  *
  * A container can swap a directory of its state tree for a symbolic link while the root-owned GC
  * removes the tree. The window is between the walk learning that an entry is a directory and the
