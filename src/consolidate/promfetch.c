@@ -39,31 +39,6 @@ static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
     return add;
 }
 
-/* curl_easy_perform through the multi interface (the functions the loaded table has). */
-static CURLcode perform(CURL *h) {
-    CURLM *m = curl_multi_init();
-    if (!m)
-        return CURLE_OUT_OF_MEMORY;
-    CURLcode rc = CURLE_FAILED_INIT;
-    if (curl_multi_add_handle(m, h) == CURLM_OK) {
-        int running = 1;
-        while (running) {
-            if (curl_multi_perform(m, &running) != CURLM_OK)
-                break;
-            if (running && curl_multi_poll(m, NULL, 0, 200, NULL) != CURLM_OK)
-                break;
-        }
-        int left;
-        CURLMsg *msg;
-        while ((msg = curl_multi_info_read(m, &left)))
-            if (msg->msg == CURLMSG_DONE)
-                rc = msg->data.result;
-        curl_multi_remove_handle(m, h);
-    }
-    curl_multi_cleanup(m);
-    return rc;
-}
-
 static void urlencode(const char *s, char *out, size_t outlen) {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
@@ -108,7 +83,7 @@ int cs_prom_query_range(const struct cs_prom_query *q, const char *query, char *
     curl_easy_setopt(h, CURLOPT_USERAGENT, "gpuslice-plan/1");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    CURLcode cc = perform(h);
+    CURLcode cc = kube_curl_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(h);

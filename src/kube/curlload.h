@@ -36,6 +36,11 @@ extern struct kube_curl kube_curl;
  * process. Returns 0, or -ENOENT/-EIO with why in err. Thread-safe. */
 int kube_curl_load(char *err, size_t errlen);
 
+/* curl_easy_perform through the multi interface (the functions the loaded table has): the transfer
+ * run to its end, or ended early by the calling thread's kube_cancel (kube.h) when one is bound.
+ * kube.c's; any user of the table may call it. */
+CURLcode kube_curl_perform(CURL *h);
+
 #define curl_global_init (*kube_curl.global_init)
 #define curl_easy_init (*kube_curl.easy_init)
 #define curl_easy_cleanup (*kube_curl.easy_cleanup)

@@ -351,7 +351,7 @@ static int curl_errno(CURLcode rc) {
 }
 
 /* Runs the transfer to its end on a multi handle, woken by the thread's cancel handle. */
-static CURLcode perform(CURL *h) {
+CURLcode kube_curl_perform(CURL *h) {
     struct kube_cancel *k = bound_cancel;
     CURLM *m = curl_multi_init();
     if (!m)
@@ -437,7 +437,7 @@ static int request_len(struct kube_client *c, const char *method, const char *pa
         curl_easy_setopt(x.h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(x.h, CURLOPT_WRITEDATA, &b);
         curl_easy_setopt(x.h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->lim.max_response);
-        CURLcode rc = perform(x.h);
+        CURLcode rc = kube_curl_perform(x.h);
         curl_easy_getinfo(x.h, CURLINFO_RESPONSE_CODE, &x.http);
         if (rc != CURLE_OK) {
             r = transfer_error(&x, rc, &b, method, path, err, errlen);
@@ -679,7 +679,7 @@ int kube_watch(struct kube_client *c, const char *path, const struct kube_list_o
         w.h = x.h;
         curl_easy_setopt(x.h, CURLOPT_WRITEFUNCTION, on_watch_body);
         curl_easy_setopt(x.h, CURLOPT_WRITEDATA, &w);
-        CURLcode rc = perform(x.h);
+        CURLcode rc = kube_curl_perform(x.h);
         curl_easy_getinfo(x.h, CURLINFO_RESPONSE_CODE, &x.http);
         if (w.result != 0) {
             r = w.result;
