@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "kube"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 from emulator import Emulator, Handler, make_pki, status  # noqa: E402
 from kubeconfig import write_kubeconfig  # noqa: E402
+import wait  # noqa: E402 (tests/lib)
 
 GPUSLICE = os.environ.get("GPUSLICE", "gpuslice")
 
@@ -358,10 +359,8 @@ def api(tmp_path):
 @pytest.fixture
 def api_ext(tmp_path, tls, api):
     e = Extender(tmp_path, tls, source=["--kubeconfig", api.kubeconfig])
-    deadline = time.monotonic() + 20
-    while e.metric("gpuslice_extender_nodes") < 1:
-        assert time.monotonic() < deadline, e.text()
-        time.sleep(0.1)
+    wait.until(lambda: e.metric("gpuslice_extender_nodes") >= 1, timeout=20, interval=0.1,
+               what="the extender's first node from the API server", detail=e.text)
     yield e
     e.stop()
 

@@ -29,6 +29,8 @@ from agent_harness import (  # noqa: F401 (h: the fixture)
 )
 from kubelet_emulator import HEALTHY, UNHEALTHY
 
+import wait  # tests/lib, on the path once agent_harness is imported
+
 
 # ------------------------------------------------------------------------------- registration
 
@@ -589,11 +591,7 @@ def _guard_dir_of(resp):
 
 
 def _wait(cond, timeout, what, agent):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout} s\n{agent.log()}")
-        time.sleep(0.05)
+    wait.until(cond, timeout=timeout, what=what, detail=agent.log)
 
 
 def _gc_agent(h, node, root, pr, grace_ms):

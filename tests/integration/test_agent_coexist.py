@@ -10,10 +10,11 @@ import json
 import os
 import socket
 import stat
-import time
 
 from agent_harness import POLL_MS, T4X2, WHOLE, h, ids, ts_policy  # noqa: F401 (h: the fixture)
 from test_emulator import FakePlugin
+
+import wait  # tests/lib, on the path once agent_harness is imported
 
 GPU = "nvidia.com/gpu"
 OURS = "gpuslice-nvidia.com_gpu.sock"
@@ -36,8 +37,9 @@ def ours(h):
     return [r for r in h.kubelet.registrations if r.resource_name == GPU and r.endpoint == OURS]
 
 
-def polls(n):
-    time.sleep(n * POLL_MS / 1000)
+def holds(n, pred, what, a):
+    """pred() stays true over n of the agent's polls (checked at each)."""
+    wait.holds(pred, polls=n, interval=POLL_MS / 1000, what=what, detail=a.log)
 
 
 def test_refuse_while_nvidia_serves_then_take_over(h):
@@ -48,10 +50,8 @@ def test_refuse_while_nvidia_serves_then_take_over(h):
         line = a.wait_log(r"nvidia.com/gpu is served by nvidia-gpu.sock \(NVIDIA's device plugin\): gpuslice "
                           r"does not register it")
         assert "[warn]" in line.lower() or "warn" in line.lower()
-        polls(8)
-        assert a.alive()
-        assert ours(h) == [], "gpuslice registered a resource NVIDIA's plugin serves"
-        assert not os.path.exists(os.path.join(h.kdir, OURS))
+        holds(8, lambda: a.alive() and ours(h) == [] and not os.path.exists(os.path.join(h.kdir, OURS)),
+              "the agent alive, not registering a resource NVIDIA's plugin serves, no socket of its own", a)
         assert ids(h.latest(GPU)) == ["GPU-fake-0", "GPU-fake-1"]
     finally:
         gone(other)
@@ -70,9 +70,8 @@ def test_withdraws_when_nvidia_starts_later(h):
     try:
         a.wait_log(r"nvidia.com/gpu is served by nvidia-gpu.sock", timeout=5)
         a.wait_log(r"Withdrawing nvidia.com/gpu", timeout=5)
-        polls(4)
-        assert not os.path.exists(os.path.join(h.kdir, OURS))
-        assert len(ours(h)) == 1, "registered again while NVIDIA's plugin serves"
+        holds(4, lambda: not os.path.exists(os.path.join(h.kdir, OURS)) and len(ours(h)) == 1,
+              "withdrawn: no socket, not registered again while NVIDIA's plugin serves", a)
     finally:
         gone(other)
     h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
@@ -106,8 +105,7 @@ def test_other_plugin_named_by_the_checkpoint(h):
         a = h.agent(node, WHOLE)
         line = a.wait_log(r"nvidia.com/gpu is served by another device plugin \(listening: vendor-gpu.sock; ")
         assert "GPU-fake-0" in line
-        polls(6)
-        assert ours(h) == []
+        holds(6, lambda: ours(h) == [], "not registered while the other plugin serves it", a)
     finally:
         gone(other)
     h.kubelet.wait_registration(GPU, timeout=5, after=other.register_ended)
@@ -157,9 +155,8 @@ def test_share_serves_only_the_gpus_the_other_does_not(h):
         h.kubelet.wait_for(SHARED, lambda devs: sorted(d.id for d in devs) == [f"{u1}::0", f"{u1}::1"],
                            timeout=10)
         assert ours(h) == [], "gpuslice registered nvidia.com/gpu, which NVIDIA's plugin serves"
-        polls(4)
-        assert a.alive()
-        assert sorted(d.id for d in h.latest(SHARED)) == [f"{u1}::0", f"{u1}::1"]
+        holds(4, lambda: a.alive() and sorted(d.id for d in h.latest(SHARED)) == [f"{u1}::0", f"{u1}::1"],
+              "GPU 1's replicas only, the agent alive", a)
     finally:
         gone(other)
     a.wait_log(r"GPU 0 \(%s\) is no longer served by another device plugin: gpuslice serves it" % u0, timeout=10)

@@ -14,6 +14,8 @@ import grpc
 from podresources_emulator import PodResourcesEmulator
 from test_agent import H100X2, _mig_policy, _status, h, ids  # noqa: F401 (h: fixture)
 
+import wait  # tests/lib, on the path once agent_harness is imported
+
 BIG = "nvidia.com/mig-3g.40gb"
 ONE = "nvidia.com/mig-1g.10gb"
 TWO = "nvidia.com/mig-2g.20gb"
@@ -40,13 +42,13 @@ def devices(node):
 
 
 def wait_status(path, state, config, timeout=15):
-    deadline = time.monotonic() + timeout
-    while True:
-        st = _status(path)
-        if st["state"] == state and st["config"] == config:
-            return st
-        assert time.monotonic() < deadline, f"MIG status {st}, not {state} for {config}"
-        time.sleep(0.05)
+    seen = []
+
+    def reached():
+        seen[:] = [_status(path)]
+        return seen[0] if seen[0]["state"] == state and seen[0]["config"] == config else None
+    return wait.until(reached, timeout=timeout, what=f"MIG status {state} for {config}",
+                      detail=lambda: f"last status: {seen[0] if seen else None}")
 
 
 @contextlib.contextmanager
@@ -93,17 +95,15 @@ def test_agent_lays_out_around_a_device_a_pod_holds(h):
         h.kubelet.wait_for(TWO, lambda ds: not ds, timeout=5, after=t)
         assert all(held["uuid"] in m.ids for m in h.kubelet.messages(BIG) if m.time > t), "held device withdrawn"
         # nothing more to do while it is held: no step, no new warning
-        time.sleep(1)
-        assert devices(node) == d
+        wait.holds(lambda: devices(node) == d, polls=10, interval=0.1, what="the held layout unchanged",
+                   detail=agent.log)
         assert agent.log().count("partially applied: kept what pods hold") == 1
         # PodResources failing meanwhile: still partial (said once), nothing changed, tried again
         pr.status = grpc.StatusCode.RESOURCE_EXHAUSTED
         calls = pr.calls
         agent.wait_log("MIG layout all-1g.10gb stays partial for now: cannot ask the kubelet", timeout=5)
-        deadline = time.monotonic() + 5
-        while pr.calls < calls + 3:  # asked again meanwhile
-            assert time.monotonic() < deadline, f"PodResources asked {pr.calls - calls} times in 5 s"
-            time.sleep(0.05)
+        wait.until(lambda: pr.calls >= calls + 3, timeout=5,  # asked again meanwhile
+                   what="PodResources asked 3 more times", detail=lambda: f"asked {pr.calls - calls} times")
         assert _status(status)["state"] == "partial" and devices(node) == d
         assert agent.log().count("stays partial for now") == 1
         pr.status = None

@@ -16,6 +16,8 @@ import pytest
 from kubelet_emulator import HEALTHY, UNHEALTHY
 from test_agent import GPUSLICE, T4X2, _samples, _scrape, _wait, h, phys  # noqa: F401 (h: fixture)
 
+import wait  # tests/lib, on the path once agent_harness is imported
+
 ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.environ.get("FAKE_MPS_CONTROL") or os.path.join(ROOT, "build", "tests", "mps", "fake_mps_control")
 
@@ -57,17 +59,14 @@ def alive(pid):
 
 
 def wait_running(root, uuid, timeout=5):
-    deadline = time.monotonic() + timeout
-    while True:
+    def running():
         try:
-            if "cmd set_default_active_thread_percentage" in " ".join(control_log(root, uuid)) or \
-                    any(l.startswith("cmd get_default") for l in control_log(root, uuid)):
-                return
+            log = control_log(root, uuid)
         except FileNotFoundError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no MPS daemon for {uuid} under {root}")
-        time.sleep(0.05)
+            return False
+        return "cmd set_default_active_thread_percentage" in " ".join(log) or \
+            any(line.startswith("cmd get_default") for line in log)
+    wait.until(running, timeout=timeout, what=f"an MPS daemon for {uuid} under {root}")
 
 
 def test_daemon_per_gpu_with_environment_and_defaults(h):

@@ -21,6 +21,7 @@ from kubeconfig import write_kubeconfig  # noqa: E402
 from test_kube_emulator import pki  # noqa: E402,F401 (pki: fixture)
 from test_agent import H100X2, _mig_policy, _status, h  # noqa: E402,F401 (h: fixture)
 from test_doctor import node  # noqa: E402,F401 (node: fixture)
+import wait  # noqa: E402 (tests/lib)
 
 LABEL = "nvidia.com/mig.config"
 
@@ -151,17 +152,13 @@ def mig_agent(h, api, name, mode=None):
 
 
 def wait_state(st, want, timeout=20):
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached():
         try:
             got = _status(st)
-            if got["state"] == want:
-                return got
         except (FileNotFoundError, json.JSONDecodeError):
-            got = None
-        if time.monotonic() > deadline:
-            raise AssertionError(f"MIG status {got}, not {want}, after {timeout} s")
-        time.sleep(0.1)
+            return None
+        return got if got["state"] == want else None
+    return wait.until(reached, timeout=timeout, interval=0.1, what=f"MIG status {want}")
 
 
 def mig_profiles(node):
