@@ -8,6 +8,7 @@ gets to Running with what its claim promises: its device's UUID, the guard's lim
 claim, MPS's thread share and memory limit, the MIG instance. What a pod saw is read from its log
 file on the host (DIR/pod-logs) and inside it with ctr's exec, as the script prints them: kubectl
 logs and exec have no address of the kubelet to go to in this cluster (docs/e2e.md; checked).
+The printed delete unprepares every claim (their CDI specs go, the MIG instance is destroyed).
 `run-cluster.sh down` then stops every process the run started, by the pids in DIR/run (the agent,
 and through it MPS's control daemon, among them), and frees the ports.
 Not in the e2e pytest run (its name is no test_*.py): meson runs it as a test of its own
@@ -192,6 +193,18 @@ def test_run_cluster_dra_applies_the_example_claims():
         # kubectl logs has no address of the kubelet to go to (docs/e2e.md says so and why)
         r = subprocess.run(["kubectl", "logs", "shared-20gi"], capture_output=True, text=True, timeout=60, env=kenv)
         assert r.returncode != 0 and "no preferred addresses" in r.stderr, (r.stdout, r.stderr)
+
+        # the printed delete: every claim unprepared (its CDI spec gone), the MIG instance destroyed
+        assert glob.glob(os.path.join(dir, "cdi", "*_claim-*.json")), os.listdir(os.path.join(dir, "cdi"))
+        delete = next(x.strip() for x in lines if x.strip().endswith("| kubectl delete -f -"))
+        r = subprocess.run(["bash", "-c", delete], capture_output=True, text=True, timeout=180, env=kenv, cwd=ROOT)
+        assert r.returncode == 0, (delete, r.stdout, r.stderr)
+        _wait(lambda: not glob.glob(os.path.join(dir, "cdi", "*_claim-*.json")) or os.listdir(os.path.join(dir, "cdi")),
+              120, "the claims' CDI specs to go")
+        gpus = json.loads(subprocess.run([GPUSLICE, "--sim", NODE, "--sim-state", os.path.join(dir, "sim-dra"),
+                                          "inspect", "--json"], capture_output=True, text=True, timeout=60,
+                                         check=True).stdout)["gpus"]
+        assert not gpus[3]["mig"]["gpu_instances"] and not gpus[4]["mig"]["gpu_instances"], gpus[3]["mig"]
         ok = True
     finally:
         pids = {}
