@@ -169,6 +169,7 @@ def test_run_cluster_dra_applies_the_example_claims():
         # the whole H100 its CEL selector picks (GPU 0), no guard
         w = seen["h100-whole"]
         assert w["env"].get("GPUSLICE_DRA_DEVICES") == uuid[0] and not w["guard"], w
+        assert [n for n in w["node"] if n[len("/dev/nvidia"):].isdigit()] == [f"/dev/nvidia{gpus[0]['minor']}"], w
         # an MPS client of the L4 (GPU 2): the thread share and pinned memory its claim asks
         m = seen["mps-25"]
         assert m["env"].get("GPUSLICE_DRA_DEVICES") == uuid[2], m["env"]
