@@ -6,18 +6,18 @@ has them, the claims' transient CDI specs, and a kubelet-side gRPC client (tests
 on the agent's DRA socket."""
 import json
 import os
-import subprocess
 import sys
 
 import yaml
 
+import cluster_agent
 from e2e import NS, ROOT, wait
 from test_guard import CUDA_ERROR_OUT_OF_MEMORY, _kv
 from test_pods import CDI
 
-DRIVER = "gpu.gpuslice.io"
-CHART = os.path.join(ROOT, "deploy", "helm", "gpuslice")
-BUILD_SH = os.path.join(ROOT, "tests", "e2e", "build.sh")
+DRIVER = cluster_agent.DRIVER
+CHART = cluster_agent.CHART
+BUILD_SH = cluster_agent.BUILD_SH
 SHARED = f"shared.{DRIVER}"
 GIB = 1 << 30
 # GPU 0 time-sliced in four replicas: with DRA, one device shared by consumable capacity
@@ -52,11 +52,9 @@ def case_dirs(cluster, name, node):
 
 
 def dra_args(cluster, driver=DRIVER):
-    """The agent's flags for the DRA driver on the e2e cluster's kubelet and API server."""
-    return ["--dra", "--dra-driver", driver,
-            "--kubelet-registry-dir", os.path.join(cluster.kubelet_dir, "plugins_registry"),
-            "--kubelet-plugins-dir", os.path.join(cluster.kubelet_dir, "plugins"),
-            "--kubeconfig", cluster.kubeconfig, "--node-name", cluster.node_name]
+    """The agent's flags for the DRA driver on the e2e cluster's kubelet and API server
+    (cluster_agent.dra_args, which scripts/run-cluster.sh --dra uses too)."""
+    return cluster_agent.dra_args(cluster.kubelet_dir, cluster.kubeconfig, cluster.node_name, driver)
 
 
 def dra_socket(cluster, driver=DRIVER):
@@ -76,15 +74,7 @@ def checkpoint(cluster, driver=DRIVER):
 def device_classes(driver=DRIVER, extended=False):
     """The chart's DeviceClasses for driver, rendered by the real Helm (without extended resource
     names unless asked: a class serving nvidia.com/gpu would take the other tests' pods)."""
-    b = subprocess.run(["bash", BUILD_SH, "helm"], capture_output=True, text=True, timeout=1800)
-    assert b.returncode == 0 and b.stdout.strip(), f"build.sh helm: exit {b.returncode}\n{b.stderr[-3000:]}"
-    helm = os.path.join(b.stdout.strip().splitlines()[-1], "helm")
-    p = subprocess.run([helm, "template", "gpuslice", CHART, "-s", "templates/dra-deviceclasses.yaml",
-                        "--set", "dra.enabled=true", "--set", f"dra.driver={driver}",
-                        "--set", f"dra.extendedResourceNames={'true' if extended else 'false'}"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return [d for d in yaml.safe_load_all(p.stdout) if d]
+    return cluster_agent.device_classes(driver, extended)
 
 
 def apply_classes(cluster, driver=DRIVER):

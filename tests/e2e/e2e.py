@@ -13,13 +13,14 @@ GS_SOURCE_ROOT; GS_E2E_DIR reuses a cluster that is already up (cluster.sh up DI
 the tests; GS_E2E_KEEP=1 keeps the cluster's directory after the run."""
 import json
 import os
-import re
 import signal
 import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+
+from cluster_agent import host_args, read_env  # noqa: F401 (read_env: the harness's, for bench/)
 
 ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUSLICE = os.environ.get("GPUSLICE") or os.path.join(ROOT, "build", "gpuslice")
@@ -48,16 +49,6 @@ def wait(pred, timeout, what, interval=0.25):
         if time.monotonic() > deadline:
             raise E2EError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
         time.sleep(interval)
-
-
-def read_env(path):
-    env = {}
-    with open(path) as f:
-        for line in f:
-            m = re.match(r"^(?:export )?([A-Z0-9_]+)=(.*)$", line.strip())
-            if m:
-                env[m.group(1)] = m.group(2)
-    return env
 
 
 class Cluster:
@@ -376,13 +367,8 @@ class Agent:
 
     def start(self):
         args = [GPUSLICE, "--sim", self.node, "--sim-state", self.sim_state, "agent",
-                "--config", self.policy,
-                "--kubelet-dir", os.path.join(self.c.kubelet_dir, "device-plugins"),
-                "--pod-resources-socket", os.path.join(self.c.kubelet_dir, "pod-resources", "kubelet.sock"),
-                "--cdi-root", self.c.cdi_dir, "--guard-root", self.guard_root,
-                "--mig-status-file", os.path.join(self.base, "mig-status.json"),
-                "--features-file", os.path.join(self.base, "features"),
-                "--metrics-address", self.metrics, "--poll-interval-ms", str(POLL_MS), *self.extra]
+                "--config", self.policy, *host_args(self.c.kubelet_dir, self.c.cdi_dir, self.base, self.metrics, POLL_MS),
+                *self.extra]
         env = dict(os.environ)
         if GUARD_LIB:
             env["GPUSLICE_GUARD_LIB"] = GUARD_LIB
