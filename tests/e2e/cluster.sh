@@ -305,7 +305,7 @@ cgroupRoot: /$CGROOT
 # this machine kind's cgroups are v1 (hybrid): kubelets from 1.35 refuse them unless told
 failCgroupV1: false
 failSwapOn: false
-podLogsDirectory: $dir/pod-logs
+podLogsDir: $dir/pod-logs
 staticPodPath: ""
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
