@@ -43,7 +43,7 @@ uint32_t gs_kl_crc32(const void *data, size_t len);
 int gs_kl_dra_state_each(const char *text, size_t len, void (*fn)(const struct gs_kl_dra_device *d, void *ctx),
                          void *ctx, char *err, size_t errlen);
 
-/* A directory name in the kubelet's pod logs directory (podLogsDirectory, default /var/log/pods):
+/* A directory name in the kubelet's pod logs directory (podLogsDir, default /var/log/pods):
  * NAMESPACE_NAME_UID, for a pod's containers' logs (one subdirectory per container that started).
  * Namespaces and pod names hold no '_'. 0, or -EINVAL for another name or a part too long. */
 #define GS_KL_POD_NAME_MAX 254
