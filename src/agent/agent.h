@@ -20,6 +20,7 @@ struct agent_options {
     unsigned guard_grace_ms;      /* files younger than this are kept (the pod may not be listed yet) */
     unsigned guard_reconcile_ms;  /* how often the guard's counters are compared with NVML (0: never) */
     unsigned pod_attribution_ms;  /* how often PodResources is asked who holds which device (0: never) */
+    const char *pod_logs_dir;     /* the kubelet's podLogsDir: DRA pods' names (NULL: /var/log/pods) */
     const char *features_file;    /* node labels for Node Feature Discovery (NULL or "": none) */
     const char *metrics_address;  /* Prometheus metrics, "HOST:PORT" or ":PORT" (NULL or "": none) */
     const char *mps_control;      /* nvidia-cuda-mps-control (NULL: found in PATH) */

@@ -1,6 +1,7 @@
 /* utilization.c: per-pod GPU utilization (see utilization.h). */
 #include "agent/utilization.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,7 +12,10 @@
 #include "agent/guard_reconcile.h"
 #include "agent/state.h"
 #include "core/podutil.h"
+#include "dra/dra.h"
+#include "dra/slices.h"
 #include "gpu/gpu.h"
+#include "kubelet/drastate.h"
 #include "kubelet/plugindir.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -57,11 +61,22 @@ struct uid_devices {
     unsigned n;
 };
 
+/* The pods the kubelet's DRA manager checkpoint gives devices of our driver, by GPU (instance). */
+#define MAX_DRA_HOLDERS 256
+#define MAX_POD_LOG_DIRS 16384 /* entries of the pod logs directory looked at */
+struct dra_holders {
+    const struct gs_inventory *inv;
+    const char *driver;
+    struct gs_dra_holder *h;
+    unsigned n, dropped;
+};
+
 struct attribution {
     const struct gs_plan *plan;
     const struct gpu_interval *iv;
     unsigned n;
     const struct uid_devices *ck;
+    const struct dra_holders *dra;
     const struct mig_interval *mig;
     unsigned n_mig;
 };
@@ -71,13 +86,13 @@ static void attribute(struct gs_metrics_counters *c, void *ctx) {
     c->n_pod_util = 0;
     for (unsigned i = 0; i < at->n; i++) {
         const struct gpu_interval *v = &at->iv[i];
-        gs_podutil_attribute(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, at->ck->d, at->ck->n,
-                             c->pod_util, GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
+        gs_podutil_attribute_dra(at->plan, c, v->gpu, v->uuid, v->pu, v->n, v->owners, v->n, at->ck->d, at->ck->n,
+                                 at->dra->h, at->dra->n, c->pod_util, GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
     }
     for (unsigned i = 0; i < at->n_mig; i++) {
         const struct mig_interval *v = &at->mig[i];
-        gs_podutil_attribute_mig(at->plan, c, v->gpu, v->uuid, v->m, v->ratio, c->pod_util, GS_METRICS_MAX_POD_UTIL,
-                                 &c->n_pod_util);
+        gs_podutil_attribute_mig_dra(at->plan, c, v->gpu, v->uuid, v->m, v->ratio, at->dra->h, at->dra->n,
+                                     c->pod_util, GS_METRICS_MAX_POD_UTIL, &c->n_pod_util);
     }
 }
 
@@ -186,6 +201,135 @@ static void read_checkpoint(struct agent *a, struct uid_devices *u) {
     gs_strlcpy(said, err, sizeof(said));
 }
 
+/* Logs msg for file once (until another one or none comes). */
+static void say_file(char said[256], const char *what, const char *path, const char *msg) {
+    if (msg[0] && strcmp(msg, said) != 0)
+        log_warn("Per-pod utilization: %s %s: %s (processes of pods with DRA claims go to the no-pod series)", what,
+                 path, msg);
+    gs_strlcpy(said, msg, 256);
+}
+
+/* A device of the DRA checkpoint: a holder when it is of our driver and names a GPU (or a MIG
+ * placement of a GPU instance that exists) of this node. */
+static void add_dra_device(const struct gs_kl_dra_device *d, void *ctx) {
+    struct dra_holders *u = ctx;
+    struct gs_dra_device_ref ref;
+    if (strcmp(d->driver, u->driver) != 0 || gs_dra_device_parse(d->device, &ref) < 0 || ref.gpu >= u->inv->n_gpus ||
+        ref.gpu >= GS_MAX_GPUS || strlen(d->pod_uid) >= GS_POD_UID_MAX)
+        return;
+    int gi = -1;
+    const struct gs_gpu *g = &u->inv->gpus[ref.gpu];
+    for (unsigned k = 0; ref.mig && k < g->n_mig && gi < 0; k++)
+        if (g->mig[k].gi_profile_id == ref.profile_id && g->mig[k].start == ref.start)
+            gi = (int)g->mig[k].gi_id;
+    if (ref.mig && gi < 0)
+        return; /* not made (yet), or gone */
+    for (unsigned i = 0; i < u->n; i++)
+        if (u->h[i].gpu == ref.gpu && u->h[i].gi == gi && !strcmp(u->h[i].uid, d->pod_uid))
+            return;
+    if (u->n == MAX_DRA_HOLDERS) {
+        u->dropped++;
+        return;
+    }
+    struct gs_dra_holder *h = &u->h[u->n++];
+    *h = (struct gs_dra_holder){ .gpu = ref.gpu, .gi = gi };
+    gs_strlcpy(h->uid, d->pod_uid, sizeof(h->uid));
+    gs_strlcpy(h->ns, d->ns, sizeof(h->ns));
+}
+
+/* The kubelet's root directory: the parent of its device-plugins directory (--kubelet-dir). */
+static int kubelet_root(const char *dp_dir, char *buf, size_t len) {
+    if (gs_strlcpy(buf, dp_dir, len) < 0)
+        return -ENAMETOOLONG;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash)
+        return gs_strlcpy(buf, ".", len);
+    slash[slash == buf] = '\0';
+    return 0;
+}
+
+static void read_dra_state(struct agent *a, struct dra_holders *u) {
+    static char said[256];
+    char path[PATH_MAX], err[256] = "";
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    if (!a->o->kubelet_dir || kubelet_root(a->o->kubelet_dir, path, sizeof(path)) < 0 ||
+        strlen(path) + sizeof("/" GS_KL_DRA_STATE_NAME) > sizeof(path))
+        return;
+    strcat(path, "/" GS_KL_DRA_STATE_NAME);
+    int r = gs_read_file_ex(path, GS_KL_DRA_STATE_MAX, 0, &text, &len, NULL, 0);
+    if (r == 0 && gs_kl_dra_state_each(text, len, add_dra_device, u, err, sizeof(err)) < 0)
+        u->n = 0;
+    else if (r < 0 && r != -ENOENT)
+        snprintf(err, sizeof(err), "%s", strerror(-r));
+    else if (r == 0 && u->dropped)
+        snprintf(err, sizeof(err), "more than %d pods' devices on this node's GPUs: %u left out", MAX_DRA_HOLDERS,
+                 u->dropped);
+    say_file(said, "the kubelet's DRA checkpoint", path, err);
+}
+
+/* The only container subdirectory of DIR/ENTRY into ctr ("" when there are none or several). */
+static void only_container(const char *dir, const char *entry, char *ctr, size_t len) {
+    char path[PATH_MAX];
+    ctr[0] = '\0';
+    if (snprintf(path, sizeof(path), "%s/%s", dir, entry) >= (int)sizeof(path))
+        return;
+    DIR *d = opendir(path);
+    unsigned seen = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL && seen < 2;) {
+        if (e->d_name[0] == '.' || (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN))
+            continue;
+        if (++seen == 1 && gs_strlcpy(ctr, e->d_name, len) < 0)
+            seen = 2;
+    }
+    if (d)
+        closedir(d);
+    if (seen != 1)
+        ctr[0] = '\0';
+}
+
+/* Each holder's pod name (and its container, when the pod has one) from the kubelet's pod logs
+ * directory; holders without one are dropped (their processes go to the no-pod series). */
+static void name_dra_pods(struct agent *a, struct dra_holders *u) {
+    static char said[256];
+    const char *dir = a->o->pod_logs_dir ? a->o->pod_logs_dir : "/var/log/pods";
+    char err[256] = "";
+    DIR *d = u->n ? opendir(dir) : NULL;
+    if (u->n && !d)
+        snprintf(err, sizeof(err), "%s", strerror(errno));
+    unsigned looked = 0;
+    for (struct dirent *e; d && looked < MAX_POD_LOG_DIRS && (e = readdir(d)) != NULL; looked++) {
+        char ns[64], pod[GS_KL_POD_NAME_MAX], uid[40];
+        if (gs_kl_pod_log_dir_parse(e->d_name, ns, pod, uid) < 0)
+            continue;
+        char ctr[64] = "";
+        bool listed = false;
+        for (unsigned i = 0; i < u->n; i++) {
+            struct gs_dra_holder *h = &u->h[i];
+            if (strcmp(h->uid, uid) != 0 || strcmp(h->ns, ns) != 0 || gs_strlcpy(h->pod, pod, sizeof(h->pod)) < 0)
+                continue;
+            if (!listed)
+                only_container(dir, e->d_name, ctr, sizeof(ctr));
+            listed = true;
+            gs_strlcpy(h->container, ctr, sizeof(h->container));
+        }
+    }
+    if (d)
+        closedir(d);
+    unsigned k = 0;
+    for (unsigned i = 0; i < u->n; i++) {
+        if (u->h[i].pod[0])
+            u->h[k++] = u->h[i];
+        else if (!err[0])
+            snprintf(err, sizeof(err), "no directory of pod %s (namespace %s)", u->h[i].uid, u->h[i].ns);
+    }
+    u->n = k;
+    say_file(said, "the kubelet's pod logs directory", dir, err);
+}
+
 void agent_pod_util_job(void *ctx, uint64_t now_ns) {
     struct agent *a = ctx;
     (void)now_ns;
@@ -247,11 +391,18 @@ void agent_pod_util_job(void *ctx, uint64_t now_ns) {
     struct uid_devices ck = { &a->plan, n_iv ? calloc(MAX_UID_DEVICES, sizeof(*ck.d)) : NULL, 0 };
     if (ck.d)
         read_checkpoint(a, &ck);
+    struct dra_holders dra = { a->inv, a->o->dra_driver ? a->o->dra_driver : DRA_DRIVER_DEFAULT,
+                               a->o->dra && (n_iv || n_mig) ? calloc(MAX_DRA_HOLDERS, sizeof(*dra.h)) : NULL, 0, 0 };
+    if (dra.h) {
+        read_dra_state(a, &dra);
+        name_dra_pods(a, &dra);
+    }
     forget_gis(a);
-    struct attribution at = { &a->plan, iv, n_iv, &ck, mig, n_mig };
+    struct attribution at = { &a->plan, iv, n_iv, &ck, &dra, mig, n_mig };
     if ((iv || !n_gpus) && raw && smp) /* no GPU any more: no entry either */
         agent_shared_with_counters(&a->shared, attribute, &at);
     free(ck.d);
+    free(dra.h);
     free(mig);
     free(iv);
     free(raw);

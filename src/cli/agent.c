@@ -28,7 +28,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
     enum { OPT_KUBELET_DIR = 256, OPT_PROC_ROOT, OPT_SYSFS_ROOT, OPT_POLL, OPT_MIG_STATUS, OPT_GUARD_ROOT,
            OPT_POD_RESOURCES, OPT_GUARD_GC, OPT_GUARD_GRACE, OPT_GUARD_RECONCILE, OPT_POD_ATTRIBUTION, OPT_FEATURES, OPT_METRICS, OPT_MPS_CONTROL, OPT_CDI_ROOT, OPT_CDI_KIND, OPT_CONTAINER_DRIVER_ROOT,
            OPT_CDI_HOOK, OPT_DRA, OPT_DRA_DRIVER, OPT_DRA_REGISTRY, OPT_DRA_PLUGINS, OPT_DRA_CLAIMS, OPT_KUBECONFIG,
-           OPT_NODE_NAME };
+           OPT_NODE_NAME, OPT_POD_LOGS };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
         { "kubelet-dir", required_argument, NULL, OPT_KUBELET_DIR },
@@ -42,6 +42,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         { "guard-grace-ms", required_argument, NULL, OPT_GUARD_GRACE },
         { "guard-reconcile-interval-ms", required_argument, NULL, OPT_GUARD_RECONCILE },
         { "pod-attribution-interval-ms", required_argument, NULL, OPT_POD_ATTRIBUTION },
+        { "pod-logs-dir", required_argument, NULL, OPT_POD_LOGS },
         { "features-file", required_argument, NULL, OPT_FEATURES },
         { "metrics-address", required_argument, NULL, OPT_METRICS },
         { "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
@@ -82,6 +83,7 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
         switch (c) {
         case 'c': o.config_path = optarg; break;
         case OPT_KUBELET_DIR: o.kubelet_dir = optarg; break;
+        case OPT_POD_LOGS: o.pod_logs_dir = optarg; break;
         case OPT_PROC_ROOT: o.proc_root = optarg; break;
         case OPT_SYSFS_ROOT: o.sysfs_root = optarg; break;
         case OPT_MIG_STATUS: o.mig_status_path = optarg; break;
@@ -164,6 +166,8 @@ int cmd_agent(const struct cli *cli, int argc, char **argv) {
                    "  --pod-attribution-interval-ms N\n"
                    "                            how often PodResources is asked which pod holds which device,\n"
                    "                            for the metrics' namespace/pod/container labels (10000; 0 never)\n"
+                   "  --pod-logs-dir DIR        the kubelet's podLogsDir, where the names of pods with\n"
+                   "                            DRA claims are read (default /var/log/pods)\n"
                    "  --features-file FILE      node labels for Node Feature Discovery's local source, rewritten\n"
                    "                            when they change (default " GS_FEATURES_FILE ";\n"
                    "                            \"\" for none)\n"

@@ -167,13 +167,54 @@ static const struct gs_pod_device *by_uid(const struct gs_plan *plan, const stru
     return tmp;
 }
 
-void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
-                          const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
-                          const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
-                          unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n) {
+/* The holders among dra[0..n_dra) of GPU gpu's instance gi (-1: the GPU) as PodResources-like
+ * entries in tmp (at most max): one entry added each, the first in *only, *several as holders()
+ * says (counting those holders() found: *only on entry). */
+static void dra_holders(const struct gs_dra_holder *dra, unsigned n_dra, unsigned gpu, int gi, const char *uuid,
+                        struct gs_pod_util *out, unsigned first, unsigned max, unsigned *n,
+                        struct gs_pod_device *tmp, const struct gs_pod_device **only, bool *several) {
+    for (unsigned i = 0; i < n_dra; i++) {
+        if (dra[i].gpu != gpu || dra[i].gi != gi)
+            continue;
+        struct gs_pod_device pd = { 0 };
+        snprintf(pd.ns, sizeof(pd.ns), "%s", dra[i].ns);
+        snprintf(pd.pod, sizeof(pd.pod), "%s", dra[i].pod);
+        snprintf(pd.container, sizeof(pd.container), "%s", dra[i].container);
+        entry(&pd, gpu, uuid, out, first, max, n);
+        if (!*only) {
+            *tmp = pd;
+            *only = tmp;
+        } else if (!same_container(*only, &pd))
+            *several = true;
+    }
+}
+
+/* The entry of the DRA holder of GPU gpu whose pod has UID uid (NULL: none). */
+static struct gs_pod_util *dra_entry(const struct gs_dra_holder *dra, unsigned n_dra, const char *uid, unsigned gpu,
+                                     const char *uuid, struct gs_pod_util *out, unsigned first, unsigned max,
+                                     unsigned *n) {
+    for (unsigned i = 0; i < n_dra; i++)
+        if (dra[i].gpu == gpu && dra[i].gi < 0 && !strcmp(dra[i].uid, uid)) {
+            struct gs_pod_device pd = { 0 };
+            snprintf(pd.ns, sizeof(pd.ns), "%s", dra[i].ns);
+            snprintf(pd.pod, sizeof(pd.pod), "%s", dra[i].pod);
+            snprintf(pd.container, sizeof(pd.container), "%s", dra[i].container);
+            return entry(&pd, gpu, uuid, out, first, max, n);
+        }
+    return NULL;
+}
+
+void gs_podutil_attribute_dra(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                              const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
+                              const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
+                              unsigned n_ck, const struct gs_dra_holder *dra, unsigned n_dra, struct gs_pod_util *out,
+                              unsigned max, unsigned *n) {
     unsigned first = *n;
-    bool several;
+    bool several, dra_several = false;
     const struct gs_pod_device *only = holders(plan, c, gpu, -1, uuid, out, max, n, &several);
+    const struct gs_pod_device *dra_only = NULL;
+    struct gs_pod_device dra_tmp;
+    dra_holders(dra, n_dra, gpu, -1, uuid, out, first, max, n, &dra_tmp, &dra_only, &dra_several);
     struct gs_pod_util *none = entry(NULL, gpu, uuid, out, first, max, n);
     for (unsigned i = 0; i < n_pu; i++) {
         const struct gs_util_owner *o = NULL;
@@ -181,23 +222,37 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
             if (owners[k].pid == pu[i].pid)
                 o = &owners[k];
         struct gs_pod_device tmp;
+        struct gs_pod_util *u = NULL;
         const struct gs_pod_device *pd = o && o->device[0] ? gs_metrics_pod_of(c, o->resource, o->device) : NULL;
         if (!pd && o && o->pod_uid[0])
+            u = dra_entry(dra, n_dra, o->pod_uid, gpu, uuid, out, first, max, n);
+        if (!pd && !u && o && o->pod_uid[0])
             pd = by_uid(plan, c, o->pod_uid, gpu, ck, n_ck, &tmp);
-        if (!pd && o && o->in_pod && !several && !(o->pod_uid[0] && n_ck))
+        if (!pd && !u && o && o->in_pod && !several && !dra_only && !(o->pod_uid[0] && n_ck))
             pd = only; /* its pod is not known from the checkpoint: the only holder's */
-        struct gs_pod_util *u = pd ? entry(pd, gpu, uuid, out, first, max, n) : none;
+        if (!u)
+            u = pd ? entry(pd, gpu, uuid, out, first, max, n) : none;
         if (u)
             u->ratio = u->ratio + pu[i].ratio > 1 ? 1 : u->ratio + pu[i].ratio;
     }
 }
 
-void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
-                              const char *uuid, const struct gs_mig_device *m, double ratio, struct gs_pod_util *out,
-                              unsigned max, unsigned *n) {
+void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                          const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
+                          const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
+                          unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n) {
+    gs_podutil_attribute_dra(plan, c, gpu, uuid, pu, n_pu, owners, n_owners, ck, n_ck, NULL, 0, out, max, n);
+}
+
+void gs_podutil_attribute_mig_dra(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                                  const char *uuid, const struct gs_mig_device *m, double ratio,
+                                  const struct gs_dra_holder *dra, unsigned n_dra, struct gs_pod_util *out,
+                                  unsigned max, unsigned *n) {
     unsigned first = *n;
     bool several;
     const struct gs_pod_device *only = holders(plan, c, gpu, (int)m->gi_id, uuid, out, max, n, &several);
+    struct gs_pod_device tmp;
+    dra_holders(dra, n_dra, gpu, (int)m->gi_id, uuid, out, first, max, n, &tmp, &only, &several);
     struct gs_pod_util *none = entry(NULL, gpu, uuid, out, first, max, n);
     struct gs_pod_util *u = only && !several ? entry(only, gpu, uuid, out, first, max, n) : none;
     if (u)
@@ -207,6 +262,12 @@ void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metric
         snprintf(out[i].profile, sizeof(out[i].profile), "%s", m->profile);
         out[i].gi_id = m->gi_id;
     }
+}
+
+void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                              const char *uuid, const struct gs_mig_device *m, double ratio, struct gs_pod_util *out,
+                              unsigned max, unsigned *n) {
+    gs_podutil_attribute_mig_dra(plan, c, gpu, uuid, m, ratio, NULL, 0, out, max, n);
 }
 
 bool gs_cgroup_in_pod(const char *text) {

@@ -69,6 +69,15 @@ struct gs_uid_device {
     char device[GS_DEVICE_ID_MAX];
 };
 
+/* A pod that holds a device of a GPU through a DRA claim (the kubelet's DRA manager checkpoint:
+ * src/kubelet/drastate.h), known by UID, with the labels of its series. */
+struct gs_dra_holder {
+    char uid[GS_POD_UID_MAX];
+    char ns[64], pod[128], container[64]; /* container "": not known (several, or none said) */
+    unsigned gpu;                         /* NVML index */
+    int gi;                               /* -1: the GPU (whole or a share); else a MIG device's GPU instance */
+};
+
 /* The entries of GPU `gpu` (its UUID) appended to out[*n..max): one per container that holds a
  * device of this GPU in PodResources (0 when its processes did not run), with the sum of its
  * processes' shares (at most 1), and one with empty namespace/pod/container for the processes no
@@ -85,6 +94,16 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
                           const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
                           unsigned n_ck, struct gs_pod_util *out, unsigned max, unsigned *n);
 
+/* gs_podutil_attribute with the DRA claims' holders too (dra[0..n_dra), those of GPU gpu with
+ * gi -1): each has an entry (0 when its processes did not run), and between rules 1 and 2 a
+ * process whose cgroup names pod UID U goes to U's holder on this GPU; rule 3 applies only when
+ * no DRA holder is on the GPU. */
+void gs_podutil_attribute_dra(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                              const char *uuid, const struct gs_proc_util *pu, unsigned n_pu,
+                              const struct gs_util_owner *owners, unsigned n_owners, const struct gs_uid_device *ck,
+                              unsigned n_ck, const struct gs_dra_holder *dra, unsigned n_dra, struct gs_pod_util *out,
+                              unsigned max, unsigned *n);
+
 /* The entries of MIG device m (the first of its GPU instance) of GPU `gpu`, whose GPU instance
  * was busy `ratio` of the interval (NVML GPM: no per-process figure under MIG), appended to
  * out[*n..max): one per container that holds a MIG device of that GPU instance (or a replica of
@@ -93,6 +112,13 @@ void gs_podutil_attribute(const struct gs_plan *plan, const struct gs_metrics_co
 void gs_podutil_attribute_mig(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
                               const char *uuid, const struct gs_mig_device *m, double ratio, struct gs_pod_util *out,
                               unsigned max, unsigned *n);
+
+/* gs_podutil_attribute_mig with the DRA claims' holders of MIG devices (dra[0..n_dra), those of
+ * GPU gpu and m's GPU instance) counted among the instance's holders. */
+void gs_podutil_attribute_mig_dra(const struct gs_plan *plan, const struct gs_metrics_counters *c, unsigned gpu,
+                                  const char *uuid, const struct gs_mig_device *m, double ratio,
+                                  const struct gs_dra_holder *dra, unsigned n_dra, struct gs_pod_util *out,
+                                  unsigned max, unsigned *n);
 
 /* True if a /proc/PID/cgroup text places the process in a Kubernetes pod (a "kubepods" path
  * component: cgroupfs /kubepods/..., systemd kubepods.slice / kubepods-*.slice). */

@@ -7,7 +7,9 @@ and a fractional GPU (processes tied to their container by the guard's counters 
 an MPS GPU held by one container (a process in a pod's cgroup, beside a host process), time-sliced
 and MPS GPUs shared by two pods without the guard (pod UIDs from cgroups and the kubelet's
 checkpoint), MIG instances of an H100 (NVML GPM per GPU instance) and an A100 in MIG mode (no
-figure at all: said once), and a real Prometheus (Debian's `prometheus`) scraping the agent and answering a PromQL query.
+figure at all: said once), pods with DRA claims sharing a GPU (the kubelet's DRA checkpoint and pod
+logs directory; a damaged checkpoint logged), and a real Prometheus (Debian's `prometheus`)
+scraping the agent and answering a PromQL query.
 
 Environment (set by meson): GPUSLICE, GPUSLICE_SIM_LIB, GS_SOURCE_ROOT, FAKE_MPS_CONTROL."""
 import json
@@ -21,6 +23,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+import zlib
 
 import pytest
 
@@ -386,6 +389,76 @@ def test_mig_gpu_before_hopper_has_no_per_pod_figure(h):
         text = _scrape(a)
         assert not [ln for ln in text.splitlines() if ln.startswith(METRIC + "{")], text
         assert len(re.findall(r"NVML has no per-process utilization", a.log())) == 1
+    finally:
+        procs.stop()
+        pr.stop()
+
+
+def _dra_state(path, claims, damage=False):
+    """The kubelet's DRA manager checkpoint (src/kubelet/drastate.h, as a v1.36 kubelet writes it):
+    claims (claim UID, namespace, name, [pod UIDs], [device names of gpu.gpuslice.io]); damage: a
+    checksum that is not the data's. Written by renaming, as the kubelet does."""
+    data = json.dumps({"kind": "DRACheckpoint", "apiVersion": "checkpoint.dra.kubelet.k8s.io/v1",
+                       "ClaimInfoStateList": [
+                           {"ClaimUID": cu, "ClaimName": name, "Namespace": ns, "PodUIDs": {p: {} for p in pods},
+                            "DriverState": {"gpu.gpuslice.io": {"Devices": [
+                                {"PoolName": "node", "DeviceName": d, "ShareID": None, "RequestNames": ["gpu"],
+                                 "CDIDeviceIDs": []} for d in devs]}}}
+                           for cu, ns, name, pods, devs in claims]}, separators=(",", ":"))
+    crc = zlib.crc32(data.encode()) ^ (1 if damage else 0)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"Data": data, "Checksum": crc}, f)
+    os.rename(path + ".tmp", path)
+
+
+def test_dra_pods_sharing_a_gpu_by_the_kubelets_dra_checkpoint(h):
+    """Two pods with DRA claims on GPU 0 (the agent with --dra; no device plugin holds the GPU):
+    the kubelet's DRA checkpoint (next to --kubelet-dir) gives their UIDs the GPU, the pod logs
+    directory their names (one container: its name; two: ""). A damaged checkpoint is logged
+    with its path and the pods' processes go to the no-pod series until it is whole again."""
+    node = h.node(T4X2)
+    node.inspect()
+    procs = Procs()
+    pa, pb, host = procs.sleeper(), procs.sleeper(), procs.sleeper()
+    fake = _fake_proc(h, node, {pa: UID_A, pb: UID_B, host: False})
+    logs = os.path.join(h.base, "pod-logs")
+    os.makedirs(os.path.join(logs, f"team_a_{UID_A}", "train"))
+    os.makedirs(os.path.join(logs, f"team_b_{UID_B}", "serve"))
+    os.makedirs(os.path.join(logs, f"team_b_{UID_B}", "sidecar"))
+    os.makedirs(os.path.join(logs, "team_old_6f1d2c3b-0000-4000-8000-0000000000ff", "main"))
+    state = os.path.join(os.path.dirname(h.kdir), "dra_manager_state")
+    claims = [("c1a5e000-0000-4000-8000-00000000000a", "team", "ca", [UID_A], ["gpu-0"]),
+              ("c1a5e000-0000-4000-8000-00000000000b", "team", "cb", [UID_B], ["gpu-0"]),
+              ("c1a5e000-0000-4000-8000-00000000000c", "team", "cc", [UID_A], ["gpu-1"])]
+    _dra_state(state, claims)
+    dra = [os.path.join(h.base, d) for d in ("registry", "plugins", "claims")]
+    for d in dra:
+        os.makedirs(d)
+    pr = PodResourcesEmulator(os.path.join(h.base, "pr.sock")).start()
+    try:
+        pr.set([])
+        policy = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                  "      replicas: 4\ngpuslice:\n  dra:\n    gpus: all\n")
+        a = _agent(h, node, policy, pr, ["--proc-root", fake, "--pod-logs-dir", logs, "--dra",
+                                         "--kubelet-registry-dir", dra[0], "--kubelet-plugins-dir", dra[1],
+                                         "--dra-claims-dir", dra[2]])
+        _run(node, pa, 0, "20")
+        _run(node, pb, 0, "45")
+        _run(node, host, 0, "10")
+        _expect(a, 0, {("team", "a", "train"): 0.20, ("team", "b", ""): 0.45, ("", "", ""): 0.10})
+        # a's claim of GPU 1: its series there too (its process runs on GPU 0 only)
+        _expect(a, 1, {("team", "a", "train"): 0.0, ("", "", ""): 0.0})
+        _dra_state(state, claims, damage=True)
+        _expect(a, 0, {("", "", ""): 0.75})
+        assert re.search(r"Per-pod utilization: the kubelet's DRA checkpoint " + re.escape(state) +
+                         r": Checksum \d+ is not the CRC-32 of Data", a.log()), a.log()[-3000:]
+        _dra_state(state, claims)
+        _expect(a, 0, {("team", "a", "train"): 0.20, ("team", "b", ""): 0.45, ("", "", ""): 0.10})
+        # a pod of no logs directory: logged, its processes no pod's
+        shutil.rmtree(os.path.join(logs, f"team_a_{UID_A}"))
+        _expect(a, 0, {("team", "b", ""): 0.45, ("", "", ""): 0.30})
+        assert f"pod logs directory {logs}: no directory of pod {UID_A} (namespace team)" in a.log()
+        assert a.alive()
     finally:
         procs.stop()
         pr.stop()

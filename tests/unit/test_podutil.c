@@ -253,6 +253,51 @@ static void test_attribution(void **state) {
     /* 22: UID d, whose container the checkpoint gives on GPU 1, but PodResources names "solo" there */
     assert_true(fabs(ratio_of(out, n, "solo", "srv") - 0.0) < 1e-9);
 
+    /* DRA: pods known by UID from the kubelet's DRA checkpoint, on a GPU no PodResources device
+     * is of: each holder has its series, a process goes to its pod's by the UID of its cgroup,
+     * others (a host process, a pod of no claim here, a pod in a cgroup without a UID) to the
+     * no-pod series; a pod with two claims on the GPU has one series. */
+    unsigned n_pd = c->n_pod_devices;
+    c->n_pod_devices = 0;
+    const char *ua = "82f9116e-74f7-4081-b7e6-7cc3bb96e84e", *ub = "d63f6c97-9ee6-48c2-9134-05c97a797173";
+    struct gs_dra_holder dra[4] = {
+        { .gpu = 0, .gi = -1, .ns = "ml", .pod = "a", .container = "main" },
+        { .gpu = 0, .gi = -1, .ns = "ml", .pod = "b", .container = "" },
+        { .gpu = 0, .gi = -1, .ns = "ml", .pod = "a", .container = "main" }, /* a's second claim */
+        { .gpu = 1, .gi = -1, .ns = "ml", .pod = "other", .container = "main" },
+    };
+    snprintf(dra[0].uid, sizeof(dra[0].uid), "%s", ua);
+    snprintf(dra[1].uid, sizeof(dra[1].uid), "%s", ub);
+    snprintf(dra[2].uid, sizeof(dra[2].uid), "%s", ua);
+    snprintf(dra[3].uid, sizeof(dra[3].uid), "0a1b2c3d-0000-4000-8000-00000000000e");
+    struct gs_proc_util pud[] = { { 1, 0.3 }, { 2, 0.1 }, { 3, 0.6 }, { 4, 0.05 }, { 5, 0.07 }, { 6, 0.02 } };
+    struct gs_util_owner owd[6] = { { .pid = 1, .in_pod = true }, { .pid = 2, .in_pod = true },
+                                    { .pid = 3, .in_pod = true }, { .pid = 4 },
+                                    { .pid = 5, .in_pod = true }, { .pid = 6, .in_pod = true } };
+    snprintf(owd[0].pod_uid, sizeof(owd[0].pod_uid), "%s", ua);
+    snprintf(owd[1].pod_uid, sizeof(owd[1].pod_uid), "%s", ua);
+    snprintf(owd[2].pod_uid, sizeof(owd[2].pod_uid), "%s", ub);
+    snprintf(owd[4].pod_uid, sizeof(owd[4].pod_uid), "0a1b2c3d-0000-4000-8000-00000000000e"); /* GPU 1's pod */
+    n = 0;
+    gs_podutil_attribute_dra(&pl.plan, c, 0, inv->gpus[0].uuid, pud, 6, owd, 6, NULL, 0, dra, 4, out, 64, &n);
+    assert_int_equal(n, 3); /* a, b, no pod */
+    assert_true(fabs(ratio_of(out, n, "a", "main") - 0.4) < 1e-9);
+    assert_true(fabs(ratio_of(out, n, "b", "") - 0.6) < 1e-9);
+    assert_true(fabs(ratio_of(out, n, "", "") - 0.14) < 1e-9); /* 4 host, 5 GPU 1's pod, 6 no UID */
+    for (unsigned i = 0; i < n; i++)
+        assert_string_equal(out[i].ns, out[i].pod[0] ? "ml" : "");
+    /* without the DRA holders (the checkpoint unread) everything is no pod's */
+    n = 0;
+    gs_podutil_attribute_dra(&pl.plan, c, 0, inv->gpus[0].uuid, pud, 6, owd, 6, NULL, 0, NULL, 0, out, 64, &n);
+    assert_int_equal(n, 1);
+    assert_true(fabs(out[0].ratio - 1.0) < 1e-9); /* 1.14, at most 1 */
+    /* GPU 1: its holder's series, 0 while it does not run */
+    n = 0;
+    gs_podutil_attribute_dra(&pl.plan, c, 1, inv->gpus[1].uuid, pud, 0, owd, 0, NULL, 0, dra, 4, out, 64, &n);
+    assert_int_equal(n, 2);
+    assert_true(ratio_of(out, n, "other", "main") == 0 && out[0].gpu == 1);
+    c->n_pod_devices = n_pd;
+
     /* The metric's text. */
     c->n_pod_util = 2;
     c->pod_util[0] = (struct gs_pod_util){ "ml", "a", "main", 0, "", 0.3 };
@@ -324,6 +369,19 @@ static void test_attribution_mig(void **state) {
              g->uuid, g->mig[0].uuid);
     assert_true(fx_has_line(buf, line));
     free(buf);
+    /* DRA: the pod whose claim holds a MIG device of instance 1 (no device-plugin holder) gets the
+     * instance's figure; instance 2, of no claim, keeps it in its no-pod series */
+    c->n_pod_devices = 0;
+    struct gs_dra_holder dra[1] = { { .uid = "5716f59f-4425-4828-9f2c-8778dd1df8a8", .ns = "ml", .pod = "mig",
+                                      .container = "main", .gpu = 0, .gi = 1 } };
+    n = 0;
+    gs_podutil_attribute_mig_dra(&pl.plan, c, 0, g->uuid, &g->mig[0], 0.4, dra, 1, out, 16, &n);
+    gs_podutil_attribute_mig_dra(&pl.plan, c, 0, g->uuid, &g->mig[1], 0.2, dra, 1, out, 16, &n);
+    assert_int_equal(n, 3);
+    assert_true(!strcmp(out[0].pod, "mig") && fabs(out[0].ratio - 0.4) < 1e-9 && out[0].gi_id == 1);
+    assert_string_equal(out[0].mig_uuid, g->mig[0].uuid);
+    assert_true(!out[1].pod[0] && out[1].ratio == 0 && out[1].gi_id == 1);
+    assert_true(!out[2].pod[0] && fabs(out[2].ratio - 0.2) < 1e-9 && out[2].gi_id == 2);
     free(c);
     fx_plan_free(&pl);
     free(inv);
