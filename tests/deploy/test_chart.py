@@ -278,6 +278,18 @@ def test_dra_driver_in_the_daemonset(kubelet_dir):
         assert _arg(agent, flag) == host, flag
     assert {"name": "api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
             "readOnly": True} in agent["volumeMounts"]
+    # DRA pods' utilization: the kubelet's root read-only where the agent looks for dra_manager_state
+    # (the parent of --kubelet-dir's mount), the pod logs directory read-only at its host path
+    assert vols["kubelet-root"]["hostPath"] == {"path": kubelet_dir, "type": "Directory"}
+    assert mounts["kubelet-root"] == {"name": "kubelet-root", "mountPath": "/var/lib/kubelet", "readOnly": True}
+    assert os.path.dirname(_arg(agent, "--kubelet-dir")) == "/var/lib/kubelet"
+    assert vols["pod-logs"]["hostPath"] == {"path": "/var/log/pods", "type": "DirectoryOrCreate"}
+    assert mounts["pod-logs"] == {"name": "pod-logs", "mountPath": "/var/log/pods", "readOnly": True}
+    assert _arg(agent, "--pod-logs-dir") == "/var/log/pods"
+    off = agent_container(objects(helmchart.render({"dra": {**DRA["dra"], "podUtilization": False},
+                                                    "kubeletDir": kubelet_dir})))
+    assert "--pod-logs-dir" not in off["args"]
+    assert not {"kubelet-root", "pod-logs"} & {m["name"] for m in off["volumeMounts"]}
     env = {e["name"]: e for e in agent["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     doctor = spec["initContainers"][0]

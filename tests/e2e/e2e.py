@@ -60,6 +60,7 @@ class Cluster:
         self.node_name = env["GS_E2E_NODE"]
         self.kubelet_dir = env["GS_E2E_KUBELET_DIR"]
         self.cdi_dir = env["GS_E2E_CDI_DIR"]
+        self.pod_logs = env["GS_E2E_POD_LOGS"]  # the kubelet's podLogsDir
         self.image = env["GS_E2E_TEST_IMAGE"]
         self.port_base = int(env["GS_E2E_PORT_BASE"])
         self.env = dict(os.environ, PATH=self.bin + ":" + os.environ.get("PATH", ""), KUBECONFIG=self.kubeconfig)

@@ -78,7 +78,7 @@ class Chart:
             # every host path under the cluster's directory, never the machine's /var/lib or /run
             "hostPaths": {"guardRoot": f"{b}/guard", "guardLib": f"{b}/lib", "cdiHook": f"{b}/bin",
                           "run": f"{b}/run", "mpsRoot": f"{b}/mps", "cdi": self.c.cdi_dir,
-                          "nfdFeatures": f"{b}/nfd", "dev": ""},
+                          "nfdFeatures": f"{b}/nfd", "dev": "", "podLogs": self.c.pod_logs},
             "doctor": {"containerdConfigDir": f"{b}/containerd"},
             # the bare Node is tainted not-ready/unreachable: tolerate everything, so that only the
             # selection keeps a pod off it
