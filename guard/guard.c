@@ -38,6 +38,7 @@
 
 #include "cuda_api.h"
 #include "guard_exec.h"
+#include "guard_layout.h"
 #include "guard_limits.h"
 #include "guard_proc.h"
 #include "guard_region.h"
@@ -46,7 +47,7 @@
 /* The limits file the agent mounts read-only into a container: when it exists, it is the only
  * source of limits (GPUSLICE_GUARD_CONFIG cannot override it). A test build points it elsewhere. */
 #ifndef GS_GUARD_DEFAULT_CONFIG
-#define GS_GUARD_DEFAULT_CONFIG "/etc/gpuslice/guard.conf"
+#define GS_GUARD_DEFAULT_CONFIG GS_GUARD_CONF_IN_CONTAINER
 #endif
 #define DEFAULT_CONFIG GS_GUARD_DEFAULT_CONFIG
 #define UNLIMITED_DEVICE (-1)

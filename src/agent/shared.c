@@ -3,16 +3,14 @@
 #include "agent/shared.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../guard/guard_limits.h"
+#include "../guard/guard_layout.h"
 #include "agent/devrecord.h"
 #include "cdi/cdi.h"
 #include "cdi/nodespec.h"
@@ -185,24 +183,24 @@ static int cdi_check(const struct agent_shared *s, const struct gs_alloc_respons
     return 0;
 }
 
-/* Where the guard's files appear inside the container. */
-#define GUARD_LIB_IN_CONTAINER "/usr/lib/gpuslice/libgpuslice-guard.so"
-#define GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
-#define GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
-
-/* A failed write of the node's own files: "cannot VERB PATH: errno text", and the code the
- * device plugin answers with (dp_handlers): -ENOSPC or -EDQUOT for a full disk, -ENOMEM, else
- * -EIO (an I/O failure of the node's, never the request's fault). */
-static int io_failed(int r, const char *verb, const char *path, char *err, size_t errlen) {
-    snprintf(err, errlen, "cannot %s %s: %s", verb, path, strerror(-r));
+/* The code the device plugin answers with (dp_handlers) for a failed write of the node's own
+ * files: -ENOSPC or -EDQUOT for a full disk, -ENOMEM, else -EIO (an I/O failure of the node's,
+ * never the request's fault). */
+static int io_code(int r) {
     return r == -ENOSPC || r == -EDQUOT || r == -ENOMEM ? r : -EIO;
 }
 
-/* The guard's files for one allocation: a limits file (read-only in the container), a directory
- * for the counters region (read-write) and the shared /etc/ld.so.preload that loads the guard in
- * every process of the container. They live as long as the pod: the kubelet reuses this answer
- * when the container restarts. The directory made is named in dir (room: 200); when this fails,
- * nothing of it is left. */
+/* A failed write of the node's own files: "cannot VERB PATH: errno text", and io_code(r). */
+static int io_failed(int r, const char *verb, const char *path, char *err, size_t errlen) {
+    snprintf(err, errlen, "cannot %s %s: %s", verb, path, strerror(-r));
+    return io_code(r);
+}
+
+/* The guard's files for one allocation (guard_layout.h): a limits file (read-only in the
+ * container), a directory for the counters region (read-write), the devices record and the shared
+ * /etc/ld.so.preload that loads the guard in every process of the container. They live as long as
+ * the pod: the kubelet reuses this answer when the container restarts. The directory made is named
+ * in dir (room: 200); when this fails, nothing of it is left. */
 static int write_guard_files(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids,
                              size_t n, struct gs_alloc_response *out, char *dir, char *err, size_t errlen);
 
@@ -222,7 +220,7 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
     }
     int r = write_guard_files(s, res, ids, n, out, dir, err, errlen);
     if (r < 0) {
-        int rr = gs_remove_tree(dir);
+        int rr = gs_guard_dir_remove(dir);
         if (rr < 0)
             log_warn("Cannot remove %s after a failed Allocate: %s", dir, strerror(-rr));
         dir[0] = '\0';
@@ -230,71 +228,58 @@ static int inject_guard(const struct agent_shared *s, const struct gs_resource *
     return r;
 }
 
+struct devices_record {
+    const struct gs_resource *res;
+    const char *const *ids;
+    size_t n;
+    bool failed; /* the record's own failure: its code is the answer's */
+};
+
+/* The allocation's devices record in the guard directory being made (gs_guard_fill_fn). */
+static int write_record(const char *dir, void *ctx, char *err, size_t errlen) {
+    struct devices_record *d = ctx;
+    char path[256];
+    int r = gs_guard_path(dir, GS_GUARD_DIR_DEVICES, path, sizeof(path));
+    if (r == 0 && (r = agent_write_devices_record(path, d->res->name, d->ids, d->n)) == -ENOBUFS) {
+        snprintf(err, errlen, "too many device IDs for the devices record %s", path);
+        r = -E2BIG;
+    } else if (r < 0) {
+        r = io_failed(r, "write", path, err, errlen);
+    }
+    d->failed = r < 0;
+    return r;
+}
+
 static int write_guard_files(const struct agent_shared *s, const struct gs_resource *res, const char *const *ids,
                              size_t n, struct gs_alloc_response *out, char *dir, char *err, size_t errlen) {
-    char path[256];
-    snprintf(path, sizeof(path), "%s/state", dir);
-    int r = gs_mkdir_p(path, 0755);
-    if (r < 0)
-        return io_failed(r, "create", path, err, errlen);
-    /* The counters region, empty (the guard sizes and initialises it) and writable by the
-     * container's processes whatever their user: the directory is root's. */
-    snprintf(path, sizeof(path), "%s/state/region", dir);
-    int fd = gs_open_write(path, 0, 0666, NULL, 0);
-    if (fd < 0 || fchmod(fd, 0666) < 0) {
-        r = fd < 0 ? fd : -errno;
-        if (fd >= 0)
-            close(fd);
-        return io_failed(r, "create", path, err, errlen);
-    }
-    close(fd);
-    /* Each CUDA context's memory counts: the estimate for the GPU's architecture, the largest of
-     * them when the container sees GPUs of several (the limits file has one figure). */
-    struct gs_guard_limits l = { .fail_closed = true };
-    for (unsigned i = 0; i < out->n_guarded; i++) {
-        uint64_t o = gs_guard_context_overhead_default(gs_arch_name(out->guarded[i].arch));
-        if (o > l.context_overhead)
-            l.context_overhead = o;
-    }
-    if (!out->n_guarded)
-        l.context_overhead = gs_guard_context_overhead_default(NULL);
-    snprintf(l.region, sizeof(l.region), "%s/region", GUARD_STATE_IN_CONTAINER);
-    for (unsigned i = 0; i < out->n_guarded && i < GS_GUARD_MAX_DEVICES; i++)
-        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)out->guarded[i].ordinal, "", out->guarded[i].bytes,
-                                                               out->guarded[i].compute_pct };
-    for (unsigned i = 0; i < l.n_devices; i++)
-        gs_strlcpy(l.dev[i].uuid, out->guarded[i].uuid, sizeof(l.dev[i].uuid));
+    _Static_assert(GS_ALLOC_MAX_GUARDED <= GS_GUARD_MAX_DEVICES, "a guarded GPU the limits cannot hold");
+    struct gs_guard_row rows[GS_ALLOC_MAX_GUARDED];
+    for (unsigned i = 0; i < out->n_guarded; i++)
+        rows[i] = (struct gs_guard_row){ (int)out->guarded[i].ordinal, out->guarded[i].uuid, out->guarded[i].bytes,
+                                         out->guarded[i].compute_pct, gs_arch_name(out->guarded[i].arch) };
+    struct gs_guard_limits l;
     char text[4096];
-    int len = gs_guard_limits_format(&l, text, sizeof(text));
-    snprintf(path, sizeof(path), "%s/limits", dir);
+    int len = gs_guard_limits_build(rows, out->n_guarded, GS_GUARD_REGION_IN_CONTAINER, &l);
+    if (len == 0)
+        len = gs_guard_limits_format(&l, text, sizeof(text));
     if (len < 0) {
         snprintf(err, errlen, "the guard's limits do not fit in %zu bytes", sizeof(text));
         return len;
     }
-    if ((r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0)
-        return io_failed(r, "write", path, err, errlen);
-    snprintf(path, sizeof(path), "%s/devices", dir);
-    if ((r = agent_write_devices_record(path, res->name, ids, n)) < 0) {
-        if (r == -ENOBUFS) {
-            snprintf(err, errlen, "too many device IDs for the devices record %s", path);
-            return -E2BIG;
-        }
-        return io_failed(r, "write", path, err, errlen);
-    }
-    char preload[256];
-    snprintf(preload, sizeof(preload), "%s/ld.so.preload", s->o->guard_root);
-    if (access(preload, R_OK) != 0 &&
-        (r = gs_write_file_atomic(preload, GUARD_LIB_IN_CONTAINER "\n", strlen(GUARD_LIB_IN_CONTAINER) + 1, false)) < 0)
-        return io_failed(r, "write", preload, err, errlen);
-    char host[256];
-    snprintf(host, sizeof(host), "%s/limits", dir);
-    char state[256];
-    snprintf(state, sizeof(state), "%s/state", dir);
-    if (gs_alloc_add_mount(out, GUARD_LIB_IN_CONTAINER, s->o->guard_lib, true) < 0 ||
-        gs_alloc_add_mount(out, GUARD_CONF_IN_CONTAINER, host, true) < 0 ||
-        gs_alloc_add_mount(out, GUARD_STATE_IN_CONTAINER, state, false) < 0 ||
-        gs_alloc_add_mount(out, "/etc/ld.so.preload", preload, true) < 0 ||
-        gs_alloc_add_env(out, "GPUSLICE_GUARD_CONFIG", GUARD_CONF_IN_CONTAINER) < 0) {
+    struct devices_record rec = { res, ids, n, false };
+    int r = gs_guard_dir_create(dir, text, (size_t)len, write_record, &rec, err, errlen);
+    if (r < 0)
+        return rec.failed ? r : io_code(r);
+    char preload[256], host[256], state[256];
+    if ((r = gs_guard_preload_ensure(s->o->guard_root, preload, sizeof(preload), err, errlen)) < 0)
+        return io_code(r);
+    gs_guard_path(dir, GS_GUARD_DIR_LIMITS, host, sizeof(host));
+    gs_guard_path(dir, GS_GUARD_DIR_STATE, state, sizeof(state));
+    if (gs_alloc_add_mount(out, GS_GUARD_LIB_IN_CONTAINER, s->o->guard_lib, true) < 0 ||
+        gs_alloc_add_mount(out, GS_GUARD_CONF_IN_CONTAINER, host, true) < 0 ||
+        gs_alloc_add_mount(out, GS_GUARD_STATE_IN_CONTAINER, state, false) < 0 ||
+        gs_alloc_add_mount(out, GS_GUARD_PRELOAD_IN_CONTAINER, preload, true) < 0 ||
+        gs_alloc_add_env(out, GS_GUARD_CONFIG_ENV, GS_GUARD_CONF_IN_CONTAINER) < 0) {
         snprintf(err, errlen, "the guard's mounts do not fit in the Allocate answer (paths too long?)");
         return -ENAMETOOLONG;
     }
@@ -496,7 +481,7 @@ static int on_allocate(void *ctx, const struct gs_resource *r, const char *const
         if (rc < 0) {
             gs_alloc_response_free(out);
             if (guard_dir[0] && !shared_dir) /* no answer names it: nothing left behind */
-                gs_remove_tree(guard_dir);
+                gs_guard_dir_remove(guard_dir);
         }
     }
     for (unsigned i = 0; rc == 0 && i < out->n_cdi; i++) { /* "nvidia.com/gpu=GPU-..." */

@@ -22,7 +22,7 @@
 #include "cli/cli.h"
 #include "util/util.h"
 #include "../guard/guard_anchor.h"
-#include "../guard/guard_limits.h"
+#include "../guard/guard_layout.h"
 
 #define VRAM_MIN (1ULL << 20) /* the smallest quota, as for the policy's memoryPerReplica */
 
@@ -193,16 +193,18 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         fprintf(stderr, "gpuslice exec: cannot create %s: %s\n", dir, strerror(errno));
         return GS_EXIT_FAILURE;
     }
-    struct gs_guard_limits l = { .fail_closed = true, .context_overhead = gs_guard_context_overhead_default(arch) };
-    snprintf(l.region, sizeof(l.region), "%s/region", dir);
-    /* The quota applies to every device the command sees (with --device, just the one). */
+    /* The quota applies to every device the command sees (with --device, just the one: CUDA
+     * ordinal 0 is GPU `device`, CUDA_VISIBLE_DEVICES). */
+    struct gs_guard_row rows[GS_GUARD_MAX_DEVICES];
     unsigned n = device == ~0ULL ? GS_GUARD_MAX_DEVICES : 1;
     for (unsigned i = 0; i < n; i++)
-        l.dev[l.n_devices++] = (struct gs_guard_device_limit){ (int)i, "", vram, compute };
-    if (device != ~0ULL) /* CUDA ordinal 0 is GPU `device` (CUDA_VISIBLE_DEVICES) */
-        gs_strlcpy(l.dev[0].uuid, uuid, sizeof(l.dev[0].uuid));
-    char text[4096], conf[256];
-    int len = gs_guard_limits_format(&l, text, sizeof(text));
+        rows[i] = (struct gs_guard_row){ (int)i, uuid, vram, compute, arch };
+    struct gs_guard_limits l;
+    char text[4096], conf[256], region[256];
+    snprintf(region, sizeof(region), "%s/region", dir);
+    int len = gs_guard_limits_build(rows, n, region, &l);
+    if (len == 0)
+        len = gs_guard_limits_format(&l, text, sizeof(text));
     snprintf(conf, sizeof(conf), "%s/limits", dir);
     int rc = GS_EXIT_FAILURE;
     /* The limits in a sealed memfd, at GS_GUARD_ANCHOR_FD of this process: its content cannot be
@@ -252,7 +254,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
         char preload[PATH_MAX * 2];
         snprintf(preload, sizeof(preload), "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "");
         setenv("LD_PRELOAD", preload, 1);
-        setenv("GPUSLICE_GUARD_CONFIG", conf, 1);
+        setenv(GS_GUARD_CONFIG_ENV, conf, 1);
         if (device != ~0ULL) {
             char d[24];
             snprintf(d, sizeof(d), "%llu", device);
@@ -285,7 +287,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     }
     rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 out:
-    unlink(l.region);
+    unlink(region);
     rmdir(dir);
     return rc;
 }

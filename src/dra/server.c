@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../guard/guard_layout.h"
 #include "dra/dra.pb-c.h"
 #include "dra/pluginregistration.pb-c.h"
 #include "kubelet/grpcsrv.h"
@@ -248,22 +249,24 @@ static int guard_path(const struct dra_server *s, const char *uid, int sub, char
     return rc;
 }
 
-/* The node's ld.so.preload for the guard, GUARD_ROOT/ld.so.preload: -ENAMETOOLONG rather than cut. */
-static int preload_path(const struct dra_server *s, char *buf, size_t len) {
-    static const char name[] = "/ld.so.preload";
-    size_t n = strlen(s->guard_root);
-    if (n + sizeof(name) > len)
-        return -ENAMETOOLONG;
-    memcpy(buf, s->guard_root, n);
-    memcpy(buf + n, name, sizeof(name));
-    return 0;
+/* The guard's limits for a request's shares on its devices (guard_layout.h): those time-sliced,
+ * each at its CUDA ordinal (its index among the request's devices). 0 or -E2BIG. */
+static int guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
+                        struct gs_guard_limits *l) {
+    struct gs_guard_row rows[DRA_MAX_RESULTS];
+    unsigned m = 0;
+    for (unsigned k = 0; k < n; k++)
+        if (shares[k].sharing == DRA_SHARING_TIME_SLICING)
+            rows[m++] = (struct gs_guard_row){ (int)k, devs[k]->cdi, shares[k].memory, shares[k].compute,
+                                               gs_arch_name(devs[k]->arch) };
+    return gs_guard_limits_build(rows, m, GS_GUARD_REGION_IN_CONTAINER, l) < 0 ? -E2BIG : 0;
 }
 
 /* The claim's guard files (GUARD_ROOT/claim-<uid>: limits, state/region) and the node's
  * ld.so.preload, for the device plugin's mounts; nothing is left of them when this fails. */
 static int write_guard(const struct dra_server *s, const char *uid, int sub, const struct gs_guard_limits *l, char *dir,
                        size_t dirlen, char *preload, size_t plen, char *err, size_t errlen) {
-    char path[PATH_MAX + 64], text[4096];
+    char text[4096], why[PATH_MAX + 128];
     if (!s->guard_lib[0] || !s->guard_root[0]) {
         snprintf(err, errlen, "a shared GPU's claim needs the guard, but %s was not found",
                  s->guard_lib[0] ? "the guard root" : "libgpuslice-guard.so");
@@ -274,41 +277,24 @@ static int write_guard(const struct dra_server *s, const char *uid, int sub, con
         dir[0] = '\0';
         return -ENAMETOOLONG;
     }
-    if (preload_path(s, preload, plen) < 0) {
+    if (gs_guard_path(s->guard_root, GS_GUARD_ROOT_PRELOAD, preload, plen) < 0) {
         snprintf(err, errlen, "the guard root %.200s... is too long for the claim's mounts", s->guard_root);
         dir[0] = '\0';
         return -ENAMETOOLONG;
     }
-    int len = gs_guard_limits_format(l, text, sizeof(text)), r, fd;
+    int len = gs_guard_limits_format(l, text, sizeof(text)), r;
     if (len < 0) {
         snprintf(err, errlen, "the guard's limits cannot be written (%s)", strerror(-len));
         return len;
     }
-    snprintf(path, sizeof(path), "%s/state", dir);
-    if ((r = gs_mkdir_p(path, 0755)) < 0)
-        goto fail;
-    snprintf(path, sizeof(path), "%s/state/region", dir); /* writable by the container's users */
-    if ((fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666)) < 0 || fchmod(fd, 0666) < 0) {
-        r = -errno;
-        if (fd >= 0)
-            close(fd);
-        goto fail;
+    if ((r = gs_guard_dir_create(dir, text, (size_t)len, NULL, NULL, why, sizeof(why))) < 0 ||
+        (r = gs_guard_preload_ensure(s->guard_root, preload, plen, why, sizeof(why))) < 0) {
+        snprintf(err, errlen, "%.500s", why);
+        gs_guard_dir_remove(dir);
+        dir[0] = '\0';
+        return r;
     }
-    close(fd);
-    snprintf(path, sizeof(path), "%s/limits", dir);
-    if ((r = gs_write_file_atomic(path, text, (size_t)len, false)) < 0)
-        goto fail;
-    gs_strlcpy(path, preload, sizeof(path));
-    if (access(preload, R_OK) != 0 &&
-        (r = gs_write_file_atomic(preload, DRA_GUARD_LIB_IN_CONTAINER "\n", strlen(DRA_GUARD_LIB_IN_CONTAINER) + 1,
-                                  false)) < 0)
-        goto fail;
     return 0;
-fail:
-    snprintf(err, errlen, "cannot write %.400s: %s", path, strerror(-r));
-    gs_remove_tree(dir);
-    dir[0] = '\0';
-    return r;
 }
 
 /* The claim's MIG placements: made (or found) one by one, each step recorded in the claim's
@@ -403,7 +389,7 @@ static int request_edits(const struct dra_server *s, const struct dra_claim *c, 
         }
         int at = guarded_requests > 1 ? (int)first[i] : -1;
         if (guarded[first[i]] && first[i] == i) {
-            if (dra_share_guard_limits(sub, dev, m, l) < 0) {
+            if (guard_limits(sub, dev, m, l) < 0) {
                 snprintf(err, errlen, "request %.127s: more than %d guarded GPUs", c->results[i].request,
                          GS_GUARD_MAX_DEVICES);
                 rc = -E2BIG;
@@ -415,7 +401,8 @@ static int request_edits(const struct dra_server *s, const struct dra_claim *c, 
                 break;
         } else if (guarded[first[i]]) {
             guard_path(s, c->uid, at, dir, sizeof(dir));
-            preload_path(s, preload, sizeof(preload)); /* it fitted at the request's first result */
+            /* it fitted at the request's first result */
+            gs_guard_path(s->guard_root, GS_GUARD_ROOT_PRELOAD, preload, sizeof(preload));
         }
         memset(a, 0, sizeof(*a));
         if ((rc = dra_share_edits(sub, dev, m, dir[0] ? dir : NULL, s->guard_lib, preload, a, err, errlen)) == 0 &&
@@ -472,7 +459,7 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
                  any_mig && guard_dir[0] ? "; " : "", guard_dir[0] ? "the guard's files are in " : "", guard_dir);
 out:
     if (rc < 0 && guard_dir[0])
-        gs_remove_tree(guard_dir);
+        gs_guard_dir_remove(guard_dir);
     free(devs);
     free(e);
     free(made);
@@ -758,7 +745,7 @@ static int release_claim(struct dra_server *s, const char *uid, char *err, size_
      * whether or not the entry says there is one */
     char dir[PATH_MAX + 64];
     if (s->guard_root[0] && dra_guard_dir(s->guard_root, uid, dir, sizeof(dir)) == 0) {
-        int rc = gs_remove_tree(dir);
+        int rc = gs_guard_dir_remove(dir);
         if (rc < 0 && rc != -ENOENT) {
             snprintf(err, errlen, "cannot remove %.400s: %s", dir, strerror(-rc));
             return rc;

@@ -23,17 +23,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../guard/guard_limits.h"
+#include "../guard/guard_layout.h"
 #include "core/alloc.h"
 #include "dra/dra.h"
 
 #define DRA_CONFIG_API_VERSION "gpuslice.io/v1alpha1"
 #define DRA_CONFIG_KIND "GpuConfig"
 
-/* Where the guard's files appear inside the container (as the device plugin mounts them). */
-#define DRA_GUARD_LIB_IN_CONTAINER "/usr/lib/gpuslice/libgpuslice-guard.so"
-#define DRA_GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
-#define DRA_GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
+/* Where the guard's files appear inside the container (guard_layout.h, as the device plugin mounts them). */
+#define DRA_GUARD_LIB_IN_CONTAINER GS_GUARD_LIB_IN_CONTAINER
+#define DRA_GUARD_CONF_IN_CONTAINER GS_GUARD_CONF_IN_CONTAINER
+#define DRA_GUARD_STATE_IN_CONTAINER GS_GUARD_STATE_IN_CONTAINER
 
 /* A Kubernetes quantity as the API server writes it: an integer with an optional suffix (Ki Mi Gi
  * Ti Pi Ei, k M G T P E). 0, -EINVAL (another form: fractions, exponents, signs, milli), -ERANGE. */
