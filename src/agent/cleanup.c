@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../guard/guard_layout.h"
 #include "agent/guard_reconcile.h"
 #include "agent/state.h"
 #include "kubelet/podresources.h"
@@ -126,7 +127,7 @@ void agent_guard_gc_job(void *ctx, uint64_t now_ns) {
         if (age_ms < a->o->guard_grace_ms)
             continue;
         char devices[PATH_MAX + 16];
-        snprintf(devices, sizeof(devices), "%s/devices", dir);
+        snprintf(devices, sizeof(devices), "%s/" GS_GUARD_DIR_DEVICES, dir);
         _cleanup_free_ char *record = NULL;
         int r = gs_read_file_ex(devices, 1 << 20, GS_READ_NOFOLLOW, &record, NULL, NULL, 0);
         const char *why = NULL;

@@ -15,6 +15,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "../guard/guard_layout.h"
 #include "../guard/guard_limits.h"
 #include "../guard/guard_region.h"
 #include "core/podutil.h"
@@ -179,7 +180,7 @@ static void first_device(const char *dir, char resource[GS_RESOURCE_NAME_MAX], c
     char path[PATH_MAX];
     _cleanup_free_ char *devices = NULL;
     resource[0] = device[0] = '\0';
-    if (snprintf(path, sizeof(path), "%s/devices", dir) >= (int)sizeof(path) ||
+    if (snprintf(path, sizeof(path), "%s/" GS_GUARD_DIR_DEVICES, dir) >= (int)sizeof(path) ||
         gs_read_file_ex(path, 1 << 16, GS_READ_NOFOLLOW, &devices, NULL, NULL, 0) < 0)
         return;
     char *tab = strchr(devices, '\t'), *nl = tab ? strchr(tab, '\n') : NULL;
@@ -215,7 +216,7 @@ static void reconcile_one(const char *dir, const char *name, const char *proc_ro
     struct stat st;
     uint64_t used[GS_GUARD_MAX_DEVICES];
     char why[160];
-    if (snprintf(path, sizeof(path), "%s/state/region", dir) >= (int)sizeof(path))
+    if (snprintf(path, sizeof(path), "%s/" GS_GUARD_DIR_REGION, dir) >= (int)sizeof(path))
         return;
     int rr = read_region(path, &st, used, why, sizeof(why));
     if (rr < 0) {
@@ -319,7 +320,7 @@ void guard_region_owners(const char *guard_root, const char *proc_root, struct g
         char dir[PATH_MAX], path[PATH_MAX + 16];
         if (e->d_name[0] != 'a' || snprintf(dir, sizeof(dir), "%s/%s", guard_root, e->d_name) >= (int)sizeof(dir))
             continue;
-        snprintf(path, sizeof(path), "%s/state/region", dir);
+        snprintf(path, sizeof(path), "%s/" GS_GUARD_DIR_REGION, dir);
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
