@@ -7,37 +7,8 @@
 #include <string.h>
 
 #include "dra/prepare.h"
+#include "util/quantity.h"
 #include "util/util.h"
-
-int dra_quantity_parse(const char *q, unsigned long long *out) {
-    static const struct {
-        const char *suffix;
-        unsigned long long mult;
-    } units[] = {
-        { "Ki", 1ULL << 10 }, { "Mi", 1ULL << 20 }, { "Gi", 1ULL << 30 }, { "Ti", 1ULL << 40 },
-        { "Pi", 1ULL << 50 }, { "Ei", 1ULL << 60 }, { "k", 1000ULL },     { "M", 1000000ULL },
-        { "G", 1000000000ULL }, { "T", 1000000000000ULL }, { "P", 1000000000000000ULL },
-        { "E", 1000000000000000000ULL }, { "", 1 },
-    };
-    size_t digits = strspn(q, "0123456789");
-    if (digits == 0 || digits > 20)
-        return -EINVAL;
-    for (size_t i = 0; i < GS_ARRAY_SIZE(units); i++) {
-        if (strcmp(q + digits, units[i].suffix) != 0)
-            continue;
-        char num[24];
-        memcpy(num, q, digits);
-        num[digits] = '\0';
-        unsigned long long v;
-        if (gs_parse_uint(num, 0, ~0ULL, &v) < 0)
-            return -ERANGE;
-        if (v > ~0ULL / units[i].mult)
-            return -ERANGE;
-        *out = v * units[i].mult;
-        return 0;
-    }
-    return -EINVAL;
-}
 
 static const char *strategy_name(enum dra_sharing s) {
     switch (s) {
@@ -166,11 +137,16 @@ static int capacity_of(const struct dra_result *r, const char *name, unsigned lo
     for (unsigned i = 0; i < r->n_capacity; i++) {
         if (strcmp(r->capacity[i].name, name) != 0)
             continue;
-        if (dra_quantity_parse(r->capacity[i].quantity, v) < 0) {
-            snprintf(err, errlen, "request %.127s: device %.63s: consumedCapacity.%s '%.63s' is not a quantity",
-                     r->request, r->device, name, r->capacity[i].quantity);
+        /* bytes and percents are whole: a fraction of either is refused, not rounded */
+        int64_t q;
+        int e = gs_quantity_parse(r->capacity[i].quantity, 0, GS_QTY_EXACT, &q);
+        if (e < 0 || q < 0) {
+            snprintf(err, errlen, "request %.127s: device %.63s: consumedCapacity.%s '%.63s' is not a quantity (%s)",
+                     r->request, r->device, name, r->capacity[i].quantity,
+                     e == -EDOM ? "not a whole number" : e == -EINVAL ? "Kubernetes' syntax: 20Gi, 30" : "out of range");
             return -EINVAL;
         }
+        *v = (unsigned long long)q;
         return 1;
     }
     return 0;

@@ -35,10 +35,6 @@
 #define DRA_GUARD_CONF_IN_CONTAINER "/etc/gpuslice/guard.conf"
 #define DRA_GUARD_STATE_IN_CONTAINER "/run/gpuslice/guard"
 
-/* A Kubernetes quantity as the API server writes it: an integer with an optional suffix (Ki Mi Gi
- * Ti Pi Ei, k M G T P E). 0, -EINVAL (another form: fractions, exponents, signs, milli), -ERANGE. */
-int dra_quantity_parse(const char *q, unsigned long long *out);
-
 struct dra_gpu_config {
     bool set;                 /* a config named a strategy */
     enum dra_sharing strategy; /* DRA_SHARING_TIME_SLICING or DRA_SHARING_MPS */

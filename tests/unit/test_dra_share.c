@@ -44,23 +44,34 @@ static struct dra_result res(const char *mem, const char *compute) {
     return r;
 }
 
+/* consumedCapacity in Kubernetes' quantity syntax (util/quantity.h): whole bytes and percents. */
 static void test_quantities(void **st) {
     (void)st;
-    unsigned long long v;
-    assert_int_equal(dra_quantity_parse("20Gi", &v), 0);
-    assert_int_equal(v, 20ULL << 30);
-    assert_int_equal(dra_quantity_parse("1536Mi", &v), 0);
-    assert_int_equal(v, 1536ULL << 20);
-    assert_int_equal(dra_quantity_parse("30", &v), 0);
-    assert_int_equal(v, 30);
-    assert_int_equal(dra_quantity_parse("2G", &v), 0);
-    assert_int_equal(v, 2000000000ULL);
-    assert_int_equal(dra_quantity_parse("1.5Gi", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("-1", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("500m", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("20Gb", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("99999999999Ei", &v), -ERANGE);
+    struct dra_device d = dev(DRA_SHARING_TIME_SLICING);
+    struct dra_share sh;
+    static const struct {
+        const char *mem, *compute;
+        unsigned long long bytes;
+        unsigned pct;
+    } ok[] = { { "20Gi", "30", 20ULL << 30, 30 }, { "1536Mi", "3e1", 1536ULL << 20, 30 },
+               { "1.5Gi", "30000m", 1536ULL << 20, 30 }, { "2G", "+30", 2000000000ULL, 30 } };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct dra_result r = res(ok[i].mem, ok[i].compute);
+        assert_int_equal(dra_share_of(&r, &d, NULL, &sh, err, sizeof(err)), 0);
+        assert_int_equal(sh.memory, ok[i].bytes);
+        assert_int_equal(sh.compute, ok[i].pct);
+    }
+    static const struct {
+        const char *mem, *why;
+    } bad[] = { { "0.5", "not a whole number" }, { "-1", "out of range" }, { "500m", "not a whole number" },
+                { "", "syntax" },                { "20Gb", "syntax" },     { "99999999999Ei", "out of range" },
+                { "20 Gi", "syntax" } };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct dra_result r = res(bad[i].mem, "30");
+        assert_int_equal(dra_share_of(&r, &d, NULL, &sh, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "is not a quantity"));
+        assert_non_null(strstr(err, bad[i].why));
+    }
 }
 
 static void test_time_sliced_share(void **st) {
