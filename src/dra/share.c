@@ -109,23 +109,31 @@ static bool config_names(const struct dra_config *c, const char *request) {
     return false;
 }
 
-int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gpu_config *out, char *err,
-                   size_t errlen) {
+void dra_claim_configs_decode(const struct dra_claim *c, struct dra_claim_configs *out) {
+    out->n = c->n_configs < DRA_MAX_CONFIGS ? c->n_configs : DRA_MAX_CONFIGS;
+    for (unsigned i = 0; i < out->n; i++) {
+        out->c[i].why[0] = '\0';
+        out->c[i].rc = dra_gpu_config_parse(c->configs[i].parameters, &out->c[i].cfg, out->c[i].why,
+                                            sizeof(out->c[i].why));
+    }
+}
+
+int dra_config_for(const struct dra_claim *c, const struct dra_claim_configs *d, const char *request,
+                   struct dra_gpu_config *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     for (int pass = 0; pass < 2; pass++) { /* the class's first, then the claim's, which win */
-        for (unsigned i = 0; i < c->n_configs; i++) {
+        for (unsigned i = 0; i < c->n_configs && i < d->n; i++) {
             const struct dra_config *cf = &c->configs[i];
             if (cf->from_class != (pass == 0) || !config_names(cf, request))
                 continue;
-            struct dra_gpu_config one;
-            char why[256];
-            if (dra_gpu_config_parse(cf->parameters, &one, why, sizeof(why)) < 0) {
+            if (d->c[i].rc < 0) {
                 snprintf(err, errlen, "opaque config %u for request %.127s (%s %s, from the %s): %s", i, request,
-                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim", why);
+                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim",
+                         d->c[i].why);
                 return -EINVAL;
             }
-            if (one.set)
-                *out = one;
+            if (d->c[i].cfg.set)
+                *out = d->c[i].cfg;
         }
     }
     return 0;
@@ -275,37 +283,6 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
 static const char *str_at(const json_t *o, const char *key) {
     const char *v = json_string_value(json_object_get(o, key));
     return v ? v : "";
-}
-
-int dra_claim_reserved_pods(const char *json, size_t len, struct dra_claim *c, char *err, size_t errlen) {
-    c->n_pods = 0;
-    json_t *root = json_loadb(json, len, JSON_DECODE_ANY, NULL);
-    const json_t *rf = json_object_get(json_object_get(root, "status"), "reservedFor");
-    int rc = 0;
-    if (rf && !json_is_array(rf)) {
-        snprintf(err, errlen, "status.reservedFor: not a list");
-        rc = -EINVAL;
-    }
-    size_t i;
-    const json_t *e;
-    json_array_foreach(rf, i, e) {
-        if (rc < 0)
-            break;
-        if (!json_is_object(e) || !json_is_string(json_object_get(e, "name"))) {
-            snprintf(err, errlen, "status.reservedFor[%zu]: not a consumer with a name", i);
-            rc = -EINVAL;
-            break;
-        }
-        if (strcmp(str_at(e, "resource"), "pods") != 0 || str_at(e, "apiGroup")[0] || c->n_pods == DRA_MAX_PODS)
-            continue;
-        struct dra_pod_ref *p = &c->pods[c->n_pods++];
-        gs_strlcpy(p->name, str_at(e, "name"), sizeof(p->name));
-        gs_strlcpy(p->uid, str_at(e, "uid"), sizeof(p->uid));
-    }
-    if (rc < 0)
-        c->n_pods = 0;
-    json_decref(root);
-    return rc;
 }
 
 /* The claim's name of the pod's resourceClaims entry `ref`: its resourceClaimName, or the name the

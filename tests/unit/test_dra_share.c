@@ -205,10 +205,19 @@ static void test_configs(void **st) {
     claim->configs[2].n_requests = 1;
     strcpy(claim->configs[2].requests[0], "other");
     claim->configs[2].parameters = strdup("{}");
-    assert_int_equal(dra_config_for(claim, "gpu", &c, err, sizeof(err)), 0);
+    struct dra_claim_configs *d = calloc(1, sizeof(*d));
+    dra_claim_configs_decode(claim, d);
+    /* decoded once: what the lookups read, whatever the text is now */
+    free(claim->configs[0].parameters);
+    claim->configs[0].parameters = strdup("not JSON");
+    assert_int_equal(dra_config_for(claim, d, "gpu", &c, err, sizeof(err)), 0);
+    assert_true(c.set);
     assert_int_equal(c.strategy, DRA_SHARING_TIME_SLICING);
-    assert_int_equal(dra_config_for(claim, "other/sub", &c, err, sizeof(err)), -EINVAL);
+    /* a bad config is an error for the requests it names only */
+    assert_int_equal(dra_config_for(claim, d, "other/sub", &c, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "opaque config 2 for request other/sub"));
+    assert_non_null(strstr(err, "apiVersion: missing"));
+    free(d);
     dra_claim_free(claim);
     free(claim);
 }
@@ -312,27 +321,6 @@ static void test_pod_claims_beside(void **st) {
     assert_int_equal(dra_pod_claims_beside("{", 1, "", "a", b, 8, &n, err, sizeof(err)), -EINVAL);
 }
 
-static void test_reserved_pods(void **st) {
-    (void)st;
-    struct dra_claim c;
-    memset(&c, 0, sizeof(c));
-    const char *j = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"u1\"},"
-                    "{\"apiGroup\":\"example.com\",\"resource\":\"pods\",\"name\":\"x\",\"uid\":\"u2\"},"
-                    "{\"resource\":\"pods\",\"name\":\"q\",\"uid\":\"u3\"}]}}";
-    assert_int_equal(dra_claim_reserved_pods(j, strlen(j), &c, err, sizeof(err)), 0);
-    assert_int_equal(c.n_pods, 2); /* not another group's "pods" */
-    assert_string_equal(c.pods[0].name, "p");
-    assert_string_equal(c.pods[1].uid, "u3");
-    assert_int_equal(dra_claim_reserved_pods("{}", 2, &c, err, sizeof(err)), 0);
-    assert_int_equal(c.n_pods, 0);
-    const char *bad = "{\"status\":{\"reservedFor\":{}}}";
-    assert_int_equal(dra_claim_reserved_pods(bad, strlen(bad), &c, err, sizeof(err)), -EINVAL);
-    assert_non_null(strstr(err, "status.reservedFor"));
-    const char *noname = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\"}]}}";
-    assert_int_equal(dra_claim_reserved_pods(noname, strlen(noname), &c, err, sizeof(err)), -EINVAL);
-    assert_int_equal(c.n_pods, 0);
-}
-
 struct fake_pods {
     const char *json; /* NULL: the pod cannot be read */
     int calls;
@@ -410,7 +398,7 @@ int main(void) {
         cmocka_unit_test(test_shared_errors),   cmocka_unit_test(test_mps_share),
         cmocka_unit_test(test_whole_gpu_takes_no_share), cmocka_unit_test(test_configs),
         cmocka_unit_test(test_mig_steps),       cmocka_unit_test(test_pod_claims_beside),
-        cmocka_unit_test(test_reserved_pods),   cmocka_unit_test(test_one_guard_a_container),
+        cmocka_unit_test(test_one_guard_a_container),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
