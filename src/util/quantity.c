@@ -2,11 +2,10 @@
 #include "util/quantity.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-
-#define EXP_HUGE 100000 /* |exponent| beyond this: saturated (any digit is out of range or rounds) */
 
 static const struct {
     const char *text;
@@ -45,8 +44,8 @@ static bool suffix_of(const char *p, size_t n, int *dexp, int *bexp) {
     for (; i < n; i++) {
         if (!is_digit(p[i]))
             return false;
-        if (e <= EXP_HUGE)
-            e = e * 10 + (p[i] - '0');
+        if ((e = e * 10 + (p[i] - '0')) > INT32_MAX)
+            return false; /* Kubernetes refuses it or wraps it to 32 bits: no value it would agree on */
     }
     *dexp = (int)(neg ? -e : e);
     *bexp = 0;

@@ -15,7 +15,8 @@
  * No blanks anywhere; at most GS_QUANTITY_MAX characters. "G" is 10^9 and "Gi" 2^30, as in
  * Kubernetes. The value is exact: digits and suffix are multiplied out in decimal, never in
  * floating point. What differs from Kubernetes is only at the edges: a value past int64 is refused
- * (-ERANGE) where Kubernetes caps it at 2^63 - 1, and so is an exponent Go's parser would wrap. */
+ * (-ERANGE) where Kubernetes caps it at 2^63 - 1, and an exponent past 2^31 - 1 is no quantity
+ * (Kubernetes refuses it past 2^63 and wraps it to 32 bits below). */
 #ifndef GS_QUANTITY_H
 #define GS_QUANTITY_H
 

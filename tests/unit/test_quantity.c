@@ -148,9 +148,13 @@ static void test_range(void **st) {
     assert_int_equal(gs_quantity_parse("1e19", 0, 0, &v), -ERANGE);
     assert_int_equal(gs_quantity_parse("0.00000000000000000001e38", 0, 0, &v), 0);
     assert_int_equal(v, 1000000000000000000LL);
-    assert_int_equal(gs_quantity_parse("1e99999999999999999999999", 0, 0, &v), -ERANGE);
-    assert_int_equal(gs_quantity_parse("0e99999999999999999999999", 0, 0, &v), 0);
+    assert_int_equal(gs_quantity_parse("1e2147483647", 0, 0, &v), -ERANGE);
+    assert_int_equal(gs_quantity_parse("0e2147483647", 0, 0, &v), 0);
     assert_int_equal(v, 0);
+    assert_int_equal(gs_quantity_parse("1e-2147483647", -9, 0, &v), 0); /* rounds up to one unit */
+    assert_int_equal(v, 1);
+    assert_int_equal(gs_quantity_parse("1e2147483648", 0, 0, &v), -EINVAL);
+    assert_int_equal(gs_quantity_parse("0e-99999999999999999999999", 0, 0, &v), -EINVAL);
     assert_int_equal(gs_quantity_parse("9e15", -3, 0, &v), 0);
     assert_int_equal(v, 9000000000000000000LL);
     assert_int_equal(gs_quantity_parse("1e16", -3, 0, &v), -ERANGE);
