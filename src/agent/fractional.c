@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "kube/kube.h"
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 int frac_one_gpu(const struct gs_resource *r, const char *const *ids, size_t n, unsigned *gpu, char *err,
@@ -84,13 +85,14 @@ size_t frac_preferred(const struct gs_resource *r, const char *const *avail, siz
 
 /* ---- the pod being admitted ----------------------------------------------------------------- */
 
-/* An integer extended-resource quantity ("10", or 10 as JSON); 0 for anything else. */
+/* A whole extended-resource quantity in 1..2^30 ("10", "1k", or 10 as JSON: Kubernetes' syntax,
+ * util/quantity.h); 0 for anything else. */
 static unsigned quantity(const json_t *v) {
     if (json_is_integer(v))
         return json_integer_value(v) > 0 && json_integer_value(v) < 1 << 30 ? (unsigned)json_integer_value(v) : 0;
+    int64_t x;
     const char *s = json_string_value(v);
-    unsigned long long x;
-    return s && gs_parse_uint(s, 1, 1u << 30, &x) == 0 ? (unsigned)x : 0;
+    return s && gs_quantity_parse(s, 0, GS_QTY_EXACT, &x) == 0 && x >= 1 && x <= 1 << 30 ? (unsigned)x : 0;
 }
 
 /* requests, else limits (extended resources: the two are equal when both are given). */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/quantity.h"
 #include "util/util.h"
 #include "../guard/guard_anchor.h"
 #include "../guard/guard_layout.h"
@@ -114,7 +115,7 @@ int cmd_exec(const struct cli *cli, int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "+v:c:d:h", opts, NULL)) != -1) {
         switch (c) {
         case 'v':
-            if (gs_parse_size(optarg, &vram) < 0 || vram == 0) {
+            if (gs_quantity_bytes(optarg, 1, INT64_MAX, &vram) < 0) {
                 return cli_usage_error("exec", "--vram: '%s' is not a size such as 8GiB or 512MiB", optarg);
             }
             /* A bare number would be bytes: "--vram 100" is 100 bytes, which no CUDA program fits in. */

@@ -16,6 +16,7 @@
 #include "httpd/httpd.h"
 #include "place/replay.h"
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 #define MAX_CLIENT_NAMES 8
@@ -95,8 +96,8 @@ int cmd_extender(const struct cli *cli, int argc, char **argv) {
         case OPT_SNAPSHOT: snapshot = optarg; break;
         case OPT_POLICY: policy = optarg; break;
         case OPT_MAX_BODY:
-            if (gs_parse_size(optarg, &max_body) < 0 || max_body < 1024 || max_body > (1ull << 30))
-                return cli_usage_error("extender", "--max-body '%s': expected a size from 1KiB to 1GiB", optarg);
+            if (gs_quantity_bytes(optarg, 1024, 1ull << 30, &max_body) < 0)
+                return cli_usage_error("extender", "--max-body '%s': expected a size from 1Ki to 1Gi bytes", optarg);
             break;
         case OPT_KUBECONFIG: kubeconfig = optarg, api = true; break;
         case OPT_API: api = true; break;

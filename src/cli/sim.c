@@ -16,6 +16,7 @@
 
 #include "../sim/simctl.h"
 #include "cli/cli.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 static void sim_memory_usage(FILE *f);
@@ -175,7 +176,7 @@ static int sim_process(struct gpu_node *node, int argc, char **argv) {
         switch (c) {
         case 'g': r = gs_parse_uint(optarg, 0, 63, &gpu); break;
         case 'p': r = gs_parse_uint(optarg, 1, 0x7fffffff, &pid); break;
-        case 'm': r = gs_parse_size(optarg, &mem); break;
+        case 'm': r = gs_quantity_bytes(optarg, 0, INT64_MAX, &mem); break;
         case 'i': r = gs_parse_uint(optarg, 0, 14, &gi); break;
         case 'c': r = gs_parse_uint(optarg, 0, 7, &ci); break;
         case 'n': name = optarg; break;
@@ -187,7 +188,7 @@ static int sim_process(struct gpu_node *node, int argc, char **argv) {
                 if (o->val == c)
                     opt = o->name;
             fprintf(stderr, "gpuslice sim process: invalid value '%s' for --%s (%s)\n", optarg, opt,
-                    c == 'm' ? "a size such as 512MiB or 2GiB" : "a non-negative integer in range");
+                    c == 'm' ? "a size in bytes such as 512Mi or 2Gi" : "a non-negative integer in range");
             return GS_EXIT_USAGE;
         }
     }

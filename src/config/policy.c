@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config/yamlutil.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 #define MAX_REPLICAS 1024
@@ -228,7 +229,7 @@ static int scalar_or_auto(struct gs_yaml *y, const yaml_node_t *node, const char
 }
 
 /* memoryPerReplica (the guard's VRAM quota) and MPS's pinnedMemoryPerReplica: auto (GPU memory
- * / replicas) or a size such as 8GiB. */
+ * / replicas) or a size in bytes, a quantity such as 8Gi (util/quantity.h). */
 static int parse_memory_per_replica(struct gs_yaml *y, const yaml_node_t *node, const char *path,
                                     unsigned long long *out) {
     const char *s;
@@ -236,8 +237,10 @@ static int parse_memory_per_replica(struct gs_yaml *y, const yaml_node_t *node, 
     if (r < 0)
         return r;
     unsigned long long v = GS_MEMORY_AUTO;
-    if (s && (gs_parse_size(s, &v) < 0 || v < (1ULL << 20) || v > (1ULL << 50)))
-        return gs_yaml_error(y, node, path, "expected auto or a size from 1MiB to 1PiB such as 8GiB, got '%.64s'", s);
+    if (s && gs_quantity_bytes(s, 1ULL << 20, 1ULL << 50, &v) < 0)
+        return gs_yaml_error(y, node, path,
+                             "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: "
+                             "Gi is 2^30, G is 10^9), got '%.64s'", s);
     *out = v;
     return 0;
 }

@@ -3,7 +3,6 @@
  * DIR/NS/pods/NAME.json. */
 #include "dra/dra.h"
 #include "dra/prepare.h"
-#include "dra/share.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -42,8 +41,6 @@ static int fetch_file(void *ctx, const char *driver, const char *ns, const char 
         return rc;
     }
     rc = dra_claim_parse(text, len, driver, ns, name, uid, out, why, sizeof(why));
-    if (rc == 0 && (rc = dra_claim_reserved_pods(text, len, out, why, sizeof(why))) < 0)
-        dra_claim_free(out);
     free(text);
     if (rc < 0)
         snprintf(err, errlen, "%.300s: %.400s", path, why);
@@ -92,8 +89,7 @@ static int each_file(void *ctx, const char *driver, void (*fn)(void *arg, struct
                 gs_read_file_ex(path, 1u << 20, GS_READ_NOFOLLOW, &text, &len, why, sizeof(why)) < 0)
                 continue;
             if (dra_claim_parse(text, len, driver, NULL, NULL, NULL, c, why, sizeof(why)) == 0) {
-                if (dra_claim_reserved_pods(text, len, c, why, sizeof(why)) == 0)
-                    fn(arg, c);
+                fn(arg, c);
                 dra_claim_free(c);
             }
             free(text);

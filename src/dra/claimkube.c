@@ -1,8 +1,7 @@
 /* claimkube.c: claims from the API server (see apiserver.h): a GET of the ResourceClaim at
- * prepare, parsed by dra_claim_parse. Called on the DRA server's thread only. */
+ * prepare, decoded once by dra_claim_from_json. Called on the DRA server's thread only. */
 #include "dra/apiserver.h"
 #include "dra/prepare.h"
-#include "dra/share.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,16 +66,8 @@ static int fetch_kube(void *ctx, const char *driver, const char *ns, const char 
         return r;
     }
     k->down_until_ns = 0;
-    char *text = json_dumps(obj, JSON_COMPACT);
+    r = dra_claim_from_json(obj, driver, ns, name, uid, out, why, sizeof(why)); /* decoded once */
     json_decref(obj);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    r = dra_claim_parse(text, strlen(text), driver, ns, name, uid, out, why, sizeof(why));
-    if (r == 0 && (r = dra_claim_reserved_pods(text, strlen(text), out, why, sizeof(why))) < 0)
-        dra_claim_free(out);
-    free(text);
     if (r < 0)
         snprintf(err, errlen, "%.500s", why);
     return r;
@@ -122,13 +113,11 @@ static int each_kube(void *ctx, const char *driver, void (*fn)(void *arg, struct
     struct dra_claim *c = calloc(1, sizeof(*c));
     const json_t *items = json_object_get(list, "items");
     for (size_t i = 0; c && i < json_array_size(items); i++) {
-        char *text = json_dumps(json_array_get(items, i), JSON_COMPACT), why[512];
-        if (text && dra_claim_parse(text, strlen(text), driver, NULL, NULL, NULL, c, why, sizeof(why)) == 0) {
-            if (dra_claim_reserved_pods(text, strlen(text), c, why, sizeof(why)) == 0)
-                fn(arg, c);
+        char why[512];
+        if (dra_claim_from_json(json_array_get(items, i), driver, NULL, NULL, NULL, c, why, sizeof(why)) == 0) {
+            fn(arg, c);
             dra_claim_free(c);
         }
-        free(text);
     }
     json_decref(list);
     bool ok = c != NULL;

@@ -134,6 +134,37 @@ void dra_claim_free(struct dra_claim *c) {
     c->n_configs = 0;
 }
 
+static const char *str_at(const json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* status.reservedFor's pods (rf, NULL: none) into c->pods (share.h: one guard a container):
+ * -EINVAL for a reservedFor that is not a list of consumers with names; other consumers skipped,
+ * pods past DRA_MAX_PODS left out. */
+static int take_pods(const json_t *rf, struct dra_claim *c, char *err, size_t errlen) {
+    c->n_pods = 0;
+    if (rf && !json_is_array(rf)) {
+        snprintf(err, errlen, "status.reservedFor: not a list");
+        return -EINVAL;
+    }
+    size_t i;
+    const json_t *e;
+    json_array_foreach(rf, i, e) {
+        if (!json_is_object(e) || !json_is_string(json_object_get(e, "name"))) {
+            snprintf(err, errlen, "status.reservedFor[%zu]: not a consumer with a name", i);
+            c->n_pods = 0;
+            return -EINVAL;
+        }
+        if (strcmp(str_at(e, "resource"), "pods") != 0 || str_at(e, "apiGroup")[0] || c->n_pods == DRA_MAX_PODS)
+            continue;
+        struct dra_pod_ref *p = &c->pods[c->n_pods++];
+        gs_strlcpy(p->name, str_at(e, "name"), sizeof(p->name));
+        gs_strlcpy(p->uid, str_at(e, "uid"), sizeof(p->uid));
+    }
+    return 0;
+}
+
 static int claim_from(const json_t *root, const char *driver, const char *ns, const char *name, const char *uid,
                       struct dra_claim *out, char *err, size_t errlen) {
     char got[254];
@@ -212,7 +243,7 @@ static int claim_from(const json_t *root, const char *driver, const char *ns, co
             return rc;
         out->n_configs++;
     }
-    return 0;
+    return take_pods(json_object_get(json_object_get(root, "status"), "reservedFor"), out, err, errlen);
 }
 
 int dra_claim_parse(const char *json, size_t len, const char *driver, const char *ns, const char *name,
@@ -224,8 +255,15 @@ int dra_claim_parse(const char *json, size_t len, const char *driver, const char
         snprintf(err, errlen, "line %d, column %d: %s", je.line, je.column, je.text);
         return -EINVAL;
     }
-    int rc = claim_from(root, driver, ns, name, uid, out, err, errlen);
+    int rc = dra_claim_from_json(root, driver, ns, name, uid, out, err, errlen);
     json_decref(root);
+    return rc;
+}
+
+int dra_claim_from_json(const json_t *root, const char *driver, const char *ns, const char *name, const char *uid,
+                        struct dra_claim *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    int rc = claim_from(root, driver, ns, name, uid, out, err, errlen);
     if (rc < 0)
         dra_claim_free(out);
     return rc;
@@ -301,48 +339,51 @@ size_t dra_devices_of(const struct gs_inventory *inv, const struct gs_policy *po
     return n;
 }
 
-int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs,
-                const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen) {
+int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs, struct dra_bound *out,
+                char *err, size_t errlen) {
     for (unsigned i = 0; i < c->n_results && i < DRA_MAX_RESULTS; i++) {
         const struct dra_result *r = &c->results[i];
-        struct gs_dra_device_ref ref;
+        struct gs_dra_device_ref *ref = &out->ref[i];
         char gpu[64];
-        bool mig = gs_dra_device_parse(r->device, &ref) == 0 && ref.mig;
+        bool mig = gs_dra_device_parse(r->device, ref) == 0 && ref->mig;
         if (mig)
-            snprintf(gpu, sizeof(gpu), "gpu-%u", ref.gpu);
-        out[i] = NULL;
-        for (size_t k = 0; k < n_devs && !out[i]; k++)
+            snprintf(gpu, sizeof(gpu), "gpu-%u", ref->gpu);
+        else
+            memset(ref, 0, sizeof(*ref));
+        const struct dra_device *d = NULL;
+        for (size_t k = 0; k < n_devs && !d; k++)
             if (!strcmp(devs[k].name, mig ? gpu : r->device) && (!mig || devs[k].sharing == DRA_SHARING_MIG))
-                out[i] = &devs[k];
-        if (!out[i]) {
+                d = &devs[k];
+        out->dev[i] = NULL;
+        if (!d) {
             snprintf(err, errlen, "request %.127s: device %.63s (pool %.200s) is not a device of this node%s",
                      r->request, r->device, r->pool, mig ? " (its GPU is not in MIG mode by the policy)" : "");
             return -ENODEV;
         }
-        if (out[i]->withheld) {
+        if (d->withheld) {
             snprintf(err, errlen,
                      "request %.127s: device %.63s (pool %.200s) is on GPU %u, which the policy's gpuslice.dra.gpus "
                      "does not give to the DRA driver (the device plugins serve it; allocated before the policy "
                      "changed?)",
-                     r->request, r->device, r->pool, out[i]->index);
-            out[i] = NULL;
+                     r->request, r->device, r->pool, d->index);
             return -EPERM;
         }
+        out->dev[i] = d;
     }
     return 0;
 }
 
 int dra_prepare_claim(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs, const char *kind,
                       struct dra_prepared *out, char **spec, char *err, size_t errlen) {
-    const struct dra_device *bound[DRA_MAX_RESULTS];
+    struct dra_bound b;
     *spec = NULL;
     memset(out, 0, sizeof(*out));
     if (!dra_uid_valid(c->uid)) {
         snprintf(err, errlen, "claim UID '%.40s' is not a UID", c->uid);
         return -EINVAL;
     }
-    int rc = dra_resolve(c, devs, n_devs, bound, err, errlen);
-    return rc < 0 ? rc : dra_prepare_claim_ex(c, bound, NULL, kind, out, spec, err, errlen);
+    int rc = dra_resolve(c, devs, n_devs, &b, err, errlen);
+    return rc < 0 ? rc : dra_prepare_claim_ex(c, b.dev, NULL, kind, out, spec, err, errlen);
 }
 
 /* A spec device's containerEdits gets the device nodes of result i. */

@@ -8,8 +8,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "core/alloc.h"
 #include "dra/dra.h"
+#include "dra/slices.h"
 
 #define DRA_CDI_IDS 2 /* per device: the node spec's device, the result's own (dra_result_cdi_name) */
 
@@ -69,15 +72,22 @@ bool dra_same_request(const struct dra_claim *c, unsigned i, unsigned j);
 /* A result's edits from an answer's environment and mounts (-ENOSPC when they do not fit). */
 int dra_result_edits_from(struct dra_result_edits *out, const struct gs_alloc_response *a);
 
+/* Each result's device, its name resolved once through the node's devices: the device, and what
+ * the name says (a MIG placement's GPU, profile and start: ref[i].mig), for the steps after. */
+struct dra_bound {
+    const struct dra_device *dev[DRA_MAX_RESULTS];
+    struct gs_dra_device_ref ref[DRA_MAX_RESULTS]; /* all 0 for a GPU's own name */
+};
+
 /* The device of each result of c: a GPU by its name in devs, a MIG placement
  * ("gpu-<i>-mig-...") by its GPU's, which must be in MIG mode. -ENODEV naming the first that is not
  * a device of this node (not in its inventory); -EPERM naming the first on a GPU the policy's
  * gpuslice.dra.gpus does not give to DRA (withheld: the policy changed after the scheduler
  * allocated it, or a forged allocation). */
-int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs,
-                const struct dra_device *out[DRA_MAX_RESULTS], char *err, size_t errlen);
+int dra_resolve(const struct dra_claim *c, const struct dra_device *devs, size_t n_devs, struct dra_bound *out,
+                char *err, size_t errlen);
 
-/* dra_prepare_claim with each result's device given (dra_resolve) and the edits (NULL: none):
+/* dra_prepare_claim with each result's device given (bound: dra_resolve's dev) and the edits (NULL: none):
  * each result answers with its GPU's node spec device and its own device of the claim's spec
  * (dra_result_cdi_name), which carries that result's edits only: its device nodes, its
  * request's guard and MPS edits, GPUSLICE_DRA_CLAIM, and the UUIDs of its request's devices as
@@ -99,12 +109,17 @@ bool dra_uid_valid(const char *uid);
 int dra_guard_dir(const char *root, const char *uid, char *buf, size_t len);
 
 /* The claim's JSON (a ResourceClaim, as the API server or `kubectl get -o json` gives it) for the
- * kubelet's ns/name/uid: the results and opaque configs of `driver`. -ESTALE (another UID),
- * -ENOENT (another name or namespace), -ENODATA (not allocated, or nothing for this driver),
- * -EINVAL (not JSON, or a field of the wrong type or too long: named in err), -ENOMEM. ns, name
- * and uid NULL: the claim's own (a claim of a list), its UID checked as a UID. */
+ * kubelet's ns/name/uid, decoded once: the results and opaque configs of `driver`, and the pods of
+ * status.reservedFor (other consumers skipped; those past DRA_MAX_PODS left out). -ESTALE (another
+ * UID), -ENOENT (another name or namespace), -ENODATA (not allocated, or nothing for this driver),
+ * -EINVAL (not JSON, or a field of the wrong type or too long, a reservedFor that is not a list of
+ * consumers with names: named in err), -ENOMEM. ns, name and uid NULL: the claim's own (a claim of
+ * a list), its UID checked as a UID. */
 int dra_claim_parse(const char *json, size_t len, const char *driver, const char *ns, const char *name,
                     const char *uid, struct dra_claim *out, char *err, size_t errlen);
+/* The same from the claim already decoded (an API server's answer). */
+int dra_claim_from_json(const json_t *root, const char *driver, const char *ns, const char *name, const char *uid,
+                        struct dra_claim *out, char *err, size_t errlen);
 
 /* The claim's prepared devices and its transient spec's JSON text (*spec, malloc'ed; one device
  * a result, dra_result_cdi_name). Every result must name a device of devs (-ENODEV otherwise, the

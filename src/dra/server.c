@@ -299,13 +299,13 @@ static int write_guard(const struct dra_server *s, const char *uid, int sub, con
 
 /* The claim's MIG placements: made (or found) one by one, each step recorded in the claim's
  * entry (update_checkpoint), which its prepare's start put there. */
-static int prepare_mig(struct dra_server *s, const struct dra_claim *c, struct dra_edits *e,
-                       struct dra_mig_made made[DRA_MAX_RESULTS], char *err, size_t errlen) {
+static int prepare_mig(struct dra_server *s, const struct dra_claim *c, const struct dra_bound *b,
+                       struct dra_edits *e, struct dra_mig_made made[DRA_MAX_RESULTS], char *err, size_t errlen) {
     struct dra_prepared *entry = malloc(sizeof(*entry));
     int rc = entry ? 0 : -ENOMEM;
     for (unsigned i = 0; rc == 0 && i < c->n_results; i++) {
-        struct gs_dra_device_ref ref;
-        if (gs_dra_device_parse(c->results[i].device, &ref) < 0 || !ref.mig)
+        const struct gs_dra_device_ref ref = b->ref[i];
+        if (!ref.mig)
             continue;
         struct dra_mig_made rec = { 0 };
         if (entry_of(s, c->uid, entry) && i < entry->n_devices)
@@ -420,7 +420,9 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
     struct dra_edits *e = calloc(1, sizeof(*e));
     struct dra_mig_made *made = calloc(DRA_MAX_RESULTS, sizeof(*made));
     struct gs_guard_limits *l = malloc(sizeof(*l));
-    const struct dra_device *bound[DRA_MAX_RESULTS];
+    struct dra_bound b;
+    const struct dra_device *const *bound = b.dev;
+    struct dra_claim_configs cfgs;
     struct dra_share shares[DRA_MAX_RESULTS];
     char guard_dir[256] = "";
     int rc = -ENOMEM;
@@ -430,17 +432,18 @@ static int prepare_fetched(struct dra_server *s, const struct dra_claim *c, stru
     size_t n = s->n_devices;
     memcpy(devs, s->devices, n * sizeof(*devs));
     pthread_mutex_unlock(&s->lock);
-    if ((rc = dra_resolve(c, devs, n, bound, err, errlen)) < 0)
+    if ((rc = dra_resolve(c, devs, n, &b, err, errlen)) < 0)
         goto out;
+    dra_claim_configs_decode(c, &cfgs); /* each config once for the claim, not once a result */
     for (unsigned i = 0; i < c->n_results; i++) {
         struct dra_gpu_config cfg;
-        if ((rc = dra_config_for(c, c->results[i].request, &cfg, err, errlen)) < 0 ||
+        if ((rc = dra_config_for(c, &cfgs, c->results[i].request, &cfg, err, errlen)) < 0 ||
             (rc = dra_share_of(&c->results[i], bound[i], &cfg, &shares[i], err, errlen)) < 0 ||
             (shares[i].sharing == DRA_SHARING_MPS && (rc = mps_ready(&c->results[i], bound[i], err, errlen)) < 0))
             goto out;
     }
     bool any_mig = false;
-    if ((rc = prepare_mig(s, c, e, made, err, errlen)) < 0)
+    if ((rc = prepare_mig(s, c, &b, e, made, err, errlen)) < 0)
         goto out;
     for (unsigned i = 0; i < c->n_results; i++) {
         if (made[i].uuid[0]) {

@@ -7,37 +7,8 @@
 #include <string.h>
 
 #include "dra/prepare.h"
+#include "util/quantity.h"
 #include "util/util.h"
-
-int dra_quantity_parse(const char *q, unsigned long long *out) {
-    static const struct {
-        const char *suffix;
-        unsigned long long mult;
-    } units[] = {
-        { "Ki", 1ULL << 10 }, { "Mi", 1ULL << 20 }, { "Gi", 1ULL << 30 }, { "Ti", 1ULL << 40 },
-        { "Pi", 1ULL << 50 }, { "Ei", 1ULL << 60 }, { "k", 1000ULL },     { "M", 1000000ULL },
-        { "G", 1000000000ULL }, { "T", 1000000000000ULL }, { "P", 1000000000000000ULL },
-        { "E", 1000000000000000000ULL }, { "", 1 },
-    };
-    size_t digits = strspn(q, "0123456789");
-    if (digits == 0 || digits > 20)
-        return -EINVAL;
-    for (size_t i = 0; i < GS_ARRAY_SIZE(units); i++) {
-        if (strcmp(q + digits, units[i].suffix) != 0)
-            continue;
-        char num[24];
-        memcpy(num, q, digits);
-        num[digits] = '\0';
-        unsigned long long v;
-        if (gs_parse_uint(num, 0, ~0ULL, &v) < 0)
-            return -ERANGE;
-        if (v > ~0ULL / units[i].mult)
-            return -ERANGE;
-        *out = v * units[i].mult;
-        return 0;
-    }
-    return -EINVAL;
-}
 
 static const char *strategy_name(enum dra_sharing s) {
     switch (s) {
@@ -138,23 +109,31 @@ static bool config_names(const struct dra_config *c, const char *request) {
     return false;
 }
 
-int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gpu_config *out, char *err,
-                   size_t errlen) {
+void dra_claim_configs_decode(const struct dra_claim *c, struct dra_claim_configs *out) {
+    out->n = c->n_configs < DRA_MAX_CONFIGS ? c->n_configs : DRA_MAX_CONFIGS;
+    for (unsigned i = 0; i < out->n; i++) {
+        out->c[i].why[0] = '\0';
+        out->c[i].rc = dra_gpu_config_parse(c->configs[i].parameters, &out->c[i].cfg, out->c[i].why,
+                                            sizeof(out->c[i].why));
+    }
+}
+
+int dra_config_for(const struct dra_claim *c, const struct dra_claim_configs *d, const char *request,
+                   struct dra_gpu_config *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     for (int pass = 0; pass < 2; pass++) { /* the class's first, then the claim's, which win */
-        for (unsigned i = 0; i < c->n_configs; i++) {
+        for (unsigned i = 0; i < c->n_configs && i < d->n; i++) {
             const struct dra_config *cf = &c->configs[i];
             if (cf->from_class != (pass == 0) || !config_names(cf, request))
                 continue;
-            struct dra_gpu_config one;
-            char why[256];
-            if (dra_gpu_config_parse(cf->parameters, &one, why, sizeof(why)) < 0) {
+            if (d->c[i].rc < 0) {
                 snprintf(err, errlen, "opaque config %u for request %.127s (%s %s, from the %s): %s", i, request,
-                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim", why);
+                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim",
+                         d->c[i].why);
                 return -EINVAL;
             }
-            if (one.set)
-                *out = one;
+            if (d->c[i].cfg.set)
+                *out = d->c[i].cfg;
         }
     }
     return 0;
@@ -166,11 +145,16 @@ static int capacity_of(const struct dra_result *r, const char *name, unsigned lo
     for (unsigned i = 0; i < r->n_capacity; i++) {
         if (strcmp(r->capacity[i].name, name) != 0)
             continue;
-        if (dra_quantity_parse(r->capacity[i].quantity, v) < 0) {
-            snprintf(err, errlen, "request %.127s: device %.63s: consumedCapacity.%s '%.63s' is not a quantity",
-                     r->request, r->device, name, r->capacity[i].quantity);
+        /* bytes and percents are whole: a fraction of either is refused, not rounded */
+        int64_t q;
+        int e = gs_quantity_parse(r->capacity[i].quantity, 0, GS_QTY_EXACT, &q);
+        if (e < 0 || q < 0) {
+            snprintf(err, errlen, "request %.127s: device %.63s: consumedCapacity.%s '%.63s' is not a quantity (%s)",
+                     r->request, r->device, name, r->capacity[i].quantity,
+                     e == -EDOM ? "not a whole number" : e == -EINVAL ? "Kubernetes' syntax: 20Gi, 30" : "out of range");
             return -EINVAL;
         }
+        *v = (unsigned long long)q;
         return 1;
     }
     return 0;
@@ -299,37 +283,6 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
 static const char *str_at(const json_t *o, const char *key) {
     const char *v = json_string_value(json_object_get(o, key));
     return v ? v : "";
-}
-
-int dra_claim_reserved_pods(const char *json, size_t len, struct dra_claim *c, char *err, size_t errlen) {
-    c->n_pods = 0;
-    json_t *root = json_loadb(json, len, JSON_DECODE_ANY, NULL);
-    const json_t *rf = json_object_get(json_object_get(root, "status"), "reservedFor");
-    int rc = 0;
-    if (rf && !json_is_array(rf)) {
-        snprintf(err, errlen, "status.reservedFor: not a list");
-        rc = -EINVAL;
-    }
-    size_t i;
-    const json_t *e;
-    json_array_foreach(rf, i, e) {
-        if (rc < 0)
-            break;
-        if (!json_is_object(e) || !json_is_string(json_object_get(e, "name"))) {
-            snprintf(err, errlen, "status.reservedFor[%zu]: not a consumer with a name", i);
-            rc = -EINVAL;
-            break;
-        }
-        if (strcmp(str_at(e, "resource"), "pods") != 0 || str_at(e, "apiGroup")[0] || c->n_pods == DRA_MAX_PODS)
-            continue;
-        struct dra_pod_ref *p = &c->pods[c->n_pods++];
-        gs_strlcpy(p->name, str_at(e, "name"), sizeof(p->name));
-        gs_strlcpy(p->uid, str_at(e, "uid"), sizeof(p->uid));
-    }
-    if (rc < 0)
-        c->n_pods = 0;
-    json_decref(root);
-    return rc;
 }
 
 /* The claim's name of the pod's resourceClaims entry `ref`: its resourceClaimName, or the name the

@@ -35,10 +35,6 @@
 #define DRA_GUARD_CONF_IN_CONTAINER GS_GUARD_CONF_IN_CONTAINER
 #define DRA_GUARD_STATE_IN_CONTAINER GS_GUARD_STATE_IN_CONTAINER
 
-/* A Kubernetes quantity as the API server writes it: an integer with an optional suffix (Ki Mi Gi
- * Ti Pi Ei, k M G T P E). 0, -EINVAL (another form: fractions, exponents, signs, milli), -ERANGE. */
-int dra_quantity_parse(const char *q, unsigned long long *out);
-
 struct dra_gpu_config {
     bool set;                 /* a config named a strategy */
     enum dra_sharing strategy; /* DRA_SHARING_TIME_SLICING or DRA_SHARING_MPS */
@@ -47,11 +43,24 @@ struct dra_gpu_config {
 /* One opaque config's parameters (JSON text): -EINVAL with "FIELD: why" in err. */
 int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *err, size_t errlen);
 
-/* The config for a request of the claim ("req" or "req/sub"): the claim's configs after the
- * class's, in order, the last that names the request (or every request) wins. -EINVAL with
- * "status.allocation.devices.config[I] (gpuslice.io/v1alpha1 GpuConfig): FIELD: why". */
-int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gpu_config *out, char *err,
-                   size_t errlen);
+/* The claim's opaque configs, each decoded once (dra_gpu_config_parse) for every request that
+ * dra_config_for looks up: its result and, when it is no GpuConfig, why. */
+struct dra_claim_configs {
+    unsigned n;
+    struct {
+        int rc;
+        struct dra_gpu_config cfg;
+        char why[256];
+    } c[DRA_MAX_CONFIGS];
+};
+void dra_claim_configs_decode(const struct dra_claim *c, struct dra_claim_configs *out);
+
+/* The config for a request of the claim ("req" or "req/sub") from its decoded configs d: the
+ * claim's configs after the class's, in order, the last that names the request (or every request)
+ * wins. -EINVAL when one that names it is not a GpuConfig: "opaque config I for request R
+ * (gpuslice.io/v1alpha1 GpuConfig, from the claim): FIELD: why". */
+int dra_config_for(const struct dra_claim *c, const struct dra_claim_configs *d, const char *request,
+                   struct dra_gpu_config *out, char *err, size_t errlen);
 
 struct dra_share {
     enum dra_sharing sharing;
@@ -85,12 +94,8 @@ int dra_share_edits(const struct dra_share *shares, const struct dra_device *con
  * would mount over each other and the container would run under one claim's limits. A guarded
  * claim is therefore refused when a container that holds it already holds another prepared
  * guarded claim (two shared GPUs for one container: one request of count 2, whose one limits
- * file has a quota per device). The containers come from the pods of the claim's reservedFor. */
-
-/* status.reservedFor's pods of the claim JSON text (what the sources read) into c->pods: 0, or
- * -EINVAL for a reservedFor that is not a list of {resource, name, uid}. Other consumers are
- * skipped; pods past DRA_MAX_PODS are left out. */
-int dra_claim_reserved_pods(const char *json, size_t len, struct dra_claim *c, char *err, size_t errlen);
+ * file has a quota per device). The containers come from the pods of the claim's reservedFor
+ * (read with the claim: dra_claim_parse). */
 
 /* A claim beside another in one container of a pod. */
 struct dra_beside {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/plan.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 #define DNS1123_SUBDOMAIN_MAX 253
@@ -50,19 +51,9 @@ static int fail(struct builder *b, int r, const char *fmt, ...) {
 /* ------------------------------------------------------------------ values */
 
 /* A Kubernetes quantity of bytes, with the largest binary suffix that divides it exactly. */
-static void bytes_quantity(unsigned long long v, char *buf, size_t len) {
-    static const char *suffix[] = { "", "Ki", "Mi", "Gi", "Ti", "Pi" };
-    unsigned k = 0;
-    while (v && k + 1 < GS_ARRAY_SIZE(suffix) && v % 1024 == 0) {
-        v /= 1024;
-        k++;
-    }
-    snprintf(buf, len, "%llu%s", v, suffix[k]);
-}
-
 static json_t *bytes_json(unsigned long long v) {
     char q[32];
-    bytes_quantity(v, q, sizeof(q));
+    gs_quantity_format(v > INT64_MAX ? INT64_MAX : (int64_t)v, 0, GS_QTY_BINARY, q, sizeof(q));
     return json_string(q);
 }
 

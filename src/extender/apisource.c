@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "util/log.h"
+#include "util/quantity.h"
 #include "util/util.h"
 
 #define LABEL(k) "gpuslice.io/gpu." k
@@ -50,11 +51,11 @@ int ex_node_from_json(const json_t *node, struct ex_node_spec *out, char *err, s
     const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
     const char *cpu = json_string_value(json_object_get(alloc, "cpu"));
     const char *memory = json_string_value(json_object_get(alloc, "memory"));
-    int64_t milli;
-    if (cpu && ex_quantity_milli(cpu, &milli) == 0)
+    int64_t milli, bytes;
+    if (cpu && gs_quantity_parse(cpu, -3, 0, &milli) == 0 && milli >= 0)
         out->cpu = milli;
-    if (memory && ex_quantity_milli(memory, &milli) == 0)
-        out->mem = milli / 1000 / (1 << 20);
+    if (memory && gs_quantity_parse(memory, 0, 0, &bytes) == 0 && bytes >= 0)
+        out->mem = bytes / (1 << 20);
     /* fractional GPUs (gpuslice.io/gpu-memory.*: their replicas label counts GiB, not time-slicing),
      * else whole or time-sliced ones (gpuslice.io/gpu.*) */
     bool frac = json_object_get(labels, FRAC_LABEL("count")) != NULL;

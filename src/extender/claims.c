@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "extender/wire.h"
+#include "util/quantity.h"
 
 static const char *const cap_names[EX_CAPS] = { "memory", "compute", "clients" };
 
@@ -64,10 +65,10 @@ static int quantity(const json_t *v, int64_t *out) {
         return *out < 0 ? -EINVAL : 0;
     }
     const char *s = json_string_value(v);
-    int64_t milli;
-    if (!s || ex_quantity_milli(s, &milli) < 0)
+    int64_t x;
+    if (!s || gs_quantity_parse(s, 0, 0, &x) < 0 || x < 0) /* rounded up, as Quantity.Value */
         return -EINVAL;
-    *out = (milli + 999) / 1000;
+    *out = x;
     return 0;
 }
 

@@ -2,70 +2,16 @@
 #include "extender/wire.h"
 
 #include "extender/podclaims.h"
+#include "util/quantity.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-int ex_quantity_milli(const char *s, int64_t *out) {
-    /* <digits>[.<digits>][suffix]: suffix one of the binary (Ki..Ei), decimal (m, k, M..E) or an
-     * exponent (e<int>) of resource.Quantity */
-    const char *p = s;
-    if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1])))
-        return -EINVAL;
-    long double v = 0;
-    for (; isdigit((unsigned char)*p); p++)
-        v = v * 10 + (*p - '0');
-    if (*p == '.') {
-        long double f = 0.1L;
-        for (p++; isdigit((unsigned char)*p); p++, f /= 10)
-            v += f * (*p - '0');
-    }
-    static const struct {
-        const char *sfx;
-        long double mult;
-    } units[] = {
-        { "", 1e3L },
-        { "m", 1L },
-        { "k", 1e6L },
-        { "M", 1e9L },
-        { "G", 1e12L },
-        { "T", 1e15L },
-        { "P", 1e18L },
-        { "E", 1e21L },
-        { "Ki", 1024e3L },
-        { "Mi", 1048576e3L },
-        { "Gi", 1073741824e3L },
-        { "Ti", 1099511627776e3L },
-        { "Pi", 1125899906842624e3L },
-        { "Ei", 1152921504606846976e3L },
-    };
-    long double mult = -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcmp(p, units[i].sfx) == 0)
-            mult = units[i].mult;
-    if (mult < 0 && (*p == 'e' || *p == 'E')) {
-        char *end;
-        errno = 0;
-        long e = strtol(p + 1, &end, 10);
-        if (p[1] == '\0' || *end || errno || e < -30 || e > 30)
-            return -EINVAL;
-        mult = 1e3L * powl(10, (long double)e);
-    }
-    if (mult < 0)
-        return -EINVAL;
-    long double r = ceill(v * mult - 1e-9L); /* binary fractions of exact decimals stay exact */
-    if (r > 9.2e18L)
-        return -ERANGE;
-    *out = r < 0 ? 0 : (int64_t)r;
-    return 0;
-}
 
 /* obj[key], the key matched without regard to case (Go's decoder) */
 static json_t *get_ci(const json_t *obj, const char *key) {
@@ -88,17 +34,31 @@ struct req {
 #define GPU_MEM_GIB_MAX (1 << 20) /* gpuslice.io/gpu-memory in GiB: a byte quantity ("10Gi") is beyond */
 
 /* one quantity of a ResourceList (list.NAME at where) added to r: requests, limits and overhead
- * alike; every conversion and sum checked */
+ * alike; every conversion and sum checked. CPU in thousandths (MilliValue), the rest in units
+ * (Value), both rounded up as Kubernetes rounds; GPUs must be whole. */
 static int add_quantity(const json_t *v, const char *where, const char *name, struct req *r, char *err,
                         size_t errlen) {
-    int64_t milli;
+    int i = !strcmp(name, "cpu")            ? R_CPU
+            : !strcmp(name, "memory")       ? R_MEM
+            : !strcmp(name, EX_RES_COMPUTE) ? R_COMPUTE
+            : !strcmp(name, EX_RES_MEMORY)  ? R_GPU_MEM
+                                            : R_GPUS; /* nvidia.com/gpu, nvidia.com/gpu.shared */
+    int scale = i == R_CPU ? -3 : 0;
     const char *txt = json_string_value(v);
+    int64_t x = 0;
     int e = 0;
     if (json_is_integer(v)) {
-        if (json_integer_value(v) < 0 || __builtin_mul_overflow(json_integer_value(v), (int64_t)1000, &milli))
+        x = json_integer_value(v);
+        if (x < 0 || (scale && __builtin_mul_overflow(x, (int64_t)1000, &x)))
             e = -ERANGE;
-    } else if (!txt || (e = ex_quantity_milli(txt, &milli)) == -EINVAL) {
+    } else if (!txt || (e = gs_quantity_parse(txt, scale, i == R_GPUS ? GS_QTY_EXACT : 0, &x)) == -EINVAL) {
         snprintf(err, errlen, "%s.%s: '%.40s': not a quantity", where, name, txt ? txt : "(not a string)");
+        return -EINVAL;
+    } else if (e == 0 && x < 0) {
+        e = -ERANGE;
+    }
+    if (e == -EDOM) {
+        snprintf(err, errlen, "%s.%s: '%.40s': GPUs are counted in whole devices", where, name, txt);
         return -EINVAL;
     }
     if (e < 0) {
@@ -108,27 +68,10 @@ static int add_quantity(const json_t *v, const char *where, const char *name, st
         snprintf(err, errlen, "%s.%s: '%.40s': out of range", where, name, txt ? txt : num);
         return -EINVAL;
     }
-    int i;
-    int64_t x;
-    if (!strcmp(name, "cpu")) {
-        i = R_CPU, x = milli;
-    } else if (!strcmp(name, "memory")) {
-        i = R_MEM, x = milli / 1000 + (milli % 1000 != 0);
-    } else if (!strcmp(name, EX_RES_COMPUTE)) {
-        i = R_COMPUTE, x = milli / 1000;
-    } else if (!strcmp(name, EX_RES_MEMORY)) {
-        i = R_GPU_MEM, x = milli / 1000 + (milli % 1000 != 0);
-        if (x > GPU_MEM_GIB_MAX) { /* the node counts GiB (a device per GiB): "10Gi" is 10 Gi units */
-            snprintf(err, errlen, "%s.%s: '%.40s': gpuslice.io/gpu-memory is counted in GiB (write 10 for 10 GiB)",
-                     where, name, txt ? txt : "");
-            return -EINVAL;
-        }
-    } else { /* nvidia.com/gpu, nvidia.com/gpu.shared */
-        if (milli % 1000) {
-            snprintf(err, errlen, "%s.%s: '%.40s': GPUs are counted in whole devices", where, name, txt ? txt : "");
-            return -EINVAL;
-        }
-        i = R_GPUS, x = milli / 1000;
+    if (i == R_GPU_MEM && x > GPU_MEM_GIB_MAX) { /* the node counts GiB (a device per GiB): "10Gi" is 10 Gi units */
+        snprintf(err, errlen, "%s.%s: '%.40s': gpuslice.io/gpu-memory is counted in GiB (write 10 for 10 GiB)", where,
+                 name, txt ? txt : "");
+        return -EINVAL;
     }
     if (__builtin_add_overflow(r->v[i], x, &r->v[i])) {
         snprintf(err, errlen, "%s.%s: '%.40s': the pod's sum of %s overflows", where, name, txt ? txt : "",

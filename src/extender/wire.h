@@ -24,10 +24,6 @@
 #define EX_RES_COMPUTE "gpuslice.io/gpu-compute"
 #define EX_RES_MEMORY "gpuslice.io/gpu-memory"
 
-/* A Kubernetes quantity ("500m", "2", "1.5Gi", "10G", "1e3") in thousandths, rounded up (as
- * resource.Quantity's MilliValue). -EINVAL for anything else (a sign, an unknown suffix), -ERANGE. */
-int ex_quantity_milli(const char *s, int64_t *out);
-
 /* The pod's identity and requests from a v1.Pod: per resource, the sum over its containers or the
  * largest init container's, whichever is larger (requests, else limits), plus spec.overhead.
  * Every conversion and sum is checked: -EINVAL with the field in err ("Pod.spec.containers[1].

@@ -52,31 +52,6 @@ int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max,
     return 0;
 }
 
-int gs_parse_size(const char *s, unsigned long long *bytes) {
-    char *end = NULL;
-    unsigned long long v;
-    int r = leading_uint(s, &v, &end);
-    if (r < 0)
-        return r;
-    static const struct { const char *suffix; unsigned long long mult; } units[] = {
-        { "", 1ULL },
-        { "B", 1ULL },
-        { "K", 1ULL << 10 }, { "KiB", 1ULL << 10 }, { "KB", 1000ULL },
-        { "M", 1ULL << 20 }, { "MiB", 1ULL << 20 }, { "MB", 1000000ULL },
-        { "G", 1ULL << 30 }, { "GiB", 1ULL << 30 }, { "GB", 1000000000ULL },
-        { "T", 1ULL << 40 }, { "TiB", 1ULL << 40 }, { "TB", 1000000000000ULL },
-    };
-    for (size_t i = 0; i < GS_ARRAY_SIZE(units); i++) {
-        if (strcmp(end, units[i].suffix) == 0) {
-            if (v > ULLONG_MAX / units[i].mult)
-                return -ERANGE;
-            *bytes = v * units[i].mult;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
 /* What a file that is not a regular one is, for the error message. */
 static const char *file_kind(mode_t mode) {
     switch (mode & S_IFMT) {

@@ -1,5 +1,5 @@
 /* util.h: small helpers shared by every component: cleanup attributes (systemd style),
- * bounded string copies and size parsing. Nothing here does I/O except the file helpers. */
+ * bounded string copies and integer parsing (quantities: quantity.h). Nothing here does I/O except the file helpers. */
 #ifndef GS_UTIL_H
 #define GS_UTIL_H
 
@@ -30,9 +30,6 @@ bool gs_has_suffix(const char *s, const char *suffix);
 /* Parses a decimal unsigned integer in [min, max]; the whole string must be the number.
  * Returns 0 or -EINVAL / -ERANGE. */
 int gs_parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *out);
-
-/* Parses a size such as "8GiB", "512MiB", "1024" (bytes), "10G" (taken as GiB). Returns 0 or -EINVAL/-ERANGE. */
-int gs_parse_size(const char *s, unsigned long long *bytes);
 
 /* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. Returns 0 or
  * -errno: -EFBIG when larger than max, -EISDIR for a directory, -EINVAL for anything else that is

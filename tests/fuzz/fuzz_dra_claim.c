@@ -1,7 +1,7 @@
 /* fuzz_dra_claim.c: the ResourceClaim JSON the DRA driver decodes at prepare (dra_claim_parse,
- * for the kubelet's namespace, name and UID or, first byte odd, as a claim of a list), its
- * reservedFor pods and the opaque config each request gets (dra_config_for: the GpuConfig
- * parser). */
+ * for the kubelet's namespace, name and UID or, first byte odd, as a claim of a list), with its
+ * reservedFor pods, and the opaque config each request gets (the claim's configs decoded once,
+ * dra_claim_configs_decode, then dra_config_for for each result). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,13 +29,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (c.n_results == 0 || c.n_results > DRA_MAX_RESULTS || c.n_configs > DRA_MAX_CONFIGS || !dra_uid_valid(c.uid))
         abort();
-    if (dra_claim_reserved_pods(text, len, &c, err, sizeof(err)) == 0 && c.n_pods > DRA_MAX_PODS)
+    if (c.n_pods > DRA_MAX_PODS)
+        abort();
+    static struct dra_claim_configs d;
+    dra_claim_configs_decode(&c, &d);
+    if (d.n != c.n_configs)
         abort();
     for (unsigned i = 0; i < c.n_results; i++) {
         struct dra_gpu_config cfg;
         if (strlen(c.results[i].request) >= sizeof(c.results[i].request) || c.results[i].n_capacity > DRA_MAX_CAPACITY)
             abort();
-        if (dra_config_for(&c, c.results[i].request, &cfg, err, sizeof(err)) == 0 && cfg.set &&
+        if (dra_config_for(&c, &d, c.results[i].request, &cfg, err, sizeof(err)) == 0 && cfg.set &&
             cfg.strategy != DRA_SHARING_TIME_SLICING && cfg.strategy != DRA_SHARING_MPS)
             abort();
     }

@@ -1,5 +1,5 @@
 /* fuzz_extquantity.c: libFuzzer target for the scheduler extender's quantities and a pod's sums
- * (ex_quantity_milli, ex_pod_from_json). The input is lines "K R Q [N]": N containers (1..2000;
+ * (ex_pod_from_json, its quantities read by util/quantity.h). The input is lines "K R Q [N]": N containers (1..2000;
  * K 'c'), init containers ('i') or the overhead ('o') asking quantity Q (Kubernetes' text, or
  * "#123" for a JSON integer) of resource R (0 cpu, 1 memory, 2 nvidia.com/gpu, 3
  * nvidia.com/gpu.shared, 4 gpuslice.io/gpu-compute, 5 gpuslice.io/gpu-memory). The pod is built
@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "extender/wire.h"
+#include "util/quantity.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,39 +32,35 @@ struct ref {
     int bad; /* a quantity the mapping must refuse on its own */
 };
 
-/* quantity q's contribution to sums[] in the mapping's units (0: refused) */
+/* quantity q's contribution to sums[] in the mapping's units (0: refused): CPU in thousandths, the
+ * rest in units, rounded up as Kubernetes rounds (util/quantity.h, fuzzed by fuzz_quantity); GPUs
+ * whole */
 static int contribute(const char *q, json_t **val, int r, wide *sums) {
-    int64_t milli;
+    int64_t x;
     if (q[0] == '#') {
         char *end;
         long long v = strtoll(q + 1, &end, 10);
         if (*end || end == q + 1)
             return 0;
         *val = json_integer(v);
-        if (v < 0 || v > INT64_MAX / 1000)
+        if (v < 0 || (r == 0 && v > INT64_MAX / 1000))
             return 0;
-        milli = v * 1000;
+        x = r == 0 ? v * 1000 : v;
     } else {
         *val = json_string(q);
-        int e = ex_quantity_milli(q, &milli);
-        if (e < 0)
+        if (gs_quantity_parse(q, r == 0 ? -3 : 0, r == 2 || r == 3 ? GS_QTY_EXACT : 0, &x) < 0 || x < 0)
             return 0;
-        if (milli < 0)
-            __builtin_trap();
     }
     switch (r) {
-    case 0: sums[CPU] += milli; break;
-    case 1: sums[MEM] += milli / 1000 + (milli % 1000 != 0); break;
-    case 4: sums[COMPUTE] += milli / 1000; break;
+    case 0: sums[CPU] += x; break;
+    case 1: sums[MEM] += x; break;
+    case 4: sums[COMPUTE] += x; break;
     case 5:
-        if (milli / 1000 + (milli % 1000 != 0) > GIB_MAX)
+        if (x > GIB_MAX)
             return 0;
-        sums[GPU_MEM] += milli / 1000 + (milli % 1000 != 0);
+        sums[GPU_MEM] += x;
         break;
-    default:
-        if (milli % 1000)
-            return 0;
-        sums[GPUS] += milli / 1000;
+    default: sums[GPUS] += x;
     }
     return 1;
 }

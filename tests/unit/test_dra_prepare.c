@@ -300,18 +300,19 @@ static void test_resolve_refuses_gpus_not_given_to_dra(void **state) {
     snprintf(c.results[0].request, sizeof(c.results[0].request), "gpu");
     snprintf(c.results[0].pool, sizeof(c.results[0].pool), "node-1");
     snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-0");
-    const struct dra_device *bound[DRA_MAX_RESULTS];
+    struct dra_bound bound;
     char err[512] = "";
-    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), 0);
-    assert_ptr_equal(bound[0], &devs[0]);
+    assert_int_equal(dra_resolve(&c, devs, 3, &bound, err, sizeof(err)), 0);
+    assert_ptr_equal(bound.dev[0], &devs[0]);
+    assert_false(bound.ref[0].mig);
     snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-1");
-    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -EPERM);
+    assert_int_equal(dra_resolve(&c, devs, 3, &bound, err, sizeof(err)), -EPERM);
     assert_string_equal(err, "request gpu: device gpu-1 (pool node-1) is on GPU 1, which the policy's "
                              "gpuslice.dra.gpus does not give to the DRA driver (the device plugins serve it; "
                              "allocated before the policy changed?)");
     /* a MIG placement of a withheld GPU in MIG mode, and a prepare of either: refused alike */
     snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-2-mig-3g40gb-9-4");
-    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -EPERM);
+    assert_int_equal(dra_resolve(&c, devs, 3, &bound, err, sizeof(err)), -EPERM);
     assert_non_null(strstr(err, "device gpu-2-mig-3g40gb-9-4 (pool node-1) is on GPU 2, which the policy's "
                                 "gpuslice.dra.gpus"));
     struct dra_prepared prep;
@@ -320,13 +321,26 @@ static void test_resolve_refuses_gpus_not_given_to_dra(void **state) {
     assert_null(spec);
     /* a device of a GPU the node no longer has */
     snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-7");
-    assert_int_equal(dra_resolve(&c, devs, 3, bound, err, sizeof(err)), -ENODEV);
+    assert_int_equal(dra_resolve(&c, devs, 3, &bound, err, sizeof(err)), -ENODEV);
     assert_string_equal(err, "request gpu: device gpu-7 (pool node-1) is not a device of this node");
     /* "all" gives every GPU; without a policy (and without the key: the preview) none is withheld */
     free(p);
     p = fx_policy("version: v1\nflags:\n  migStrategy: mixed\ngpuslice:\n  dra:\n    gpus: all\n");
     assert_int_equal(dra_devices_of(inv, p, devs, 4), 3);
     assert_false(devs[0].withheld || devs[1].withheld || devs[2].withheld);
+    /* a MIG placement's name, resolved once: its GPU's device and what the name says */
+    snprintf(c.results[0].device, sizeof(c.results[0].device), "gpu-2-mig-3g40gb-9-4");
+    c.n_results = 2;
+    c.results[1] = c.results[0];
+    snprintf(c.results[1].device, sizeof(c.results[1].device), "gpu-0");
+    assert_int_equal(dra_resolve(&c, devs, 3, &bound, err, sizeof(err)), 0);
+    assert_ptr_equal(bound.dev[0], &devs[2]);
+    assert_true(bound.ref[0].mig);
+    assert_int_equal(bound.ref[0].gpu, 2);
+    assert_int_equal(bound.ref[0].profile_id, 9);
+    assert_int_equal(bound.ref[0].start, 4);
+    assert_ptr_equal(bound.dev[1], &devs[0]);
+    assert_false(bound.ref[1].mig);
     p->dra_gpus = GS_DRA_NONE; /* the agent's policy without the key */
     assert_int_equal(dra_devices_of(inv, p, devs, 4), 3);
     assert_true(devs[0].withheld && devs[1].withheld && devs[2].withheld);
@@ -334,6 +348,48 @@ static void test_resolve_refuses_gpus_not_given_to_dra(void **state) {
     assert_false(devs[0].withheld || devs[1].withheld || devs[2].withheld);
     free(p);
     free(inv);
+}
+
+/* status.reservedFor's pods are read with the claim, in its one decode; a decoded claim (an API
+ * server's answer) reads the same as its text. */
+static void test_claim_reserved_pods(void **state) {
+    (void)state;
+    static const char head[] =
+        "{\"metadata\":{\"namespace\":\"ns1\",\"name\":\"c\",\"uid\":\"" UID "\"},\"status\":{\"allocation\":"
+        "{\"devices\":{\"results\":[{\"request\":\"b\",\"driver\":\"" DRIVER "\",\"pool\":\"p\",\"device\":\"gpu-1\"}]}}";
+    char js[1024], err[512] = "";
+    struct dra_claim c, d;
+    snprintf(js, sizeof(js),
+             "%s,\"reservedFor\":[{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"u1\"},"
+             "{\"apiGroup\":\"example.com\",\"resource\":\"pods\",\"name\":\"x\",\"uid\":\"u2\"},"
+             "{\"resource\":\"pods\",\"name\":\"q\",\"uid\":\"u3\"}]}}",
+             head);
+    assert_int_equal(dra_claim_parse(js, strlen(js), DRIVER, "ns1", "c", UID, &c, err, sizeof(err)), 0);
+    assert_int_equal(c.n_pods, 2); /* not another group's "pods" */
+    assert_string_equal(c.pods[0].name, "p");
+    assert_string_equal(c.pods[1].uid, "u3");
+    json_t *root = json_loads(js, 0, NULL);
+    assert_non_null(root);
+    assert_int_equal(dra_claim_from_json(root, DRIVER, "ns1", "c", UID, &d, err, sizeof(err)), 0);
+    json_decref(root);
+    assert_memory_equal(&c, &d, sizeof(c));
+    dra_claim_free(&c);
+    dra_claim_free(&d);
+    snprintf(js, sizeof(js), "%s}}", head);
+    assert_int_equal(dra_claim_parse(js, strlen(js), DRIVER, "ns1", "c", UID, &c, err, sizeof(err)), 0);
+    assert_int_equal(c.n_pods, 0);
+    dra_claim_free(&c);
+    static const struct {
+        const char *rf, *why;
+    } bad[] = { { "{}", "status.reservedFor: not a list" },
+                { "[{\"resource\":\"pods\"}]", "status.reservedFor[0]: not a consumer with a name" },
+                { "[1]", "status.reservedFor[0]: not a consumer with a name" } };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(js, sizeof(js), "%s,\"reservedFor\":%s}}", head, bad[i].rf);
+        assert_int_equal(dra_claim_parse(js, strlen(js), DRIVER, "ns1", "c", UID, &c, err, sizeof(err)), -EINVAL);
+        assert_string_equal(err, bad[i].why);
+        assert_int_equal(c.n_configs, 0);
+    }
 }
 
 static void test_uid_valid(void **state) {
@@ -591,7 +647,7 @@ int main(void) {
         cmocka_unit_test(test_prepare_scopes_each_request),
         cmocka_unit_test(test_prepare_lists_long_uuids_whole),
         cmocka_unit_test(test_resolve_refuses_gpus_not_given_to_dra),
-        cmocka_unit_test(test_uid_valid),
+        cmocka_unit_test(test_claim_reserved_pods), cmocka_unit_test(test_uid_valid),
         cmocka_unit_test(test_checkpoint_roundtrip_and_idempotent_put),
         cmocka_unit_test(test_checkpoint_hostile),
         cmocka_unit_test(test_checkpoint_damaged_and_newer),

@@ -44,23 +44,34 @@ static struct dra_result res(const char *mem, const char *compute) {
     return r;
 }
 
+/* consumedCapacity in Kubernetes' quantity syntax (util/quantity.h): whole bytes and percents. */
 static void test_quantities(void **st) {
     (void)st;
-    unsigned long long v;
-    assert_int_equal(dra_quantity_parse("20Gi", &v), 0);
-    assert_int_equal(v, 20ULL << 30);
-    assert_int_equal(dra_quantity_parse("1536Mi", &v), 0);
-    assert_int_equal(v, 1536ULL << 20);
-    assert_int_equal(dra_quantity_parse("30", &v), 0);
-    assert_int_equal(v, 30);
-    assert_int_equal(dra_quantity_parse("2G", &v), 0);
-    assert_int_equal(v, 2000000000ULL);
-    assert_int_equal(dra_quantity_parse("1.5Gi", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("-1", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("500m", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("20Gb", &v), -EINVAL);
-    assert_int_equal(dra_quantity_parse("99999999999Ei", &v), -ERANGE);
+    struct dra_device d = dev(DRA_SHARING_TIME_SLICING);
+    struct dra_share sh;
+    static const struct {
+        const char *mem, *compute;
+        unsigned long long bytes;
+        unsigned pct;
+    } ok[] = { { "20Gi", "30", 20ULL << 30, 30 }, { "1536Mi", "3e1", 1536ULL << 20, 30 },
+               { "1.5Gi", "30000m", 1536ULL << 20, 30 }, { "2G", "+30", 2000000000ULL, 30 } };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct dra_result r = res(ok[i].mem, ok[i].compute);
+        assert_int_equal(dra_share_of(&r, &d, NULL, &sh, err, sizeof(err)), 0);
+        assert_int_equal(sh.memory, ok[i].bytes);
+        assert_int_equal(sh.compute, ok[i].pct);
+    }
+    static const struct {
+        const char *mem, *why;
+    } bad[] = { { "0.5", "not a whole number" }, { "-1", "out of range" }, { "500m", "not a whole number" },
+                { "", "syntax" },                { "20Gb", "syntax" },     { "99999999999Ei", "out of range" },
+                { "20 Gi", "syntax" } };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct dra_result r = res(bad[i].mem, "30");
+        assert_int_equal(dra_share_of(&r, &d, NULL, &sh, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "is not a quantity"));
+        assert_non_null(strstr(err, bad[i].why));
+    }
 }
 
 static void test_time_sliced_share(void **st) {
@@ -194,10 +205,19 @@ static void test_configs(void **st) {
     claim->configs[2].n_requests = 1;
     strcpy(claim->configs[2].requests[0], "other");
     claim->configs[2].parameters = strdup("{}");
-    assert_int_equal(dra_config_for(claim, "gpu", &c, err, sizeof(err)), 0);
+    struct dra_claim_configs *d = calloc(1, sizeof(*d));
+    dra_claim_configs_decode(claim, d);
+    /* decoded once: what the lookups read, whatever the text is now */
+    free(claim->configs[0].parameters);
+    claim->configs[0].parameters = strdup("not JSON");
+    assert_int_equal(dra_config_for(claim, d, "gpu", &c, err, sizeof(err)), 0);
+    assert_true(c.set);
     assert_int_equal(c.strategy, DRA_SHARING_TIME_SLICING);
-    assert_int_equal(dra_config_for(claim, "other/sub", &c, err, sizeof(err)), -EINVAL);
+    /* a bad config is an error for the requests it names only */
+    assert_int_equal(dra_config_for(claim, d, "other/sub", &c, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "opaque config 2 for request other/sub"));
+    assert_non_null(strstr(err, "apiVersion: missing"));
+    free(d);
     dra_claim_free(claim);
     free(claim);
 }
@@ -301,27 +321,6 @@ static void test_pod_claims_beside(void **st) {
     assert_int_equal(dra_pod_claims_beside("{", 1, "", "a", b, 8, &n, err, sizeof(err)), -EINVAL);
 }
 
-static void test_reserved_pods(void **st) {
-    (void)st;
-    struct dra_claim c;
-    memset(&c, 0, sizeof(c));
-    const char *j = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"u1\"},"
-                    "{\"apiGroup\":\"example.com\",\"resource\":\"pods\",\"name\":\"x\",\"uid\":\"u2\"},"
-                    "{\"resource\":\"pods\",\"name\":\"q\",\"uid\":\"u3\"}]}}";
-    assert_int_equal(dra_claim_reserved_pods(j, strlen(j), &c, err, sizeof(err)), 0);
-    assert_int_equal(c.n_pods, 2); /* not another group's "pods" */
-    assert_string_equal(c.pods[0].name, "p");
-    assert_string_equal(c.pods[1].uid, "u3");
-    assert_int_equal(dra_claim_reserved_pods("{}", 2, &c, err, sizeof(err)), 0);
-    assert_int_equal(c.n_pods, 0);
-    const char *bad = "{\"status\":{\"reservedFor\":{}}}";
-    assert_int_equal(dra_claim_reserved_pods(bad, strlen(bad), &c, err, sizeof(err)), -EINVAL);
-    assert_non_null(strstr(err, "status.reservedFor"));
-    const char *noname = "{\"status\":{\"reservedFor\":[{\"resource\":\"pods\"}]}}";
-    assert_int_equal(dra_claim_reserved_pods(noname, strlen(noname), &c, err, sizeof(err)), -EINVAL);
-    assert_int_equal(c.n_pods, 0);
-}
-
 struct fake_pods {
     const char *json; /* NULL: the pod cannot be read */
     int calls;
@@ -399,7 +398,7 @@ int main(void) {
         cmocka_unit_test(test_shared_errors),   cmocka_unit_test(test_mps_share),
         cmocka_unit_test(test_whole_gpu_takes_no_share), cmocka_unit_test(test_configs),
         cmocka_unit_test(test_mig_steps),       cmocka_unit_test(test_pod_claims_beside),
-        cmocka_unit_test(test_reserved_pods),   cmocka_unit_test(test_one_guard_a_container),
+        cmocka_unit_test(test_one_guard_a_container),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -389,28 +389,46 @@ static void test_bind_commits(void **state) {
     assert_int_equal(ex_model_init(&m, PL_RANDOM, dup, 1, err, sizeof(err)), -EINVAL);
 }
 
+/* One container asking `res: "q"`: the pod the extender maps (0) or the error. */
+static int one_request(const char *res, const char *q, struct ex_pod *p) {
+    char js[512], why[256];
+    snprintf(js, sizeof(js),
+             "{\"metadata\": {\"uid\": \"u\"}, \"spec\": {\"containers\": [{\"resources\": {\"requests\": "
+             "{\"%s\": \"%s\"}}}]}}",
+             res, q);
+    json_t *pod = json_loads(js, 0, NULL);
+    assert_non_null(pod);
+    int r = ex_pod_from_json(pod, p, why, sizeof(why));
+    json_decref(pod);
+    return r;
+}
+
+/* A pod's quantities in Kubernetes' syntax (util/quantity.h): CPU in thousandths, memory in bytes
+ * (then MiB), both rounded up as Kubernetes rounds; GPUs whole. */
 static void test_quantity(void **state) {
     (void)state;
-    int64_t v;
-    assert_int_equal(ex_quantity_milli("500m", &v), 0);
-    assert_int_equal(v, 500);
-    assert_int_equal(ex_quantity_milli("2", &v), 0);
-    assert_int_equal(v, 2000);
-    assert_int_equal(ex_quantity_milli("1.5", &v), 0);
-    assert_int_equal(v, 1500);
-    assert_int_equal(ex_quantity_milli("1Gi", &v), 0);
-    assert_true(v == 1073741824LL * 1000);
-    assert_int_equal(ex_quantity_milli("10G", &v), 0);
-    assert_true(v == 10000000000LL * 1000);
-    assert_int_equal(ex_quantity_milli("1e3", &v), 0);
-    assert_int_equal(v, 1000000);
-    assert_int_equal(ex_quantity_milli("0.1m", &v), 0);
-    assert_int_equal(v, 1); /* rounded up */
-    assert_int_equal(ex_quantity_milli("-1", &v), -EINVAL);
-    assert_int_equal(ex_quantity_milli("1x", &v), -EINVAL);
-    assert_int_equal(ex_quantity_milli("", &v), -EINVAL);
-    assert_int_equal(ex_quantity_milli("1e", &v), -EINVAL);
-    assert_int_equal(ex_quantity_milli("9Ei", &v), -ERANGE);
+    struct ex_pod p;
+    static const struct {
+        const char *q;
+        int64_t milli;
+    } cpu[] = { { "500m", 500 }, { "2", 2000 }, { "1.5", 1500 }, { "1e3", 1000000 }, { "0.1m", 1 }, { "+2", 2000 },
+                { "1k", 1000000 } };
+    for (size_t i = 0; i < sizeof(cpu) / sizeof(cpu[0]); i++) {
+        assert_int_equal(one_request("cpu", cpu[i].q, &p), 0);
+        assert_int_equal(p.cpu, cpu[i].milli);
+    }
+    assert_int_equal(one_request("memory", "1Gi", &p), 0);
+    assert_int_equal(p.mem, 1024);
+    assert_int_equal(one_request("memory", "10G", &p), 0); /* 10^10 bytes, not 10 GiB */
+    assert_int_equal(p.mem, 9537);                         /* MiB, rounded up */
+    assert_int_equal(one_request("memory", "1Ei", &p), 0); /* past int64 in thousandths, not in bytes */
+    assert_int_equal(p.mem, 1LL << 40);
+    assert_int_equal(one_request(EX_RES_GPU, "2000m", &p), 0);
+    assert_int_equal(p.gpus, 2);
+    assert_int_equal(one_request(EX_RES_GPU, "1500m", &p), -EINVAL);
+    static const char *const bad[] = { "-1", "1x", "", "1e", "9Ei", "1 ", "1e19" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(one_request("memory", bad[i], &p), -EINVAL);
 }
 
 static const char args_json[] =

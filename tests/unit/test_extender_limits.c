@@ -141,13 +141,24 @@ static void test_quantity_ranges(void **state) {
                             &p, err, sizeof(err)),
                      0);
     assert_int_equal(p.gpus, 3);
-    int64_t milli;
-    assert_int_equal(ex_quantity_milli("9223372036854775807", &milli), -ERANGE);
-    assert_int_equal(ex_quantity_milli("9e15", &milli), 0);
-    assert_int_equal(milli, 9000000000000000000LL);
-    assert_int_equal(ex_quantity_milli("1e-3", &milli), 0);
-    assert_int_equal(milli, 1);
-    assert_int_equal(ex_quantity_milli("1e31", &milli), -EINVAL);
+    /* CPU in thousandths: exact up to int64, refused past it */
+    assert_int_equal(pod_of("{\"spec\": {\"containers\": [{\"resources\": {\"requests\": {\"cpu\": "
+                            "\"9223372036854775807\"}}}]}}",
+                            &p, err, sizeof(err)),
+                     -EINVAL);
+    assert_non_null(strstr(err, "out of range"));
+    assert_int_equal(pod_of("{\"spec\": {\"containers\": [{\"resources\": {\"requests\": {\"cpu\": \"9e15\"}}}]}}",
+                            &p, err, sizeof(err)),
+                     0);
+    assert_int_equal(p.cpu, 9000000000000000000LL);
+    assert_int_equal(pod_of("{\"spec\": {\"containers\": [{\"resources\": {\"requests\": {\"cpu\": \"1e-3\"}}}]}}",
+                            &p, err, sizeof(err)),
+                     0);
+    assert_int_equal(p.cpu, 1);
+    assert_int_equal(pod_of("{\"spec\": {\"containers\": [{\"resources\": {\"requests\": {\"cpu\": \"1e31\"}}}]}}",
+                            &p, err, sizeof(err)),
+                     -EINVAL);
+    assert_non_null(strstr(err, "out of range"));
 }
 
 /* body of ExtenderArgs with n one-letter node names (as the attacker's 8 MiB) */

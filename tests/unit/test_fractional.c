@@ -247,6 +247,32 @@ static void test_find_pod(void **state) {
     json_decref(list);
 }
 
+/* A pod's units in Kubernetes' quantity syntax (util/quantity.h): whole numbers in any form; a
+ * fraction or a byte quantity is no count of units. */
+static void test_request_quantities(void **state) {
+    (void)state;
+    static const struct {
+        const char *q;
+        int units; /* -1: not a request of units */
+    } t[] = { { "10", 10 }, { "1e1", 10 }, { "10000m", 10 }, { "+10", 10 }, { "1k", 1000 },
+              { "10.5", -1 }, { "10Gi", -1 }, { "-10", -1 }, { "0", -1 }, { "10 ", -1 } };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        char js[400];
+        snprintf(js, sizeof(js),
+                 "{\"items\": [{\"metadata\": {\"uid\": \"u\", \"namespace\": \"ns\", \"name\": \"a\", "
+                 "\"creationTimestamp\": \"2025-01-01T00:00:00Z\"}, \"spec\": {\"containers\": [{\"resources\": "
+                 "{\"limits\": {\"gpuslice.io/gpu-memory\": \"%s\"}}}]}, \"status\": {\"phase\": \"Pending\"}}]}",
+                 t[i].q);
+        json_t *list = json_loads(js, 0, NULL);
+        assert_non_null(list);
+        struct frac_pod p;
+        int want = t[i].units < 0 ? -ENOENT : 0;
+        if (frac_find_pod(list, GS_FRAC_MEMORY, t[i].units < 0 ? 10 : (unsigned)t[i].units, NULL, 0, &p) != want)
+            fail_msg("'%s': expected %d units", t[i].q, t[i].units);
+        json_decref(list);
+    }
+}
+
 /* A pod's allocations in the kubelet's order (init containers first, each container's two
  * resources in either order) pair memory and compute of one container, and nothing else. */
 static void test_pairing(void **state) {
@@ -311,7 +337,7 @@ int main(void) {
         cmocka_unit_test(test_plan_refusals),
         cmocka_unit_test_setup_teardown(test_preferred, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocate, setup, teardown),
-        cmocka_unit_test(test_find_pod),
+        cmocka_unit_test(test_find_pod), cmocka_unit_test(test_request_quantities),
         cmocka_unit_test(test_pairing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

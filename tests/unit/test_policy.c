@@ -460,7 +460,7 @@ static void test_mps_rules(void **state) {
              "      mode: mps\n"
              "      replicas: 3\n"
              "      computePerReplica: 33%\n"
-             "      pinnedMemoryPerReplica: 20GiB\n"
+             "      pinnedMemoryPerReplica: 20Gi\n"
              "      resourceName: example.com/mps\n"
              "    - model: \"NVIDIA H200*\"\n"
              "      mode: mps\n"
@@ -468,7 +468,7 @@ static void test_mps_rules(void **state) {
              "    - index: 2\n"
              "      mode: time-slicing\n"
              "      replicas: 4\n"
-             "      memoryPerReplica: 10GiB\n",
+             "      memoryPerReplica: 10G\n", /* 10^10 bytes: a Kubernetes quantity's G */
              p);
     assert_true(p->ts_present); /* per-GPU rules mix the two modes */
     assert_false(p->mps_present);
@@ -488,7 +488,7 @@ static void test_mps_rules(void **state) {
     assert_int_equal(r[1].pinned_per_replica, GS_MEMORY_AUTO);
     assert_int_equal(r[2].mode, GS_MODE_TIME_SLICING);
     assert_int_equal(r[2].replicas, 4);
-    assert_int_equal(r[2].memory_per_replica, 10ULL << 30);
+    assert_int_equal(r[2].memory_per_replica, 10000000000ULL);
     assert_int_equal(r[2].compute_per_replica, 0);
     assert_int_equal(r[2].pinned_per_replica, 0);
     /* time-slicing keeps its own limit of 1024 replicas */
@@ -941,16 +941,22 @@ static const struct bad_case bad_cases[] = {
     { "mps compute a list", MPS_GPU "        replicas: 2\n        computePerReplica: [25]\n",
       "t.yaml:6:28: sharing.mps.resources[0].computePerReplica: expected a scalar, got a sequence" },
     { "mps pinned too small", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 4096\n",
-      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such "
-      "as 8GiB, got '4096'" },
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got '4096'" },
     { "mps pinned unit", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 8 GiB\n",
-      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such "
-      "as 8GiB, got '8 GiB'" },
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got '8 GiB'" },
+    { "mps pinned fraction", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 1048576.5\n",
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got '1048576.5'" },
+    { "mps pinned K", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica: 8192K\n",
+      "t.yaml:6:33: sharing.mps.resources[0].pinnedMemoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got '8192K'" },
     { "mps pinned empty", MPS_GPU "        replicas: 2\n        pinnedMemoryPerReplica:\n",
       "t.yaml:6:32: sharing.mps.resources[0].pinnedMemoryPerReplica: missing value" },
     { "mps memoryPerReplica bad", MPS_GPU "        replicas: 2\n        memoryPerReplica: lots\n",
-      "t.yaml:6:27: sharing.mps.resources[0].memoryPerReplica: expected auto or a size from 1MiB to 1PiB such as "
-      "8GiB, got 'lots'" },
+      "t.yaml:6:27: sharing.mps.resources[0].memoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got 'lots'" },
     { "mps unknown key", MPS_GPU "        replicas: 2\n        memoryPerGpu: 8GiB\n",
       "t.yaml:6:9: sharing.mps.resources[0].memoryPerGpu: unknown key 'memoryPerGpu'; allowed keys: name, "
       "rename, devices, replicas, computePerReplica, pinnedMemoryPerReplica, memoryPerReplica" },
@@ -1007,8 +1013,8 @@ static const struct bad_case bad_cases[] = {
       "100%)" },
     { "rule mps pinned bad", RULES "    - index: 0\n      mode: mps\n      replicas: 3\n"
                              "      pinnedMemoryPerReplica: half\n",
-      "t.yaml:6:31: gpuslice.gpus[0].pinnedMemoryPerReplica: expected auto or a size from 1MiB to 1PiB such as 8GiB, "
-      "got 'half'" },
+      "t.yaml:6:31: gpuslice.gpus[0].pinnedMemoryPerReplica: "
+      "expected auto or a size from 1Mi to 1Pi bytes such as 8Gi (a Kubernetes quantity: Gi is 2^30, G is 10^9), got 'half'" },
     { "rule computePerReplica with time-slicing", RULES "    - index: 0\n      mode: time-slicing\n      replicas: 2\n"
                                                   "      computePerReplica: 50%\n",
       "t.yaml:6:26: gpuslice.gpus[0].computePerReplica: only allowed with mode mps (mode is time-slicing)" },

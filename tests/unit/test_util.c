@@ -1,4 +1,4 @@
-/* test_util.c: size and integer parsing (used for every size that comes from outside), bounded
+/* test_util.c: integer parsing (sizes: test_quantity.c), bounded
  * copies, atomic file writes and bounded reads, tree removal racing a symbolic link swap. */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -20,27 +20,6 @@
 #include <cmocka.h>
 
 #include "util/util.h"
-
-static void test_parse_size(void **state) {
-    (void)state;
-    unsigned long long b;
-    assert_int_equal(gs_parse_size("8GiB", &b), 0);
-    assert_int_equal(b, 8ULL << 30);
-    assert_int_equal(gs_parse_size("512MiB", &b), 0);
-    assert_int_equal(b, 512ULL << 20);
-    assert_int_equal(gs_parse_size("10G", &b), 0);
-    assert_int_equal(b, 10ULL << 30);
-    assert_int_equal(gs_parse_size("1000", &b), 0);
-    assert_int_equal(b, 1000);
-    assert_int_equal(gs_parse_size("2GB", &b), 0);
-    assert_int_equal(b, 2000000000ULL);
-    assert_int_equal(gs_parse_size("", &b), -EINVAL);
-    assert_int_equal(gs_parse_size("-1GiB", &b), -EINVAL);
-    assert_int_equal(gs_parse_size("8 GiB", &b), -EINVAL);
-    assert_int_equal(gs_parse_size("8XB", &b), -EINVAL);
-    assert_int_equal(gs_parse_size("99999999999999999999", &b), -ERANGE);
-    assert_int_equal(gs_parse_size("17179869184TiB", &b), -ERANGE);
-}
 
 static void test_parse_uint(void **state) {
     (void)state;
@@ -444,7 +423,6 @@ static void test_node_name(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_has_suffix),
         cmocka_unit_test(test_strlcpy),
