@@ -123,12 +123,21 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPT
     return array_create(true, pHandle, NULL, desc);
 }
 
-EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+/* cuArrayDestroy (kind K_ARRAY, of a) or cuMipmappedArrayDestroy (K_MIPMAP, of m). */
+static CUresult array_destroy(uint32_t kind, CUarray a, CUmipmappedArray m) {
     int st = guard_state();
-    struct counted c = free_begin(st, g_real.cuArrayDestroy != NULL, &g_table, (uintptr_t)hArray, K_ARRAY);
-    if (c.mode != ALLOC_COUNT)
-        return c.mode == ALLOC_PASS ? g_real.cuArrayDestroy(hArray) : c.mode;
-    return free_done(&g_acct, &g_table, g_real.cuArrayDestroy(hArray), (uintptr_t)hArray, K_ARRAY, &c);
+    bool arr = kind == K_ARRAY;
+    uint64_t key = arr ? (uintptr_t)a : (uintptr_t)m;
+    bool have_real = arr ? g_real.cuArrayDestroy != NULL : g_real.cuMipmappedArrayDestroy != NULL;
+    struct counted c = free_begin(st, have_real, &g_table, key, kind);
+    if (c.mode >= 0)
+        return c.mode;
+    CUresult r = arr ? g_real.cuArrayDestroy(a) : g_real.cuMipmappedArrayDestroy(m);
+    return c.mode == ALLOC_COUNT ? free_done(&g_acct, &g_table, r, key, kind, &c) : r;
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+    return array_destroy(K_ARRAY, hArray, NULL);
 }
 
 /* The levels' sizes, each half the one before. */
@@ -158,11 +167,7 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARR
 }
 
 EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
-    int st = guard_state();
-    struct counted c = free_begin(st, g_real.cuMipmappedArrayDestroy != NULL, &g_table, (uintptr_t)h, K_MIPMAP);
-    if (c.mode != ALLOC_COUNT)
-        return c.mode == ALLOC_PASS ? g_real.cuMipmappedArrayDestroy(h) : c.mode;
-    return free_done(&g_acct, &g_table, g_real.cuMipmappedArrayDestroy(h), (uintptr_t)h, K_MIPMAP, &c);
+    return array_destroy(K_MIPMAP, NULL, h);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
