@@ -18,7 +18,6 @@
 #include "guard_putil.h"
 
 #define UTIL_INTERVAL_NS 100000000ULL
-#define UTIL_SCALE_ONE 65536u
 #define UTIL_MISSES_OFF 20 /* reads with spans but no sample for this pid before giving up */
 
 typedef int (*nvml_init_fn)(void);
@@ -54,7 +53,7 @@ static bool util_open(struct guard_putil *p, int dev, struct util_track *u) {
 
 /* Once the samples cover two sampling periods, sets the scale from them and the spans harvested
  * meanwhile. */
-void putil_update(struct guard_putil *p, int dev, uint64_t now) {
+void putil_read(struct guard_putil *p, int dev, uint64_t now) {
     struct util_track *u = &p->dev[dev];
     if (u->off || now < u->next_ns)
         return;
@@ -115,11 +114,4 @@ void putil_update(struct guard_putil *p, int dev, uint64_t now) {
     u->own_sum = 0;
     u->span_ns = 0;
     u->own_first = newest;
-}
-
-uint64_t putil_charge(struct guard_putil *p, int dev, uint64_t span) {
-    struct util_track *u = &p->dev[dev];
-    uint32_t scale = u->scale ? u->scale : UTIL_SCALE_ONE;
-    u->span_ns += span;
-    return span / UTIL_SCALE_ONE * scale + span % UTIL_SCALE_ONE * scale / UTIL_SCALE_ONE;
 }

@@ -38,12 +38,27 @@ struct guard_putil {
     guard_nvmlProcessUtilizationSample_t buf[PUTIL_SAMPLES];
 };
 
-/* Reads this process's new samples on dev, at most every UTIL_INTERVAL_NS, and updates the scale
- * of its spans. */
-void putil_update(struct guard_putil *u, int dev, uint64_t now);
+/* Reads this process's new samples on dev and updates the scale of its spans (putil_update). */
+void putil_read(struct guard_putil *u, int dev, uint64_t now);
+
+/* putil_read, at most every UTIL_INTERVAL_NS and not once NVML could not say: inline, as every
+ * paced launch calls it. */
+static inline void putil_update(struct guard_putil *u, int dev, uint64_t now) {
+    const struct util_track *t = &u->dev[dev];
+    if (!t->off && now >= t->next_ns)
+        putil_read(u, dev, now);
+}
+
+/* The scale of spans is in 1/UTIL_SCALE_ONE. */
+#define UTIL_SCALE_ONE 65536u
 
 /* A span of `span` ns measured on dev: counted towards the next update; returns the GPU time to
- * charge for it (the span scaled by the share its kernels ran). */
-uint64_t putil_charge(struct guard_putil *u, int dev, uint64_t span);
+ * charge for it (the span scaled by the share its kernels ran). Inline: once per timed launch. */
+static inline uint64_t putil_charge(struct guard_putil *p, int dev, uint64_t span) {
+    struct util_track *u = &p->dev[dev];
+    uint32_t scale = u->scale ? u->scale : UTIL_SCALE_ONE;
+    u->span_ns += span;
+    return span / UTIL_SCALE_ONE * scale + span % UTIL_SCALE_ONE * scale / UTIL_SCALE_ONE;
+}
 
 #endif
