@@ -2,12 +2,13 @@
  * the memory and VMM wrappers (guard_memory.c, guard_vmm.c). Inline: they are the allocation
  * path.
  *
- * An allocation: alloc_begin (the guard's state: failing closed refuses it, any state but ready
- * passes it to the driver untouched; then the reservation), the driver's call, alloc_kept (on
- * failure the bytes go back) and table_put of what the driver returned. A free: free_begin
- * (table_take: unknown keys go to the driver untouched), the driver's call, free_done (the bytes
- * come back only if the free succeeded). Frees and releases are never refused, whatever the
- * guard's state. */
+ * Every wrapper takes guard_state() first (the first call resolves the driver, so the driver's
+ * function is read after it) and passes it on. An allocation: alloc_begin (failing closed refuses
+ * it, any state but ready passes it to the driver untouched; then the reservation), the driver's
+ * call, alloc_kept (on failure the bytes go back) and table_put of what the driver returned. A
+ * free: free_begin (table_take: unknown keys go to the driver untouched), the driver's call,
+ * free_done (the bytes come back only if the free succeeded). Frees and releases are never
+ * refused, whatever the guard's state. */
 #ifndef GS_GUARD_ALLOC_H
 #define GS_GUARD_ALLOC_H
 
