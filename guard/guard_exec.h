@@ -1,6 +1,6 @@
-/* guard_exec.h: inside the guard (guard.c and guard_exec.c only): where this process's limits come
- * from, found once at load, and the exec family, posix_spawn, system and popen, wrapped so that every
- * program a guarded process starts loads the guard and gets the same limits. */
+/* guard_exec.h: inside the guard (guard_exec.c; read by guard_env.c, guard_driver.c and guard_lookup.c):
+ * where this process's limits come from, found once at load, and the exec family, posix_spawn, system and
+ * popen, wrapped so that every program a guarded process starts loads the guard and gets the same limits. */
 #ifndef GS_GUARD_EXEC_H
 #define GS_GUARD_EXEC_H
 
