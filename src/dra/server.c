@@ -249,19 +249,6 @@ static int guard_path(const struct dra_server *s, const char *uid, int sub, char
     return rc;
 }
 
-/* The guard's limits for a request's shares on its devices (guard_layout.h): those time-sliced,
- * each at its CUDA ordinal (its index among the request's devices). 0 or -E2BIG. */
-static int guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
-                        struct gs_guard_limits *l) {
-    struct gs_guard_row rows[DRA_MAX_RESULTS];
-    unsigned m = 0;
-    for (unsigned k = 0; k < n; k++)
-        if (shares[k].sharing == DRA_SHARING_TIME_SLICING)
-            rows[m++] = (struct gs_guard_row){ (int)k, devs[k]->cdi, shares[k].memory, shares[k].compute,
-                                               gs_arch_name(devs[k]->arch) };
-    return gs_guard_limits_build(rows, m, GS_GUARD_REGION_IN_CONTAINER, l) < 0 ? -E2BIG : 0;
-}
-
 /* The claim's guard files (GUARD_ROOT/claim-<uid>: limits, state/region) and the node's
  * ld.so.preload, for the device plugin's mounts; nothing is left of them when this fails. */
 static int write_guard(const struct dra_server *s, const char *uid, int sub, const struct gs_guard_limits *l, char *dir,
@@ -389,7 +376,7 @@ static int request_edits(const struct dra_server *s, const struct dra_claim *c, 
         }
         int at = guarded_requests > 1 ? (int)first[i] : -1;
         if (guarded[first[i]] && first[i] == i) {
-            if (guard_limits(sub, dev, m, l) < 0) {
+            if (dra_share_guard_limits(sub, dev, m, l) < 0) {
                 snprintf(err, errlen, "request %.127s: more than %d guarded GPUs", c->results[i].request,
                          GS_GUARD_MAX_DEVICES);
                 rc = -E2BIG;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../guard/guard_layout.h"
 #include "dra/prepare.h"
 #include "util/quantity.h"
 #include "util/util.h"
@@ -203,25 +204,17 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
 
 int dra_share_guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
                            struct gs_guard_limits *l) {
-    memset(l, 0, sizeof(*l));
-    l->fail_closed = true;
-    snprintf(l->region, sizeof(l->region), "%s/region", DRA_GUARD_STATE_IN_CONTAINER);
+    struct gs_guard_row rows[GS_GUARD_MAX_DEVICES];
+    unsigned m = 0;
     for (unsigned k = 0; k < n; k++) {
         if (shares[k].sharing != DRA_SHARING_TIME_SLICING)
             continue;
-        if (l->n_devices == GS_GUARD_MAX_DEVICES)
+        if (m == GS_GUARD_MAX_DEVICES)
             return -E2BIG;
-        /* each CUDA context's memory counts: the largest estimate of the claim's GPUs */
-        uint64_t o = gs_guard_context_overhead_default(gs_arch_name(devs[k]->arch));
-        if (o > l->context_overhead)
-            l->context_overhead = o;
-        struct gs_guard_device_limit *dl = &l->dev[l->n_devices++];
-        dl->ordinal = (int)k;
-        gs_strlcpy(dl->uuid, devs[k]->cdi, sizeof(dl->uuid));
-        dl->vram = shares[k].memory;
-        dl->compute_pct = shares[k].compute;
+        rows[m++] = (struct gs_guard_row){ (int)k, devs[k]->cdi, shares[k].memory, shares[k].compute,
+                                           gs_arch_name(devs[k]->arch) };
     }
-    return (int)l->n_devices;
+    return gs_guard_limits_build(rows, m, GS_GUARD_REGION_IN_CONTAINER, l) < 0 ? -E2BIG : (int)m;
 }
 
 static int mps_edits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,
