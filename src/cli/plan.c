@@ -59,7 +59,7 @@ static void usage(FILE *f) {
             "  --svg FILE          write the picture of each GPU's summed duty against the budget\n"
             "  --out DIR           write plan.json, plan.txt, duty.svg, policy.yaml (with MIG GPUs:\n"
             "                      policy-node-N.yaml and mig-layouts.yaml), requests/POD.yaml and\n"
-            "                      with --requests dra claim-templates.yaml\n"
+            "                      with --requests dra claim-templates/NAME.yaml\n"
             "                      into DIR, which must not exist (made complete, then renamed into place)\n");
 }
 
@@ -183,9 +183,24 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
         r = write_policy(path, p, 0);
     }
     if (r == 0 && p->t.requests == CS_REQ_DRA) {
-        what = "claim-templates.yaml";
-        snprintf(path, sizeof path, "%s/claim-templates.yaml", tmp);
-        r = write_rendered(path, cs_plan_write_claim_templates, p);
+        what = "claim-templates";
+        snprintf(path, sizeof path, "%s/claim-templates", tmp);
+        r = mkdir(path, 0755) < 0 ? -errno : 0;
+    }
+    /* one template per shape: the first pod of a shape writes it */
+    for (size_t i = 0; r == 0 && p->t.requests == CS_REQ_DRA && i < p->in->n; i++) {
+        char name[128];
+        cs_plan_template_name(p, i, name, sizeof name);
+        snprintf(path, sizeof path, "%s/claim-templates/%s.yaml", tmp, name);
+        what = path;
+        FILE *f = fopen(path, "wx");
+        if (!f) {
+            r = errno == EEXIST ? 0 : -errno;
+            continue;
+        }
+        r = cs_plan_write_claim_template(p, i, f);
+        if (fclose(f) != 0 && r == 0)
+            r = -EIO;
     }
     if (r == 0) {
         snprintf(path, sizeof path, "%s/requests", tmp);

@@ -103,8 +103,9 @@ int cs_plan_write_mig_layouts(const struct cs_plan *p, FILE *f);
  * gpu-compute; MIG: its nvidia.com/mig-PROFILE), or with DRA the pod's resourceClaims naming its
  * shape's template and the container's resources.claims. */
 int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f);
-/* DRA: one ResourceClaimTemplate per distinct shape, as a multi-document YAML. */
-int cs_plan_write_claim_templates(const struct cs_plan *p, FILE *f);
+/* DRA: the ResourceClaimTemplate of pod's shape (its name: cs_plan_template_name); the pods of one
+ * shape share it. */
+int cs_plan_write_claim_template(const struct cs_plan *p, size_t pod, FILE *f);
 /* The name of pod's ResourceClaimTemplate ("gpuslice-plan-12gi-35", "gpuslice-plan-mig-3g.40gb"). */
 void cs_plan_template_name(const struct cs_plan *p, size_t pod, char *out, size_t len);
 /* The compute requests of the shared GPUs' pods: each GPU's budget split among its pods so that

@@ -189,7 +189,7 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     }
     json_object_set_new(root, "files",
                         json_pack("{s:o, s:s, s:o}", "policy", policies, "requests", "requests/", "claim_templates",
-                                  p->t.requests == CS_REQ_DRA ? json_string("claim-templates.yaml") : json_null()));
+                                  p->t.requests == CS_REQ_DRA ? json_string("claim-templates/") : json_null()));
     json_object_set_new(root, "gap", json_integer((json_int_t)(p->gpus - p->bounds.bound)));
     json_object_set_new(root, "search", json_pack("{s:I, s:b, s:I}", "emptied", (json_int_t)p->stats.emptied,
                                                   "complete", p->stats.search_complete, "work",
@@ -202,6 +202,43 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     if (r < 0 || fputc('\n', f) == EOF)
         return -EIO;
     return 0;
+}
+
+/* The risk report of the table: per GPU over the budget its minutes over, and each run of
+ * consecutive steps over it: when, how long, the summed duty's peak and the pods busy then (each
+ * with its largest duty in the run). */
+static void write_risk(const struct cs_plan *p, const size_t *idx, const size_t *start, FILE *f) {
+    const struct cs_series *in = p->in;
+    bool any = false;
+    for (size_t g = 0; g < p->gpus; g++) {
+        if (!p->g[g].over)
+            continue;
+        if (!any)
+            fprintf(f, "\nrisk report: the minutes each GPU's summed duty is over the budget, and the pods busy then\n");
+        any = true;
+        fprintf(f, "GPU %zu: %.1f minutes over %g %% (%u steps)\n", g, minutes(p, p->g[g].over), p->t.budget,
+                p->g[g].over);
+        const uint32_t *s = p->sum + g * in->steps;
+        for (size_t t = 0; t < in->steps; t++) {
+            if (s[t] <= p->budget_units)
+                continue;
+            size_t e = t;
+            uint32_t peak = 0;
+            while (e < in->steps && s[e] > p->budget_units)
+                peak = s[e] > peak ? s[e] : peak, e++;
+            fprintf(f, "  at %.0f, %.1f minutes, up to %.2f %%:", in->t0 + (double)t * in->step_s, minutes(p, e - t),
+                    pct(peak));
+            for (size_t k = start[g]; k < start[g + 1]; k++) {
+                uint16_t mx = 0;
+                for (size_t u = t; u < e; u++)
+                    mx = in->duty[idx[k] * in->steps + u] > mx ? in->duty[idx[k] * in->steps + u] : mx;
+                if (mx)
+                    fprintf(f, " %s %.2f %%", in->keys[idx[k]], pct(mx));
+            }
+            fputc('\n', f);
+            t = e;
+        }
+    }
 }
 
 int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
@@ -219,28 +256,45 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
     if (p->t.mode != CS_MODE_SHARED)
         fprintf(f, "mode %s: all shared %ld GPUs, all MIG %ld GPUs (-1: not possible)\n", cs_mode_name(p->t.mode),
                 p->shared_gpus, p->mig_gpus);
-    fprintf(f, "targets: quota = peak + %g %%, duty budget %g %% per GPU, %g %% of steps tolerated (%u of %zu)\n",
-            p->t.margin * 100, p->t.budget, p->t.tolerance * 100, p->tolerated, in->steps);
+    char share[48] = "";
+    if (!(p->t.tolerance_s > 0))
+        snprintf(share, sizeof share, "%g %% of the window, ", p->t.tolerance * 100);
+    fprintf(f,
+            "targets: quota = peak + %g %%, duty budget %g %% per GPU, over it tolerated %s%.1f minutes: %u whole "
+            "steps of %g s (%.1f minutes) a GPU; %s requests\n",
+            p->t.margin * 100, p->t.budget, share, p->tolerated_s / 60.0, p->tolerated, in->step_s,
+            minutes(p, p->tolerated),
+            p->t.requests == CS_REQ_DRA ? "DRA" : "fractional");
     fprintf(f, "grid: %zu steps of %g s from %.0f (a step without a sample: the pod's %s)\n", in->steps, in->step_s,
             in->t0, in->fill == CS_FILL_PEAK ? "peak" : "last value");
     fprintf(f, "lower bound %zu (memory %zu, duty %zu, pods over half a GPU %zu): gap %zu; first-fit decreasing %zu\n",
             p->bounds.bound, p->bounds.memory, p->bounds.duty, p->bounds.large, p->gpus - p->bounds.bound,
             p->ffd_gpus);
+    double over_min = 0;
+    size_t over_gpus = 0;
+    for (size_t g = 0; g < p->gpus; g++) {
+        over_min += minutes(p, p->g[g].over);
+        over_gpus += p->g[g].over > 0;
+    }
+    fprintf(f, "over the budget: %.1f minutes on %zu GPUs (the risk report below)\n", over_min, over_gpus);
     if (in->n_skipped)
         fprintf(f, "left out: %zu pods (no series of one metric)\n", in->n_skipped);
-    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %6s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "OVER",
-            "PODS (quota GiB, or MIG profile)");
+    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %8s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "MIN OVER",
+            "PODS (quota GiB, compute request %; or MIG profile)");
     for (size_t g = 0; g < p->gpus; g++) {
-        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %6u ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
-                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), p->g[g].over);
+        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %8.1f ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
+                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), minutes(p, p->g[g].over));
         for (size_t k = start[g]; k < start[g + 1]; k++) {
             if (p->g[g].mig)
                 fprintf(f, " %s (%s)", in->keys[idx[k]], profile_name(p, idx[k]));
+            else if (p->compute[idx[k]])
+                fprintf(f, " %s (%.1f, %u)", in->keys[idx[k]], p->quota[idx[k]] / GIB, p->compute[idx[k]]);
             else
                 fprintf(f, " %s (%.1f)", in->keys[idx[k]], p->quota[idx[k]] / GIB);
         }
         fputc('\n', f);
     }
+    write_risk(p, idx, start, f);
     return ferror(f) ? -EIO : 0;
 }
 

@@ -13,8 +13,8 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define DRA_DRIVER "gpu.gpuslice.io"
-#define DRA_SHARED_CLASS "shared.gpu." DRA_DRIVER
-#define DRA_MIG_CLASS "mig.gpu." DRA_DRIVER
+#define DRA_SHARED_CLASS "shared." DRA_DRIVER
+#define DRA_MIG_CLASS "mig." DRA_DRIVER
 
 /* ------------------------------------------------------------------ the compute split */
 
@@ -189,14 +189,14 @@ int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f) {
         cs_plan_template_name(p, pod, name, sizeof name);
         fprintf(f,
                 "# resourceClaims goes into the pod's spec, resources into its container; the template is in\n"
-                "# claim-templates.yaml (docs/dra.md)\n"
+                "# claim-templates/%s.yaml (docs/dra.md)\n"
                 "resourceClaims:\n"
                 "  - name: gpu\n"
                 "    resourceClaimTemplateName: %s\n"
                 "resources:\n"
                 "  claims:\n"
                 "    - name: gpu\n",
-                name);
+                name, name);
     } else if (on_mig(p, pod)) {
         fprintf(f,
                 "# merge into the pod's container\n"
@@ -217,83 +217,49 @@ int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f) {
     return ferror(f) ? -EIO : 0;
 }
 
-static const struct cs_plan *name_ctx;
-static int cmp_template(const void *a, const void *b) {
-    char x[128], y[128];
-    cs_plan_template_name(name_ctx, *(const size_t *)a, x, sizeof x);
-    cs_plan_template_name(name_ctx, *(const size_t *)b, y, sizeof y);
-    int c = strcmp(x, y);
-    return c ? c : (*(const size_t *)a > *(const size_t *)b) - (*(const size_t *)a < *(const size_t *)b);
-}
-
-int cs_plan_write_claim_templates(const struct cs_plan *p, FILE *f) {
-    size_t n = p->in->n;
-    _cleanup_free_ size_t *order = malloc((n ? n : 1) * sizeof *order);
-    if (!order)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        order[i] = i;
-    name_ctx = p;
-    qsort(order, n, sizeof *order, cmp_template);
-    fprintf(f, "# gpuslice plan: the pods' ResourceClaimTemplates, one per shape, for gpuslice's DRA driver\n"
-               "# (the chart's DeviceClasses with dra.enabled; docs/dra.md). Apply in the pods' namespace.\n");
-    char prev[128] = "";
-    for (size_t i = 0; i < n; i++) {
-        size_t pod = order[i];
-        char name[128];
-        cs_plan_template_name(p, pod, name, sizeof name);
-        if (strcmp(name, prev) == 0)
-            continue;
-        snprintf(prev, sizeof prev, "%s", name);
-        size_t users = 0;
-        for (size_t j = i; j < n; j++) {
-            char other[128];
-            cs_plan_template_name(p, order[j], other, sizeof other);
-            if (strcmp(other, name) != 0)
-                break;
-            users++;
-        }
+int cs_plan_write_claim_template(const struct cs_plan *p, size_t pod, FILE *f) {
+    char name[128];
+    cs_plan_template_name(p, pod, name, sizeof name);
+    fprintf(f,
+            "# gpuslice plan: a ResourceClaimTemplate of gpuslice's DRA driver for the plan's pods of this shape\n"
+            "# (the chart's DeviceClasses with dra.enabled; docs/dra.md). Apply in the pods' namespace.\n"
+            "apiVersion: resource.k8s.io/v1\n"
+            "kind: ResourceClaimTemplate\n"
+            "metadata:\n"
+            "  name: %s\n"
+            "spec:\n"
+            "  spec:\n"
+            "    devices:\n"
+            "      requests:\n"
+            "        - name: gpu\n"
+            "          exactly:\n"
+            "            deviceClassName: %s\n"
+            "            selectors:\n"
+            "              - cel:\n",
+            name, on_mig(p, pod) ? DRA_MIG_CLASS : DRA_SHARED_CLASS);
+    if (on_mig(p, pod)) {
         fprintf(f,
-                "---\n"
-                "# %zu pod(s) of the plan\n"
-                "apiVersion: resource.k8s.io/v1\n"
-                "kind: ResourceClaimTemplate\n"
-                "metadata:\n"
-                "  name: %s\n"
-                "spec:\n"
-                "  spec:\n"
-                "    devices:\n"
-                "      requests:\n"
-                "        - name: gpu\n"
-                "          exactly:\n"
-                "            deviceClassName: %s\n"
-                "            selectors:\n"
-                "              - cel:\n",
-                users, name, on_mig(p, pod) ? DRA_MIG_CLASS : DRA_SHARED_CLASS);
-        if (on_mig(p, pod)) {
-            fprintf(f,
-                    "                  expression: >-\n"
-                    "                    device.attributes[\"" DRA_DRIVER "\"].productName.startsWith(\"%s\") &&\n"
-                    "                    device.attributes[\"" DRA_DRIVER "\"].profile == \"%s\"\n",
-                    p->t.model->nvml_name, profile_of(p, pod));
-            continue;
-        }
-        fprintf(f,
-                "                  expression: device.attributes[\"" DRA_DRIVER "\"].productName.startsWith(\"%s\")\n"
-                "            capacity:\n"
-                "              requests:\n"
-                "                memory: %uGi\n"
-                "                compute: \"%u\"\n"
-                "      config:\n"
-                "        - requests: [gpu]\n"
-                "          opaque:\n"
-                "            driver: " DRA_DRIVER "\n"
-                "            parameters:\n"
-                "              apiVersion: gpuslice.io/v1alpha1\n"
-                "              kind: GpuConfig\n"
-                "              sharing:\n"
-                "                strategy: TimeSlicing\n",
-                p->t.model->nvml_name, p->units[pod], p->compute[pod]);
+                "                  expression: >-\n"
+                "                    device.attributes[\"" DRA_DRIVER "\"].productName.startsWith(\"%s\") &&\n"
+                "                    device.attributes[\"" DRA_DRIVER "\"].profile == \"%s\"\n",
+                p->t.model->nvml_name, profile_of(p, pod));
+        return ferror(f) ? -EIO : 0;
     }
+    fprintf(f,
+            "                  expression: device.attributes[\"" DRA_DRIVER "\"].productName.startsWith(\"%s\")\n"
+            "            capacity:\n"
+            "              requests:\n"
+            "                memory: %uGi\n"
+            "                compute: \"%u\"\n"
+            "      config:\n"
+            "        - requests: [gpu]\n"
+            "          opaque:\n"
+            "            driver: " DRA_DRIVER "\n"
+            "            parameters:\n"
+            "              apiVersion: gpuslice.io/v1alpha1\n"
+            "              kind: GpuConfig\n"
+            "              sharing:\n"
+            "                strategy: TimeSlicing\n",
+            p->t.model->nvml_name, p->units[pod], p->compute[pod]);
     return ferror(f) ? -EIO : 0;
 }
