@@ -276,7 +276,8 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
         over_min += minutes(p, p->g[g].over);
         over_gpus += p->g[g].over > 0;
     }
-    fprintf(f, "over the budget: %.1f minutes on %zu GPUs (the risk report below)\n", over_min, over_gpus);
+    fprintf(f, "over the budget: %.1f minutes on %zu GPUs%s\n", over_min, over_gpus,
+            over_gpus ? " (the risk report below)" : "");
     if (in->n_skipped)
         fprintf(f, "left out: %zu pods (no series of one metric)\n", in->n_skipped);
     fprintf(f, "\n%4s %4s %6s %5s %9s %9s %8s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "MIN OVER",
@@ -349,33 +350,42 @@ bool cs_plan_has_mig(const struct cs_plan *p) {
 
 int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
     bool dra = p->t.requests == CS_REQ_DRA;
-    /* under DRA every GPU of the plan's nodes goes to the DRA driver, which publishes a fractional
-     * GPU with consumable memory and compute */
+    /* under DRA every GPU of the plan's nodes goes to the DRA driver, which publishes a time-sliced
+     * GPU with consumable memory and compute; its replicas (the most pods of one GPU of the plan, at
+     * least 2) only set what a claim naming neither takes */
     const char *dra_key = dra ? "  dra:\n    gpus: all\n" : "";
+    size_t most = 2;
+    for (size_t g = 0; g < p->gpus; g++)
+        most = p->g[g].npods > most ? p->g[g].npods : most;
+    char shared[96];
+    if (dra)
+        snprintf(shared, sizeof shared, "      mode: time-slicing\n      replicas: %zu\n", most);
+    else
+        snprintf(shared, sizeof shared, "      mode: fractional\n");
     if (!cs_plan_has_mig(p)) {
         fprintf(f,
-                "# gpuslice plan: the GPUs of the plan's nodes shared by %s (docs/fractional.md%s)\n"
+                "# gpuslice plan: the GPUs of the plan's nodes shared by %s\n"
                 "version: v1\n"
                 "gpuslice:\n"
                 "%s"
                 "  gpus:\n"
                 "    - model: \"%s*\"\n"
-                "      mode: fractional\n",
-                dra ? "DRA claims of memory and compute" : "fractional requests", dra ? ", docs/dra.md" : "",
-                dra_key, p->t.model->nvml_name);
+                "%s",
+                dra ? "DRA claims of memory and compute (docs/dra.md)" : "fractional requests (docs/fractional.md)",
+                dra_key, p->t.model->nvml_name, shared);
         return ferror(f) ? -EIO : 0;
     }
     unsigned gpn = p->t.gpus_per_node;
     fprintf(f,
             "# gpuslice plan: node %zu of the plan: its MIG GPUs (mig-layouts.yaml, config plan-node-%zu) and\n"
-            "# its GPUs shared by fractional requests (docs/policy.md, docs/mig.md)\n"
+            "# its other GPUs shared by %s (docs/policy.md, docs/mig.md)\n"
             "version: v1\n"
             "flags:\n"
             "  migStrategy: mixed\n"
             "gpuslice:\n"
             "%s"
             "  gpus:\n",
-            node, node, dra_key);
+            node, node, dra ? "DRA claims" : "fractional requests", dra_key);
     bool first = true;
     for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
         if (!p->g[g].mig)
@@ -387,11 +397,11 @@ int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
         fprintf(f, "\"\n      mode: mig\n");
     fprintf(f,
             "    - model: \"%s*\"\n"
-            "      mode: fractional\n"
+            "%s"
             "  mig:\n"
             "    config: plan-node-%zu\n"
             "    layoutFile: /etc/gpuslice/mig-layouts.yaml   # where the node has the plan's mig-layouts.yaml\n",
-            p->t.model->nvml_name, node);
+            p->t.model->nvml_name, shared, node);
     return ferror(f) ? -EIO : 0;
 }
 

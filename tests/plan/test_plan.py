@@ -54,15 +54,25 @@ def plan(mem, duty, *args, check=True):
     return p
 
 
+def memory_units(gpu_bytes, requests):
+    """The GiB units one GPU has for requests: the device plugin advertises its memory in GiB rounded to
+    the nearest (docs/fractional.md), the DRA driver's capacity takes whole-GiB requests up to its bytes."""
+    return gpu_bytes // 2**30 if requests == "dra" else int(gpu_bytes / 2**30 + 0.5)
+
+
 def checked(tmp_path, mem, duty, gpu_bytes, tolerance, *args):
-    p = plan(mem, duty, "--json", "--tolerance", str(tolerance), *args)
+    """The plan, its --out directory, both checked by check_plan.py (the requests files included)."""
+    out = tmp_path / f"out-{len(os.listdir(tmp_path))}"
+    p = plan(mem, duty, "--json", "--tolerance", str(tolerance), "--out", str(out), *args)
     doc = json.loads(p.stdout)
-    path = tmp_path / "plan.json"
-    path.write_text(p.stdout)
-    c = subprocess.run([sys.executable, CHECK, str(path), mem, duty, "--gpu-bytes", str(gpu_bytes),
-                        "--tolerance", str(tolerance), "--fill", doc["grid"]["fill"]],
+    assert json.loads((out / "plan.json").read_text()) == doc
+    requests = "dra" if "dra" in args else "fractional"
+    c = subprocess.run([sys.executable, CHECK, str(out / "plan.json"), mem, duty, "--gpu-bytes", str(gpu_bytes),
+                        "--tolerance", str(tolerance), "--fill", doc["grid"]["fill"], "--out", str(out),
+                        "--memory-units", str(memory_units(gpu_bytes, requests)), "--requests", requests],
                        capture_output=True, text=True, timeout=300)
     assert c.returncode == 0, c.stdout + c.stderr
+    doc["out"] = out
     return doc
 
 
@@ -452,7 +462,7 @@ def test_checker_catches_bad_plans(tmp_path):
     c = check(good, "--gpu-bytes", "2999")
     assert c.returncode == 1 and "exceed the GPU's 2999" in c.stdout
     c = check(good, "--gpu-bytes", "3000", "--budget", "50")
-    assert c.returncode == 1 and "summed duty over 50.0 % on 2 steps, 0 allowed" in c.stdout
+    assert c.returncode == 1 and "summed duty over 50.0 % for 2 minutes, 0 allowed" in c.stdout
     assert check(good, "--gpu-bytes", "3000", "--budget", "50", "--tolerance", "67").returncode == 0
     gone = json.loads(json.dumps(good))
     gone["assignments"].pop()
