@@ -175,8 +175,8 @@ static void pod_comment(const struct cs_plan *p, size_t pod, FILE *f) {
             p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, p->in->mem_peak[pod] / GIB,
             p->in->duty_peak[pod] / 100.0);
     if (on_mig(p, pod))
-        fprintf(f, "# MIG instance %s at memory slice %u (flags.migStrategy: mixed, docs/policy.md)\n",
-                profile_of(p, pod), p->start[pod]);
+        fprintf(f, "# MIG instance %s at memory slice %u%s\n", profile_of(p, pod), p->start[pod],
+                p->t.requests == CS_REQ_DRA ? "" : " (flags.migStrategy: mixed, docs/policy.md)");
     else if (p->compute[pod])
         fprintf(f, "# the guard caps its compute at %u %%: %.1f minutes of its series were above it\n",
                 p->compute[pod], p->capped[pod] * p->in->step_s / 60.0);

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 from emulator import Emulator, make_pki  # noqa: E402
 from test_kube_emulator import Posts  # noqa: E402  (the emulator taking POSTs, each body kept)
 from kubeconfig import write_kubeconfig  # noqa: E402
-from test_plan import CHECK, GPUSLICE, H100, H200, checked, plan, small, trace  # noqa: E402,F401
+from test_plan import CHECK, GPUSLICE, H100, H200, checked, mig_input, plan, prom, prom_plan, small, trace  # noqa: E402,F401
+from test_plan import PromHandler  # noqa: E402
 
 GIB = 2**30
 
@@ -122,6 +123,31 @@ def test_templates_read_by_gpuslice_kube(tmp_path):
         assert e.httpd.requests == ["/apis/resource.k8s.io/v1/namespaces/t/resourceclaimtemplates"] * len(files)
     finally:
         e.close()
+
+
+def test_mig_pods_under_dra(tmp_path):
+    """MIG pods under DRA: a template per profile on the MIG class, checked like the shared ones."""
+    mem, duty = mig_input(tmp_path)
+    out = tmp_path / "out"
+    doc = json.loads(plan(mem, duty, "--json", "--gpu", "H100", "--mode", "mig", "--requests", "dra",
+                          "--out", str(out)).stdout)
+    assert doc["files"]["policy"] == ["mig-layouts.yaml", "policy-node-0.yaml"]
+    assert os.listdir(out / "claim-templates") == ["gpuslice-plan-mig-1g.10gb.yaml"]
+    assert {a["requests"]["claim_template"] for a in doc["assignments"]} == {"gpuslice-plan-mig-1g.10gb"}
+    policy = yaml.safe_load((out / "policy-node-0.yaml").read_text())
+    assert policy["gpuslice"]["dra"] == {"gpus": "all"} and policy["gpuslice"]["gpus"][0] == {"index": "0", "mode": "mig"}
+    c = subprocess.run([sys.executable, CHECK, str(out / "plan.json"), mem, duty, "--gpu-bytes", str(H100),
+                        "--out", str(out), "--requests", "dra"], capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0, c.stdout
+
+
+def test_prometheus_step_is_the_grids(prom):
+    """A Prometheus step of 30 s: the grid's step, and --tolerance 1m is 2 steps of it."""
+    PromHandler.mode = "ok"
+    p = prom_plan(prom, "--json", "--step", "30s", "--tolerance", "1m")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["grid"]["step_s"] == 30 and doc["tolerated_steps"] == 2 and doc["tolerated_minutes"] == 1.0
 
 
 # two pods at 60 % in different steps: they share one GPU, and its 100 compute units split 60 / 40
