@@ -197,8 +197,8 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
     memset(out, 0, sizeof *out);
     if (!t->model)
         return fail(err, errlen, "no GPU model");
-    if (!(t->budget > 0 && t->budget <= 100))
-        return fail(err, errlen, "--budget %g: a percent in (0, 100]", t->budget);
+    if (!(t->budget >= 1 && t->budget <= 100))
+        return fail(err, errlen, "--budget %g: a percent in [1, 100]", t->budget);
     if (!(t->tolerance >= 0 && t->tolerance < 1))
         return fail(err, errlen, "--tolerance %g: a fraction in [0, 1)", t->tolerance);
     if (!(t->tolerance_s >= 0 && t->tolerance_s <= 1e12))

@@ -322,8 +322,8 @@ int cs_plan_write_svg(const struct cs_plan *p, FILE *f) {
         size_t y0 = 20 + pad + (g / cols) * (h + pad);
         fprintf(f, "<g transform=\"translate(%u,%zu)\"><rect width=\"%u\" height=\"%u\" fill=\"none\" stroke=\"#bbb\"/>\n",
                 x0, y0, w, h);
-        fprintf(f, "<text x=\"2\" y=\"-3\">GPU %zu: %zu pods, peak %.0f %%, %u steps over</text>\n", g, p->g[g].npods,
-                pct(p->g[g].peak), p->g[g].over);
+        fprintf(f, "<text x=\"2\" y=\"-3\">GPU %zu: %zu pods, peak %.0f %%, %.1f minutes over</text>\n", g,
+                p->g[g].npods, pct(p->g[g].peak), minutes(p, p->g[g].over));
         double by = h - p->t.budget / ymax * h;
         fprintf(f, "<line x1=\"0\" x2=\"%u\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"red\"/>\n", w, by, by);
         fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1\" points=\"");

@@ -88,7 +88,7 @@ static int split_gpu(struct cs_plan *p, const size_t *pods, size_t k, unsigned u
     for (size_t j = k; j > 0; j--) {
         unsigned c = pick[j * W + u];
         if (c == 0)
-            return -EINVAL; /* units < k: the packing keeps pods per GPU within the budget */
+            return -ERANGE; /* units < k: the packing keeps pods per GPU within the budget */
         p->compute[pods[j - 1]] = c;
         u -= c;
         used += c;
@@ -136,8 +136,8 @@ int cs_plan_split_compute(struct cs_plan *p) {
         size_t k = start[g + 1] - start[g];
         if (p->g[g].mig || k == 0)
             continue;
-        if (k > units)
-            return cs_errf(NULL, 0, "GPU %zu: %zu pods for %u compute units", g, k, units);
+        if (k > units) /* the packing holds at most `units` pods a GPU */
+            return -ERANGE;
         int r = split_gpu(p, pods + start[g], k, units);
         if (r < 0)
             return r;
