@@ -250,7 +250,7 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
         .capacity = out->capacity,
         .budget = out->budget_units,
         .tolerated = out->tolerated,
-        .units = out->units,
+        .units = t->mode == CS_MODE_MIG ? NULL : out->units, /* a MIG pod asks for its instance */
         .units_capacity = out->units_capacity,
         .max_pods = max_pods,
     };
