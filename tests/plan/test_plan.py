@@ -54,23 +54,33 @@ def plan(mem, duty, *args, check=True):
     return p
 
 
+def memory_units(gpu_bytes, requests):
+    """The GiB units one GPU has for requests: the device plugin advertises its memory in GiB rounded to
+    the nearest (docs/fractional.md), the DRA driver's capacity takes whole-GiB requests up to its bytes."""
+    return gpu_bytes // 2**30 if requests == "dra" else int(gpu_bytes / 2**30 + 0.5)
+
+
 def checked(tmp_path, mem, duty, gpu_bytes, tolerance, *args):
-    p = plan(mem, duty, "--json", "--tolerance", str(tolerance), *args)
+    """The plan, its --out directory, both checked by check_plan.py (the requests files included)."""
+    out = tmp_path / f"out-{len(os.listdir(tmp_path))}"
+    p = plan(mem, duty, "--json", "--tolerance", str(tolerance), "--out", str(out), *args)
     doc = json.loads(p.stdout)
-    path = tmp_path / "plan.json"
-    path.write_text(p.stdout)
-    c = subprocess.run([sys.executable, CHECK, str(path), mem, duty, "--gpu-bytes", str(gpu_bytes),
-                        "--tolerance", str(tolerance), "--fill", doc["grid"]["fill"]],
+    assert json.loads((out / "plan.json").read_text()) == doc
+    requests = "dra" if "dra" in args else "fractional"
+    c = subprocess.run([sys.executable, CHECK, str(out / "plan.json"), mem, duty, "--gpu-bytes", str(gpu_bytes),
+                        "--tolerance", str(tolerance), "--fill", doc["grid"]["fill"], "--out", str(out),
+                        "--memory-units", str(memory_units(gpu_bytes, requests)), "--requests", requests],
                        capture_output=True, text=True, timeout=300)
     assert c.returncode == 0, c.stdout + c.stderr
+    doc["out"] = out
     return doc
 
 
 @pytest.mark.parametrize("gpu,gpu_bytes,tolerance,target,memory_bound", [
-    ("H200", H200, 0, 56, 36),
-    ("H200-141GB", H200, 1, 46, 36),
-    ("H100-80GB", H100, 0, 69, 63),
-    ("H100", H100, 1, 66, 63),
+    ("H200", H200, 0, 56, 37),
+    ("H200-141GB", H200, 1, 46, 37),
+    ("H100-80GB", H100, 0, 69, 64),
+    ("H100", H100, 1, 66, 64),
 ])
 def test_trace_targets(trace, tmp_path, gpu, gpu_bytes, tolerance, target, memory_bound):
     mem, duty = trace
@@ -110,7 +120,7 @@ def test_table_and_out_dir(trace, tmp_path):
     mem, duty = trace
     out = tmp_path / "out"
     p = plan(mem, duty, "--gpu", "H100-80GB", "--missing", "skip", "--out", str(out))
-    assert "lower bound 63 (memory 63" in p.stdout
+    assert "lower bound 64 (memory 64" in p.stdout
     assert "x H100-SXM5-80GB" in p.stdout
     doc = json.loads((out / "plan.json").read_text())
     assert (out / "duty.svg").read_text().startswith("<svg")
@@ -120,6 +130,8 @@ def test_table_and_out_dir(trace, tmp_path):
     a = doc["assignments"][0]
     text = (out / "requests" / (a["pod"] + ".yaml")).read_text()
     assert f"gpuslice.io/gpu-memory: {a['memory_gib']}" in text
+    assert f"gpuslice.io/gpu-compute: {a['compute_percent']}" in text
+    assert a["requests_file"] == "requests/" + a["pod"] + ".yaml"
     assert a["memory_gib"] * 2**30 >= a["memory_bytes"]
     # an existing directory is refused and left as it was
     p = plan(mem, duty, "--gpu", "H100-80GB", "--missing", "skip", "--out", str(out), check=False)
@@ -450,7 +462,7 @@ def test_checker_catches_bad_plans(tmp_path):
     c = check(good, "--gpu-bytes", "2999")
     assert c.returncode == 1 and "exceed the GPU's 2999" in c.stdout
     c = check(good, "--gpu-bytes", "3000", "--budget", "50")
-    assert c.returncode == 1 and "summed duty over 50.0 % on 2 steps, 0 allowed" in c.stdout
+    assert c.returncode == 1 and "summed duty over 50.0 % for 2 minutes, 0 allowed" in c.stdout
     assert check(good, "--gpu-bytes", "3000", "--budget", "50", "--tolerance", "67").returncode == 0
     gone = json.loads(json.dumps(good))
     gone["assignments"].pop()
