@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Alibaba's GPU trace through the real kube-scheduler, on 1,213 kwok nodes (issue 20 item 4).
+"""Alibaba's GPU trace through the real kube-scheduler, on 1,213 kwok nodes.
 
 The e2e cluster (tests/e2e/cluster.sh: real etcd, kube-apiserver, controller-manager and
 kube-scheduler v1.36.3) gets the trace's 1,213 GPU nodes (openb_node_list_gpu_node.csv) as Nodes

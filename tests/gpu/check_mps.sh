@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check_mps.sh: on a machine with a real NVIDIA GPU, measures what MPS does with two CUDA clients
-# given 30 % and 70 % active threads, against plain time-slicing (issue 6, docs/user-guide.md#mps).
+# given 30 % and 70 % active threads, against plain time-slicing (docs/user-guide.md#mps).
 # It starts its own nvidia-cuda-mps-control daemon the way the agent does (src/mps/mps.h): a
 # private pipe and log directory (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY under a mktemp
 # directory), CUDA_VISIBLE_DEVICES=<the GPU's UUID>, `nvidia-cuda-mps-control -d`, an answer to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check_share.sh: the guard's compute share beside a neighbour on a real GPU (issue 21), the
+# check_share.sh: the guard's compute share beside a neighbour on a real GPU, the
 # simulated NVML's answers against the driver's, and whether the driver enforces a per-container
 # memory limit. Read-only towards the GPU: no MIG mode, compute mode, clocks or reset; it only
 # queries nvidia-smi / NVML and runs CUDA programs, and stops everything it starts.
