@@ -42,18 +42,24 @@ static void usage(FILE *f) {
             "  --gpus-per-node N   GPUs per node (default 8)\n"
             "  --margin PCT        memory quota over each pod's peak, percent (default 0)\n"
             "  --budget PCT        summed duty allowed per GPU and step, percent (default 100)\n"
-            "  --tolerance PCT     share of steps a GPU may exceed the budget, percent (default 0)\n"
+            "  --tolerance PCT|D   share of the window's minutes a GPU may exceed the budget, percent\n"
+            "                      (default 0), or a length of time (14m, 1h)\n"
             "  --round-gib         quotas rounded up to whole GiB while packing (the fractional requests' unit)\n"
             "  --fill last|peak    a step without a sample of a pod: its last value (default) or its peak\n"
             "  --missing error|skip  a pod with only one of the two series: an error (default) or left out\n"
             "  --mode M            shared (default): time-slicing with VRAM quotas; mig: a MIG instance per\n"
             "                      pod; auto: the shared plan with each GPU in MIG mode where its pods\n"
             "                      form a layout, or the all-MIG plan when it needs fewer GPUs\n"
+            "  --requests K        fractional (default): gpuslice.io/gpu-memory and gpu-compute per pod;\n"
+            "                      dra: a ResourceClaimTemplate per shape (shared.gpu.gpuslice.io)\n"
+            "  --compute split|none  each shared GPU's budget split into the pods' compute requests\n"
+            "                      (default), or fractional requests of memory only (no compute cap)\n"
             "  --time-limit S      bound of the local search in seconds (default 20; 0: first-fit only)\n"
             "  --json              the plan as JSON on stdout instead of the table\n"
             "  --svg FILE          write the picture of each GPU's summed duty against the budget\n"
             "  --out DIR           write plan.json, plan.txt, duty.svg, policy.yaml (with MIG GPUs:\n"
-            "                      policy-node-N.yaml and mig-layouts.yaml) and requests/POD.yaml\n"
+            "                      policy-node-N.yaml and mig-layouts.yaml), requests/POD.yaml and\n"
+            "                      with --requests dra claim-templates/NAME.yaml\n"
             "                      into DIR, which must not exist (made complete, then renamed into place)\n");
 }
 
@@ -66,6 +72,14 @@ static int parse_percent(const char *opt, const char *s, double lo, double hi, d
     if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi)
         return cli_usage_error(CMD, "%s: '%s' is not a percent in [%g, %g]", opt, s, lo, hi);
     *out = v;
+    return GS_EXIT_OK;
+}
+
+/* A two-way option: *second is whether arg names b; neither is a usage error. */
+static int choose(const char *opt, const char *arg, const char *a, const char *b, bool *second) {
+    if (strcmp(arg, a) != 0 && strcmp(arg, b) != 0)
+        return cli_usage_error(CMD, "--%s: '%s' is not %s or %s", opt, arg, a, b);
+    *second = strcmp(arg, b) == 0;
     return GS_EXIT_OK;
 }
 
@@ -127,16 +141,6 @@ static int write_policy(const char *path, const struct cs_plan *p, size_t node) 
     return r;
 }
 
-/* A file name for a pod key: '/' and ':' as '_'. */
-static void key_file(const char *key, char *out, size_t len) {
-    snprintf(out, len, "%s.yaml", key);
-    for (char *c = out; *c; c++)
-        if (*c == '/' || *c == ':' || *c == '@')
-            *c = '_';
-    if (out[0] == '.')
-        out[0] = '_';
-}
-
 static int write_out_dir(const char *dir, const struct cs_plan *p) {
     struct stat st;
     if (lstat(dir, &st) == 0) {
@@ -178,6 +182,26 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
         snprintf(path, sizeof path, "%s/policy.yaml", tmp);
         r = write_policy(path, p, 0);
     }
+    if (r == 0 && p->t.requests == CS_REQ_DRA) {
+        what = "claim-templates";
+        snprintf(path, sizeof path, "%s/claim-templates", tmp);
+        r = mkdir(path, 0755) < 0 ? -errno : 0;
+    }
+    /* one template per shape: the first pod of a shape writes it */
+    for (size_t i = 0; r == 0 && p->t.requests == CS_REQ_DRA && i < p->in->n; i++) {
+        char name[128];
+        cs_plan_template_name(p, i, name, sizeof name);
+        snprintf(path, sizeof path, "%s/claim-templates/%s.yaml", tmp, name);
+        what = path;
+        FILE *f = fopen(path, "wx");
+        if (!f) {
+            r = errno == EEXIST ? 0 : -errno;
+            continue;
+        }
+        r = cs_plan_write_claim_template(p, i, f);
+        if (fclose(f) != 0 && r == 0)
+            r = -EIO;
+    }
     if (r == 0) {
         snprintf(path, sizeof path, "%s/requests", tmp);
         what = "requests";
@@ -185,7 +209,7 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
     }
     for (size_t i = 0; r == 0 && i < p->in->n; i++) {
         char name[300];
-        key_file(p->in->keys[i], name, sizeof name);
+        cs_plan_key_file(p->in->keys[i], name, sizeof name);
         snprintf(path, sizeof path, "%s/requests/%s", tmp, name);
         what = path;
         FILE *f = fopen(path, "wx");
@@ -212,8 +236,9 @@ static int write_out_dir(const char *dir, const struct cs_plan *p) {
 int cmd_plan(const struct cli *cli, int argc, char **argv) {
     (void)cli;
     enum {
-        O_MEM = 256, O_DUTY, O_RATIO, O_GPU, O_GPN, O_MARGIN, O_BUDGET, O_TOL, O_ROUND, O_FILL, O_MISSING, O_MODE,
+        O_MEM = 256, O_DUTY, O_RATIO, O_GPU, O_GPN, O_MARGIN, O_BUDGET, O_TOL, O_ROUND, O_MODE,
         O_TIME, O_JSON, O_SVG, O_OUT, O_PROM, O_WINDOW, O_STEP, O_END, O_TIMEOUT,
+        O_REQUESTS, O_COMPUTE, O_FILL, O_MISSING, /* in the order of the two-way options' table */
     };
     static const struct option opts[] = {
         { "memory-csv", required_argument, NULL, O_MEM }, { "duty-csv", required_argument, NULL, O_DUTY },
@@ -226,7 +251,8 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
         { "svg", required_argument, NULL, O_SVG },         { "out", required_argument, NULL, O_OUT },
         { "prometheus", required_argument, NULL, O_PROM }, { "window", required_argument, NULL, O_WINDOW },
         { "step", required_argument, NULL, O_STEP },       { "end", required_argument, NULL, O_END },
-        { "timeout", required_argument, NULL, O_TIMEOUT }, { "help", no_argument, NULL, 'h' },
+        { "timeout", required_argument, NULL, O_TIMEOUT }, { "requests", required_argument, NULL, O_REQUESTS },
+        { "compute", required_argument, NULL, O_COMPUTE }, { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     const char *mem_csv = NULL, *duty_csv = NULL, *gpu = NULL, *svg = NULL, *outdir = NULL, *prom = NULL;
@@ -259,28 +285,42 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
             if ((rc = parse_percent("--budget", optarg, 1, 100, &t.budget)) != GS_EXIT_OK)
                 return rc;
             break;
-        case O_TOL:
+        case O_TOL: {
+            /* a share of the window's minutes (percent), or a length of time (14m, 1h, 90s) */
+            size_t l = strlen(optarg);
+            if (l > 1 && strchr("smhd", optarg[l - 1])) {
+                if (cs_parse_duration(optarg, &t.tolerance_s) < 0 || !(t.tolerance_s > 0))
+                    return cli_usage_error(CMD, "--tolerance: '%s' is not a duration (14m, 1h, 90s)", optarg);
+                t.tolerance = 0;
+                break;
+            }
             if ((rc = parse_percent("--tolerance", optarg, 0, 99, &pctv)) != GS_EXIT_OK)
                 return rc;
             t.tolerance = pctv / 100.0;
+            t.tolerance_s = 0;
             break;
-        case O_ROUND: t.round_gib = true; break;
+        }
+        case O_REQUESTS:
+        case O_COMPUTE:
         case O_FILL:
-            if (strcmp(optarg, "last") == 0)
-                fill = CS_FILL_LAST;
-            else if (strcmp(optarg, "peak") == 0)
-                fill = CS_FILL_PEAK;
+        case O_MISSING: {
+            bool second = false;
+            static const char *const names[][3] = { { "requests", "fractional", "dra" }, { "compute", "split", "none" },
+                                                    { "fill", "last", "peak" }, { "missing", "error", "skip" } };
+            const char *const *w = names[c - O_REQUESTS];
+            if ((rc = choose(w[0], optarg, w[1], w[2], &second)) != GS_EXIT_OK)
+                return rc;
+            if (c == O_REQUESTS)
+                t.requests = second ? CS_REQ_DRA : CS_REQ_FRACTIONAL;
+            else if (c == O_COMPUTE)
+                t.no_compute = second;
+            else if (c == O_FILL)
+                fill = second ? CS_FILL_PEAK : CS_FILL_LAST;
             else
-                return cli_usage_error(CMD, "--fill: '%s' is not last or peak", optarg);
+                missing = second ? CS_MISSING_SKIP : CS_MISSING_ERROR;
             break;
-        case O_MISSING:
-            if (strcmp(optarg, "error") == 0)
-                missing = CS_MISSING_ERROR;
-            else if (strcmp(optarg, "skip") == 0)
-                missing = CS_MISSING_SKIP;
-            else
-                return cli_usage_error(CMD, "--missing: '%s' is not error or skip", optarg);
-            break;
+        }
+        case O_ROUND: t.round_gib = true; break;
         case O_MODE:
             if (strcmp(optarg, "shared") == 0)
                 t.mode = CS_MODE_SHARED;
@@ -331,6 +371,9 @@ int cmd_plan(const struct cli *cli, int argc, char **argv) {
     if (prom && window / step + 1 > CS_PROM_MAX_POINTS)
         return cli_usage_error(CMD, "--window / --step is more than %d points per series; give a larger --step",
                                CS_PROM_MAX_POINTS);
+    if (t.no_compute && t.requests == CS_REQ_DRA)
+        return cli_usage_error(CMD, "--compute none needs --requests fractional: a DRA claim that names no compute "
+                                    "takes the GPU's default share");
     if (!gpu)
         return cli_usage_error(CMD, "--gpu is needed; the catalogue has %s", gs_catalog_keys());
     char err[512];

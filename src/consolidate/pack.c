@@ -12,6 +12,7 @@
 
 struct gpu {
     uint64_t mem;
+    uint64_t units;          /* the pods' memory units (cs_problem.units) */
     uint64_t total;          /* summed duty over all steps */
     uint32_t over;           /* steps over the budget */
     uint32_t maxsum;
@@ -150,6 +151,10 @@ static bool fits(struct state *s, size_t gi, size_t p) {
     struct gpu *g = &s->g[gi];
     if (g->mem + pb->mem[p] > pb->capacity)
         return false;
+    if (pb->units && g->units + pb->units[p] > pb->units_capacity)
+        return false;
+    if (pb->max_pods && g->np >= pb->max_pods)
+        return false;
     if (g->maxsum + s->peak[p] <= pb->budget)
         return true;
     const uint16_t *d = duty_of(s, p), *pbm = s->pbmax + p * s->nblk;
@@ -183,6 +188,8 @@ static bool fits_instead(struct state *s, size_t gi, size_t q, size_t p) {
     const struct cs_problem *pb = s->pb;
     struct gpu *g = &s->g[gi];
     if (g->mem - pb->mem[q] + pb->mem[p] > pb->capacity)
+        return false;
+    if (pb->units && g->units - pb->units[q] + pb->units[p] > pb->units_capacity)
         return false;
     if (g->maxsum + s->peak[p] <= pb->budget)
         return true;
@@ -240,6 +247,7 @@ static int add_pod(struct state *s, size_t gi, size_t p) {
     g->pods[g->np++] = (uint32_t)p;
     apply_duty(s, g, p, 1);
     g->mem += s->pb->mem[p];
+    g->units += s->pb->units ? s->pb->units[p] : 0;
     g->total += s->total[p];
     s->gpu_of[p] = (uint32_t)gi;
     return 0;
@@ -254,12 +262,13 @@ static void remove_pod(struct state *s, size_t gi, size_t p) {
         }
     apply_duty(s, g, p, -1);
     g->mem -= s->pb->mem[p];
+    g->units -= s->pb->units ? s->pb->units[p] : 0;
     g->total -= s->total[p];
     s->gpu_of[p] = UINT32_MAX;
 }
 
 bool cs_pod_fits_alone(const struct cs_problem *pb, size_t p) {
-    if (pb->mem[p] > pb->capacity)
+    if (pb->mem[p] > pb->capacity || (pb->units && pb->units[p] > pb->units_capacity))
         return false;
     const uint16_t *d = pb->duty + p * pb->steps;
     size_t over = 0;
@@ -734,13 +743,25 @@ long cs_pack(const struct cs_problem *pb, const struct cs_pack_opts *o, uint32_t
 
 int cs_bounds(const struct cs_problem *pb, struct cs_bounds *out) {
     memset(out, 0, sizeof *out);
-    unsigned long long sum = 0;
+    unsigned long long sum = 0, usum = 0;
+    size_t ularge = 0;
     for (size_t p = 0; p < pb->n; p++) {
         sum += pb->mem[p];
         if (pb->mem[p] * 2 > pb->capacity)
             out->large++;
+        if (pb->units) {
+            usum += pb->units[p];
+            ularge += (uint64_t)pb->units[p] * 2 > pb->units_capacity;
+        }
     }
     out->memory = pb->capacity ? (size_t)((sum + pb->capacity - 1) / pb->capacity) : 0;
+    if (pb->units && pb->units_capacity) {
+        size_t um = (size_t)((usum + pb->units_capacity - 1) / pb->units_capacity);
+        out->memory = um > out->memory ? um : out->memory;
+        /* two pods over half the units never share a GPU either (a set by one measure only) */
+        out->large = ularge > out->large ? ularge : out->large;
+    }
+    out->pods = pb->max_pods ? (pb->n + pb->max_pods - 1) / pb->max_pods : 0;
     _cleanup_free_ uint64_t *tot = calloc(pb->steps ? pb->steps : 1, sizeof *tot);
     if (!tot)
         return -ENOMEM;
@@ -766,5 +787,7 @@ int cs_bounds(const struct cs_problem *pb, struct cs_bounds *out) {
         out->bound = out->duty;
     if (out->large > out->bound)
         out->bound = out->large;
+    if (out->pods > out->bound)
+        out->bound = out->pods;
     return 0;
 }

@@ -21,6 +21,9 @@ struct cs_problem {
     uint64_t capacity;        /* one GPU's memory, bytes */
     uint32_t budget;          /* duty units per GPU and step */
     uint32_t tolerated;       /* steps a GPU may exceed the budget */
+    const uint32_t *units;    /* n: each pod's memory in the requests' units (GiB), or NULL: none */
+    uint64_t units_capacity;  /* the units one GPU has for requests (with units) */
+    uint32_t max_pods;        /* pods one GPU may hold (0: any number) */
 };
 
 struct cs_pack_opts {
@@ -41,9 +44,10 @@ struct cs_pack_stats {
 
 /* The lower bounds the input proves. */
 struct cs_bounds {
-    size_t memory;            /* ceil(sum of quotas / capacity) */
+    size_t memory;            /* ceil(sum of quotas / capacity), or of the units over the units' capacity */
     size_t duty;              /* fewest GPUs whose budget covers the summed duty within the tolerance */
-    size_t large;             /* pods over half a GPU's memory: one GPU each */
+    size_t large;             /* pods over half a GPU's memory (or units): one GPU each */
+    size_t pods;              /* ceil(pods / max_pods) */
     size_t bound;             /* the largest */
 };
 

@@ -9,6 +9,7 @@
 
 #include "consolidate/migplan.h"
 #include "core/mig.h"
+#include "core/plan.h"
 #include "util/util.h"
 
 #define GIB (1024ull * 1024 * 1024)
@@ -90,6 +91,9 @@ void cs_plan_free(struct cs_plan *p) {
     free(p->gpu_of);
     free(p->g);
     free(p->sum);
+    free(p->units);
+    free(p->compute);
+    free(p->capped);
     memset(p, 0, sizeof *p);
 }
 
@@ -197,17 +201,27 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
         return fail(err, errlen, "--budget %g: a percent in (0, 100]", t->budget);
     if (!(t->tolerance >= 0 && t->tolerance < 1))
         return fail(err, errlen, "--tolerance %g: a fraction in [0, 1)", t->tolerance);
+    if (!(t->tolerance_s >= 0 && t->tolerance_s <= 1e12))
+        return fail(err, errlen, "--tolerance %gs: not a duration", t->tolerance_s);
     if (!(t->margin >= 0 && t->margin <= 10))
         return fail(err, errlen, "--margin %g: a fraction in [0, 10]", t->margin);
     out->in = in;
     out->t = *t;
     out->capacity = t->model->mem_mib * 1024ull * 1024ull;
     out->budget_units = (uint32_t)llround(t->budget * 100.0);
-    out->tolerated = (uint32_t)floor(t->tolerance * (double)in->steps + 1e-9);
+    /* the tolerance is a length of time: the window is steps x step_s seconds, and a GPU may be over
+     * the budget on as many whole steps as fit in the tolerated seconds */
+    double window_s = (double)in->steps * in->step_s;
+    out->tolerated_s = t->tolerance_s > 0 ? t->tolerance_s : t->tolerance * window_s;
+    double tol_steps = in->step_s > 0 ? floor(out->tolerated_s / in->step_s + 1e-9) : 0;
+    out->tolerated = tol_steps >= (double)in->steps ? (uint32_t)in->steps : (uint32_t)tol_steps;
     size_t n = in->n;
     out->quota = calloc(n ? n : 1, sizeof *out->quota);
     out->gpu_of = calloc(n ? n : 1, sizeof *out->gpu_of);
-    if (!out->quota || !out->gpu_of) {
+    out->units = calloc(n ? n : 1, sizeof *out->units);
+    out->compute = calloc(n ? n : 1, sizeof *out->compute);
+    out->capped = calloc(n ? n : 1, sizeof *out->capped);
+    if (!out->quota || !out->gpu_of || !out->units || !out->compute || !out->capped) {
         cs_plan_free(out);
         return -ENOMEM;
     }
@@ -219,7 +233,15 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
         if (t->round_gib && qb <= UINT64_MAX - GIB)
             qb = cs_gib_units(qb) * GIB;
         out->quota[p] = qb;
+        unsigned long long u = cs_gib_units(qb);
+        out->units[p] = u < 1 ? 1 : u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
     }
+    /* the requests' memory units of one GPU: the device plugin advertises its GiB rounded to the
+     * nearest (docs/fractional.md), the DRA driver its bytes, requests in whole GiB steps */
+    out->units_capacity = t->requests == CS_REQ_DRA ? out->capacity / GS_FRAC_MEMORY_UNIT
+                                                     : gs_frac_memory_units(out->capacity);
+    /* every pod of a GPU asks at least 1 % of its compute */
+    uint32_t max_pods = t->no_compute && t->requests == CS_REQ_FRACTIONAL ? 0 : (uint32_t)floor(t->budget + 1e-9);
     struct cs_problem pb = {
         .n = n,
         .steps = in->steps,
@@ -228,6 +250,9 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
         .capacity = out->capacity,
         .budget = out->budget_units,
         .tolerated = out->tolerated,
+        .units = out->units,
+        .units_capacity = out->units_capacity,
+        .max_pods = max_pods,
     };
     for (size_t p = 0; p < n; p++) {
         if (out->quota[p] > out->capacity) {
@@ -235,6 +260,15 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
                          "pod %s: its memory quota %.1f GiB (peak %.1f GiB%s) is more than one %s's %.1f GiB",
                          in->keys[p], (double)out->quota[p] / GIB, (double)in->mem_peak[p] / GIB,
                          t->margin > 0 ? " plus the margin" : "", t->model->key, (double)out->capacity / GIB);
+            cs_plan_free(out);
+            return r;
+        }
+        if (t->mode != CS_MODE_MIG && out->units[p] > out->units_capacity) {
+            int r = fail(err, errlen,
+                         "pod %s: its memory request of %u GiB is more than the %llu GiB units one %s has for %s "
+                         "requests",
+                         in->keys[p], out->units[p], (unsigned long long)out->units_capacity, t->model->key,
+                         t->requests == CS_REQ_DRA ? "DRA" : "fractional");
             cs_plan_free(out);
             return r;
         }
@@ -269,6 +303,7 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
     for (size_t p = 0; p < n; p++) {
         size_t gi = out->gpu_of[p];
         out->g[gi].mem += out->quota[p];
+        out->g[gi].units += out->units[p];
         out->g[gi].npods++;
         uint32_t *s = out->sum + gi * in->steps;
         const uint16_t *d = in->duty + p * in->steps;
@@ -295,11 +330,15 @@ int cs_plan_make(const struct cs_series *in, const struct cs_targets *t, const s
         }
         /* the packing's own promise, checked again on the result (a GPU of the all-MIG plan keeps
          * each pod within its instance instead) */
-        if (out->g[gi].mem > out->capacity || (!from_mig && out->g[gi].over > out->tolerated)) {
+        if (out->g[gi].mem > out->capacity ||
+            (!from_mig && (out->g[gi].over > out->tolerated || out->g[gi].units > out->units_capacity))) {
             r = fail(err, errlen, "internal error: GPU %zu breaks the targets", gi);
             cs_plan_free(out);
             return r;
         }
     }
-    return 0;
+    r = cs_plan_split_compute(out);
+    if (r < 0)
+        cs_plan_free(out);
+    return r;
 }

@@ -19,12 +19,47 @@ static const char *profile_name(const struct cs_plan *p, size_t pod) {
     return on_mig(p, pod) ? p->t.model->profiles[p->profile[pod]].name : NULL;
 }
 
-/* Shared: the pod's duty peak, rounded up; MIG: its instance's share of the compute slices. */
-static unsigned compute_percent(const struct cs_plan *p, size_t pod) {
+/* Shared: its compute request (null without one); MIG: its instance's share of the compute slices. */
+static json_t *compute_percent(const struct cs_plan *p, size_t pod) {
     if (on_mig(p, pod))
-        return p->t.model->profiles[p->profile[pod]].slices * 100 / p->mig_slices;
-    unsigned c = (p->in->duty_peak[pod] + 99) / 100;
-    return c < 1 ? 1 : c;
+        return json_integer(p->t.model->profiles[p->profile[pod]].slices * 100 / p->mig_slices);
+    return p->compute[pod] ? json_integer(p->compute[pod]) : json_null();
+}
+
+static double minutes(const struct cs_plan *p, uint64_t steps) { return (double)steps * p->in->step_s / 60.0; }
+
+/* The pod's file of requests under --out. */
+static json_t *requests_file(const struct cs_plan *p, size_t pod) {
+    char file[300], path[320];
+    cs_plan_key_file(p->in->keys[pod], file, sizeof file);
+    snprintf(path, sizeof path, "requests/%s", file);
+    return json_string(path);
+}
+
+/* The pod's requests as the files under --out say them: the resources of its container, or with DRA
+ * its ResourceClaimTemplate's name. */
+static json_t *requests_json(const struct cs_plan *p, size_t pod) {
+    json_t *r = json_object();
+    if (p->t.requests == CS_REQ_DRA) {
+        char name[128];
+        cs_plan_template_name(p, pod, name, sizeof name);
+        json_object_set_new(r, "claim_template", json_string(name));
+        if (!on_mig(p, pod)) {
+            char mem[32];
+            snprintf(mem, sizeof mem, "%uGi", p->units[pod]);
+            json_object_set_new(r, "memory", json_string(mem));
+            json_object_set_new(r, "compute", json_integer(p->compute[pod]));
+        }
+    } else if (on_mig(p, pod)) {
+        char res[96];
+        snprintf(res, sizeof res, "nvidia.com/mig-%s", profile_name(p, pod));
+        json_object_set_new(r, res, json_integer(1));
+    } else {
+        json_object_set_new(r, "gpuslice.io/gpu-memory", json_integer(p->units[pod]));
+        if (p->compute[pod])
+            json_object_set_new(r, "gpuslice.io/gpu-compute", json_integer(p->compute[pod]));
+    }
+    return r;
 }
 
 /* The over-budget steps of GPU gi with the pods busy then, as a JSON array. */
@@ -41,8 +76,9 @@ static json_t *risk_json(const struct cs_plan *p, size_t gi, const size_t *pods,
             if (d > 0)
                 json_array_append_new(who, json_pack("{s:s, s:f}", "pod", in->keys[pods[k]], "duty_percent", pct(d)));
         }
-        json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:o}", "step", (json_int_t)t, "timestamp",
-                                           in->t0 + (double)t * in->step_s, "duty_percent", pct(s[t]), "pods", who));
+        json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:o}", "step", (json_int_t)t, "timestamp",
+                                           in->t0 + (double)t * in->step_s, "minutes", in->step_s / 60.0,
+                                           "duty_percent", pct(s[t]), "pods", who));
     }
     return a;
 }
@@ -79,30 +115,34 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     json_t *asg = json_array(), *gpus = json_array(), *skipped = json_array();
     for (size_t i = 0; i < in->n; i++)
         json_array_append_new(
-            asg, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:o}", "pod", in->keys[i], "gpu",
+            asg, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:f, s:o, s:o, s:o}", "pod", in->keys[i], "gpu",
                            (json_int_t)p->gpu_of[i], "node", (json_int_t)(p->gpu_of[i] / p->t.gpus_per_node),
                            "memory_bytes", (json_int_t)p->quota[i], "memory_peak_bytes", (json_int_t)in->mem_peak[i],
-                           "memory_gib", (json_int_t)cs_gib_units(p->quota[i]), "duty_peak_percent",
-                           pct(in->duty_peak[i]), "compute_percent", (json_int_t)compute_percent(p, i),
-                           "mig_profile", profile_name(p, i) ? json_string(profile_name(p, i)) : json_null()));
+                           "memory_gib", (json_int_t)p->units[i], "duty_peak_percent", pct(in->duty_peak[i]),
+                           "compute_percent", compute_percent(p, i), "compute_capped_minutes",
+                           minutes(p, p->capped[i]), "mig_profile",
+                           profile_name(p, i) ? json_string(profile_name(p, i)) : json_null(), "requests",
+                           requests_json(p, i), "requests_file", requests_file(p, i)));
     for (size_t g = 0; g < p->gpus; g++) {
         json_t *pods = json_array();
         for (size_t k = start[g]; k < start[g + 1]; k++)
             json_array_append_new(pods, json_string(in->keys[idx[k]]));
-        unsigned long long units = 0;
+        unsigned long long units = 0, compute = 0;
         json_t *layout = p->g[g].mig ? json_array() : json_null();
         for (size_t k = start[g]; k < start[g + 1]; k++) {
-            units += cs_gib_units(p->quota[idx[k]]);
+            units += p->units[idx[k]];
+            compute += p->compute[idx[k]];
             if (p->g[g].mig)
                 json_array_append_new(layout, json_pack("{s:s, s:I, s:s}", "profile", profile_name(p, idx[k]), "start",
                                                         (json_int_t)p->start[idx[k]], "pod", in->keys[idx[k]]));
         }
         json_array_append_new(
-            gpus, json_pack("{s:I, s:I, s:s, s:o, s:I, s:I, s:f, s:I, s:o, s:o, s:I}", "gpu", (json_int_t)g, "node",
-                            (json_int_t)(g / p->t.gpus_per_node), "mode", p->g[g].mig ? "mig" : "shared", "pods", pods,
-                            "memory_bytes",
-                            (json_int_t)p->g[g].mem, "memory_gib_units", (json_int_t)units, "duty_peak_percent",
-                            pct(p->g[g].peak), "steps_over_budget", (json_int_t)p->g[g].over, "over_budget",
+            gpus, json_pack("{s:I, s:I, s:s, s:o, s:I, s:I, s:I, s:f, s:I, s:f, s:o, s:o, s:I}", "gpu", (json_int_t)g,
+                            "node", (json_int_t)(g / p->t.gpus_per_node), "mode", p->g[g].mig ? "mig" : "shared",
+                            "pods", pods, "memory_bytes", (json_int_t)p->g[g].mem, "memory_gib_units",
+                            (json_int_t)units, "compute_units", (json_int_t)compute, "duty_peak_percent",
+                            pct(p->g[g].peak), "steps_over_budget", (json_int_t)p->g[g].over,
+                            "minutes_over_budget", minutes(p, p->g[g].over), "over_budget",
                             risk_json(p, g, idx + start[g], start[g + 1] - start[g]), "mig_layout", layout,
                             "slice_steps_over", (json_int_t)p->g[g].slice_over));
     }
@@ -121,6 +161,9 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     json_object_set_new(root, "budget_percent", json_real(p->t.budget));
     json_object_set_new(root, "tolerance", json_real(p->t.tolerance));
     json_object_set_new(root, "tolerated_steps", json_integer(p->tolerated));
+    json_object_set_new(root, "tolerated_minutes", json_real(minutes(p, p->tolerated)));
+    json_object_set_new(root, "requests", json_string(p->t.requests == CS_REQ_DRA ? "dra" : "fractional"));
+    json_object_set_new(root, "memory_units_per_gpu", json_integer((json_int_t)p->units_capacity));
     json_object_set_new(root, "grid",
                         json_pack("{s:f, s:f, s:I, s:I, s:s}", "t0", in->t0, "step_s", in->step_s, "steps",
                                   (json_int_t)in->steps, "merged_samples", (json_int_t)in->merged, "fill",
@@ -130,9 +173,23 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     json_object_set_new(root, "nodes", json_integer((json_int_t)nodes));
     json_object_set_new(root, "first_fit_decreasing_gpus", json_integer((json_int_t)p->ffd_gpus));
     json_object_set_new(root, "lower_bound",
-                        json_pack("{s:I, s:I, s:I, s:I}", "memory", (json_int_t)p->bounds.memory, "duty",
-                                  (json_int_t)p->bounds.duty, "large_pods", (json_int_t)p->bounds.large, "bound",
-                                  (json_int_t)p->bounds.bound));
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "memory", (json_int_t)p->bounds.memory, "duty",
+                                  (json_int_t)p->bounds.duty, "large_pods", (json_int_t)p->bounds.large, "pods",
+                                  (json_int_t)p->bounds.pods, "bound", (json_int_t)p->bounds.bound));
+    json_t *policies = json_array();
+    if (cs_plan_has_mig(p)) {
+        json_array_append_new(policies, json_string("mig-layouts.yaml"));
+        for (size_t node = 0; node < nodes; node++) {
+            char name[64];
+            snprintf(name, sizeof name, "policy-node-%zu.yaml", node);
+            json_array_append_new(policies, json_string(name));
+        }
+    } else {
+        json_array_append_new(policies, json_string("policy.yaml"));
+    }
+    json_object_set_new(root, "files",
+                        json_pack("{s:o, s:s, s:o}", "policy", policies, "requests", "requests/", "claim_templates",
+                                  p->t.requests == CS_REQ_DRA ? json_string("claim-templates/") : json_null()));
     json_object_set_new(root, "gap", json_integer((json_int_t)(p->gpus - p->bounds.bound)));
     json_object_set_new(root, "search", json_pack("{s:I, s:b, s:I}", "emptied", (json_int_t)p->stats.emptied,
                                                   "complete", p->stats.search_complete, "work",
@@ -145,6 +202,43 @@ int cs_plan_write_json(const struct cs_plan *p, FILE *f) {
     if (r < 0 || fputc('\n', f) == EOF)
         return -EIO;
     return 0;
+}
+
+/* The risk report of the table: per GPU over the budget its minutes over, and each run of
+ * consecutive steps over it: when, how long, the summed duty's peak and the pods busy then (each
+ * with its largest duty in the run). */
+static void write_risk(const struct cs_plan *p, const size_t *idx, const size_t *start, FILE *f) {
+    const struct cs_series *in = p->in;
+    bool any = false;
+    for (size_t g = 0; g < p->gpus; g++) {
+        if (!p->g[g].over)
+            continue;
+        if (!any)
+            fprintf(f, "\nrisk report: the minutes each GPU's summed duty is over the budget, and the pods busy then\n");
+        any = true;
+        fprintf(f, "GPU %zu: %.1f minutes over %g %% (%u steps)\n", g, minutes(p, p->g[g].over), p->t.budget,
+                p->g[g].over);
+        const uint32_t *s = p->sum + g * in->steps;
+        for (size_t t = 0; t < in->steps; t++) {
+            if (s[t] <= p->budget_units)
+                continue;
+            size_t e = t;
+            uint32_t peak = 0;
+            while (e < in->steps && s[e] > p->budget_units)
+                peak = s[e] > peak ? s[e] : peak, e++;
+            fprintf(f, "  at %.0f, %.1f minutes, up to %.2f %%:", in->t0 + (double)t * in->step_s, minutes(p, e - t),
+                    pct(peak));
+            for (size_t k = start[g]; k < start[g + 1]; k++) {
+                uint16_t mx = 0;
+                for (size_t u = t; u < e; u++)
+                    mx = in->duty[idx[k] * in->steps + u] > mx ? in->duty[idx[k] * in->steps + u] : mx;
+                if (mx)
+                    fprintf(f, " %s %.2f %%", in->keys[idx[k]], pct(mx));
+            }
+            fputc('\n', f);
+            t = e;
+        }
+    }
 }
 
 int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
@@ -162,28 +256,45 @@ int cs_plan_write_table(const struct cs_plan *p, FILE *f) {
     if (p->t.mode != CS_MODE_SHARED)
         fprintf(f, "mode %s: all shared %ld GPUs, all MIG %ld GPUs (-1: not possible)\n", cs_mode_name(p->t.mode),
                 p->shared_gpus, p->mig_gpus);
-    fprintf(f, "targets: quota = peak + %g %%, duty budget %g %% per GPU, %g %% of steps tolerated (%u of %zu)\n",
-            p->t.margin * 100, p->t.budget, p->t.tolerance * 100, p->tolerated, in->steps);
+    char share[48] = "";
+    if (!(p->t.tolerance_s > 0))
+        snprintf(share, sizeof share, "%g %% of the window, ", p->t.tolerance * 100);
+    fprintf(f,
+            "targets: quota = peak + %g %%, duty budget %g %% per GPU, over it tolerated %s%.1f minutes: %u whole "
+            "steps of %g s (%.1f minutes) a GPU; %s requests\n",
+            p->t.margin * 100, p->t.budget, share, p->tolerated_s / 60.0, p->tolerated, in->step_s,
+            minutes(p, p->tolerated),
+            p->t.requests == CS_REQ_DRA ? "DRA" : "fractional");
     fprintf(f, "grid: %zu steps of %g s from %.0f (a step without a sample: the pod's %s)\n", in->steps, in->step_s,
             in->t0, in->fill == CS_FILL_PEAK ? "peak" : "last value");
     fprintf(f, "lower bound %zu (memory %zu, duty %zu, pods over half a GPU %zu): gap %zu; first-fit decreasing %zu\n",
             p->bounds.bound, p->bounds.memory, p->bounds.duty, p->bounds.large, p->gpus - p->bounds.bound,
             p->ffd_gpus);
+    double over_min = 0;
+    size_t over_gpus = 0;
+    for (size_t g = 0; g < p->gpus; g++) {
+        over_min += minutes(p, p->g[g].over);
+        over_gpus += p->g[g].over > 0;
+    }
+    fprintf(f, "over the budget: %.1f minutes on %zu GPUs (the risk report below)\n", over_min, over_gpus);
     if (in->n_skipped)
         fprintf(f, "left out: %zu pods (no series of one metric)\n", in->n_skipped);
-    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %6s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "OVER",
-            "PODS (quota GiB, or MIG profile)");
+    fprintf(f, "\n%4s %4s %6s %5s %9s %9s %8s  %s\n", "GPU", "NODE", "MODE", "PODS", "MEM GiB", "PEAK %", "MIN OVER",
+            "PODS (quota GiB, compute request %; or MIG profile)");
     for (size_t g = 0; g < p->gpus; g++) {
-        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %6u ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
-                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), p->g[g].over);
+        fprintf(f, "%4zu %4zu %6s %5zu %9.1f %9.2f %8.1f ", g, g / p->t.gpus_per_node, p->g[g].mig ? "mig" : "shared",
+                p->g[g].npods, p->g[g].mem / GIB, pct(p->g[g].peak), minutes(p, p->g[g].over));
         for (size_t k = start[g]; k < start[g + 1]; k++) {
             if (p->g[g].mig)
                 fprintf(f, " %s (%s)", in->keys[idx[k]], profile_name(p, idx[k]));
+            else if (p->compute[idx[k]])
+                fprintf(f, " %s (%.1f, %u)", in->keys[idx[k]], p->quota[idx[k]] / GIB, p->compute[idx[k]]);
             else
                 fprintf(f, " %s (%.1f)", in->keys[idx[k]], p->quota[idx[k]] / GIB);
         }
         fputc('\n', f);
     }
+    write_risk(p, idx, start, f);
     return ferror(f) ? -EIO : 0;
 }
 
@@ -237,15 +348,21 @@ bool cs_plan_has_mig(const struct cs_plan *p) {
 }
 
 int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
+    bool dra = p->t.requests == CS_REQ_DRA;
+    /* under DRA every GPU of the plan's nodes goes to the DRA driver, which publishes a fractional
+     * GPU with consumable memory and compute */
+    const char *dra_key = dra ? "  dra:\n    gpus: all\n" : "";
     if (!cs_plan_has_mig(p)) {
         fprintf(f,
-                "# gpuslice plan: the GPUs of the plan's nodes shared by fractional requests (docs/fractional.md)\n"
+                "# gpuslice plan: the GPUs of the plan's nodes shared by %s (docs/fractional.md%s)\n"
                 "version: v1\n"
                 "gpuslice:\n"
+                "%s"
                 "  gpus:\n"
                 "    - model: \"%s*\"\n"
                 "      mode: fractional\n",
-                p->t.model->nvml_name);
+                dra ? "DRA claims of memory and compute" : "fractional requests", dra ? ", docs/dra.md" : "",
+                dra_key, p->t.model->nvml_name);
         return ferror(f) ? -EIO : 0;
     }
     unsigned gpn = p->t.gpus_per_node;
@@ -256,8 +373,9 @@ int cs_plan_write_policy(const struct cs_plan *p, size_t node, FILE *f) {
             "flags:\n"
             "  migStrategy: mixed\n"
             "gpuslice:\n"
+            "%s"
             "  gpus:\n",
-            node, node);
+            node, node, dra_key);
     bool first = true;
     for (size_t g = node * gpn; g < p->gpus && g < (node + 1) * gpn; g++) {
         if (!p->g[g].mig)
@@ -302,29 +420,5 @@ int cs_plan_write_mig_layouts(const struct cs_plan *p, FILE *f) {
             fprintf(f, "}\n");
         }
     }
-    return ferror(f) ? -EIO : 0;
-}
-
-int cs_plan_write_requests(const struct cs_plan *p, size_t pod, FILE *f) {
-    if (on_mig(p, pod)) {
-        fprintf(f,
-                "# pod %s: GPU %u of the plan (node %u), MIG instance %s at memory slice %u; its observed peaks:\n"
-                "# %.2f GiB, %.2f %% duty. Merge into the pod's container (flags.migStrategy: mixed, docs/policy.md)\n"
-                "resources:\n"
-                "  limits:\n"
-                "    nvidia.com/mig-%s: 1\n",
-                p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, profile_name(p, pod),
-                p->start[pod], p->in->mem_peak[pod] / GIB, pct(p->in->duty_peak[pod]), profile_name(p, pod));
-        return ferror(f) ? -EIO : 0;
-    }
-    fprintf(f,
-            "# pod %s: GPU %u of the plan (node %u); its observed peaks: %.2f GiB, %.2f %% duty\n"
-            "# merge into the pod's container (docs/fractional.md); no gpuslice.io/gpu-compute: a compute share\n"
-            "# caps the pod, and the plan counts on the pods' peaks not coinciding\n"
-            "resources:\n"
-            "  limits:\n"
-            "    gpuslice.io/gpu-memory: %llu\n",
-            p->in->keys[pod], p->gpu_of[pod], p->gpu_of[pod] / p->t.gpus_per_node, p->in->mem_peak[pod] / GIB,
-            pct(p->in->duty_peak[pod]), cs_gib_units(p->quota[pod]));
     return ferror(f) ? -EIO : 0;
 }

@@ -67,10 +67,10 @@ def checked(tmp_path, mem, duty, gpu_bytes, tolerance, *args):
 
 
 @pytest.mark.parametrize("gpu,gpu_bytes,tolerance,target,memory_bound", [
-    ("H200", H200, 0, 56, 36),
-    ("H200-141GB", H200, 1, 46, 36),
-    ("H100-80GB", H100, 0, 69, 63),
-    ("H100", H100, 1, 66, 63),
+    ("H200", H200, 0, 56, 37),
+    ("H200-141GB", H200, 1, 46, 37),
+    ("H100-80GB", H100, 0, 69, 64),
+    ("H100", H100, 1, 66, 64),
 ])
 def test_trace_targets(trace, tmp_path, gpu, gpu_bytes, tolerance, target, memory_bound):
     mem, duty = trace
@@ -110,7 +110,7 @@ def test_table_and_out_dir(trace, tmp_path):
     mem, duty = trace
     out = tmp_path / "out"
     p = plan(mem, duty, "--gpu", "H100-80GB", "--missing", "skip", "--out", str(out))
-    assert "lower bound 63 (memory 63" in p.stdout
+    assert "lower bound 64 (memory 64" in p.stdout
     assert "x H100-SXM5-80GB" in p.stdout
     doc = json.loads((out / "plan.json").read_text())
     assert (out / "duty.svg").read_text().startswith("<svg")
@@ -120,6 +120,8 @@ def test_table_and_out_dir(trace, tmp_path):
     a = doc["assignments"][0]
     text = (out / "requests" / (a["pod"] + ".yaml")).read_text()
     assert f"gpuslice.io/gpu-memory: {a['memory_gib']}" in text
+    assert f"gpuslice.io/gpu-compute: {a['compute_percent']}" in text
+    assert a["requests_file"] == "requests/" + a["pod"] + ".yaml"
     assert a["memory_gib"] * 2**30 >= a["memory_bytes"]
     # an existing directory is refused and left as it was
     p = plan(mem, duty, "--gpu", "H100-80GB", "--missing", "skip", "--out", str(out), check=False)
