@@ -16,9 +16,12 @@ the Binding with the pod's `gpuslice.io/gpu-index`) places the plan's pods, crea
 in the plan's order (by its GPU) or, with --order name, by pod key. Then:
 
 - every pod must be bound, with a GPU index of its node;
-- no GPU holds more units than it has (the pods' requests summed per (node, GPU));
-- the GPUs used (distinct (node, gpu-index)) against the plan's `gpus`, and how many of the plan's
-  GPUs of two or more pods kept them together (all on one bound GPU);
+- no GPU holds more units than it has (the pods' requests summed per (node, GPU): gpu-memory
+  within the GPU's units, gpu-compute within 100);
+- the GPUs used (distinct (node, gpu-index)) against the plan's `gpus`, how many of the plan's
+  GPUs of two or more pods kept them together (all on one bound GPU), and how many of the plan's
+  GPUs hold pods whose shares, as the extender counts them (the larger of a pod's memory and
+  compute fractions), add up to more than one GPU;
 - the placement judged by the plan's own checker (tests/plan/check_plan.py, the pods on the GPUs
   they were bound to): the bound GPUs whose pods' summed duty goes over the plan's budget on more
   steps than it tolerates (the extender sees the requests, not the duty series).
@@ -91,8 +94,8 @@ def trace_csvs(src_dir, outdir):
 
 def make_plan(gpuslice, mem_csv, duty_csv, gpu, outdir, extra=()):
     """`gpuslice plan --out OUTDIR` (OUTDIR must not exist): (plan.json's document, {pod key:
-    limits}, policy.yaml's path). Each requests/POD.yaml is matched to its pod by the plan's
-    naming (a key's '/', ':' and '@' written as '_')."""
+    limits}, policy.yaml's path). Each pod's file is its assignment's requests_file, else
+    requests/POD.yaml by the plan's naming (a key's '/', ':' and '@' written as '_')."""
     cmd = [gpuslice, "plan", "--memory-csv", mem_csv, "--duty-csv", duty_csv, "--missing", "skip", "--gpu", gpu,
            "--out", outdir, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -102,12 +105,13 @@ def make_plan(gpuslice, mem_csv, duty_csv, gpu, outdir, extra=()):
         doc = json.load(f)
     reqs = {}
     for a in doc["assignments"]:
-        fname = a["pod"].replace("/", "_").replace(":", "_").replace("@", "_") + ".yaml"
-        with open(os.path.join(outdir, "requests", fname)) as f:
+        fname = a.get("requests_file") or os.path.join(
+            "requests", a["pod"].replace("/", "_").replace(":", "_").replace("@", "_") + ".yaml")
+        with open(os.path.join(outdir, fname)) as f:
             y = yaml.safe_load(f)
         lim = (y or {}).get("resources", {}).get("limits")
         if not isinstance(lim, dict) or MEM not in lim:
-            raise BenchError(f"{outdir}/requests/{fname}: no resources.limits.{MEM}")
+            raise BenchError(f"{outdir}/{fname}: no resources.limits.{MEM}")
         reqs[a["pod"]] = {k: str(v) for k, v in lim.items()}
     return doc, reqs, os.path.join(outdir, "policy.yaml")
 
@@ -187,9 +191,7 @@ def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, work
     configuration and everything made removed at the end. Returns the figures (a dict); raises
     BenchError when a pod is not bound or a GPU holds more than its units."""
     api = kr.Api(cl.dir, cl.api_port)
-    assigns = list(doc["assignments"])
-    if order == "name":
-        assigns.sort(key=lambda a: a["pod"])
+    assigns = sorted(doc["assignments"], key=lambda a: (a["gpu"], a["pod"]) if order == "plan" else a["pod"])
     if pods:
         assigns = assigns[:pods]
     names = [pod_name(k, a["pod"]) for k, a in enumerate(assigns)]
@@ -197,7 +199,8 @@ def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, work
     kwok = ext = None
     fig = {"plan_gpus": doc["gpus"], "plan_nodes": doc["nodes"], "pods": len(assigns), "nodes": nodes,
            "gpus_per_node": int(labels[MEM + ".count"]), "units_per_gpu": res[MEM] // int(labels[MEM + ".count"]),
-           "policy": policy, "order": order}
+           "policy": policy, "order": order,
+           "plan_gpus_over_1000_milli": len(extender_misfits(doc, reqs, int(labels[MEM + ".memory"])))}
     try:
         def namespace():  # made, or still there from a run before once it is done terminating
             st, obj = api.json("GET", f"/api/v1/namespaces/{NS}", ok=None)
@@ -256,7 +259,7 @@ def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, work
 
 def tally(assigns, names, reqs, bound, gpus_per_node, units):
     """The GPUs the pods were bound to against the plan's: distinct (node, GPU), units per GPU."""
-    used, held, plan_of, npods = {}, {}, {}, {}
+    used, held, held_sm, plan_of, npods = {}, {}, {}, {}, {}
     for name, a in zip(names, assigns):
         node, idx = bound[name]
         if not idx.isdigit() or int(idx) >= gpus_per_node:
@@ -264,11 +267,15 @@ def tally(assigns, names, reqs, bound, gpus_per_node, units):
         g = (node, int(idx))
         used.setdefault(g, []).append(name)
         held[g] = held.get(g, 0) + int(reqs[a["pod"]][MEM])
+        held_sm[g] = held_sm.get(g, 0) + int(reqs[a["pod"]].get(SM, 0))
         plan_of.setdefault(a["gpu"], set()).add(g)
         npods[a["gpu"]] = npods.get(a["gpu"], 0) + 1
     over = {f"{g[0]}/{g[1]}": s for g, s in held.items() if s > units}
     if over:
         raise BenchError(f"GPUs holding more {MEM} than their {units} units: {over}")
+    over = {f"{g[0]}/{g[1]}": s for g, s in held_sm.items() if s > 100}
+    if over:
+        raise BenchError(f"GPUs holding more {SM} than their 100 units: {over}")
     per = sorted(len(v) for v in used.values())
     return {"bound_by_key": {a["pod"]: bound[name] for name, a in zip(names, assigns)},
             "gpus_bound": len(used), "nodes_used": len({g[0] for g in used}),
@@ -276,6 +283,18 @@ def tally(assigns, names, reqs, bound, gpus_per_node, units):
             "plan_gpus_shared": sum(1 for g in plan_of if npods[g] > 1),
             "plan_gpus_kept_together": sum(1 for g, v in plan_of.items() if npods[g] > 1 and len(v) == 1),
             "pods_per_gpu_min": per[0], "pods_per_gpu_max": per[-1]}
+
+
+def extender_misfits(doc, reqs, gpu_mib):
+    """The plan's GPUs whose pods the extender cannot put on one GPU: it takes a pod's share of a GPU
+    as the larger of its memory's (GiB over the GPU's memory, rounded up to a milli-GPU) and its
+    compute's (docs/extender.md, "What a pod asks"), and a GPU holds 1000."""
+    milli = {}
+    for a in doc["assignments"]:
+        r = reqs[a["pod"]]
+        m = -(-int(r[MEM]) * 1024 * 1000 // gpu_mib)
+        milli[a["gpu"]] = milli.get(a["gpu"], 0) + max(m, 10 * int(r.get(SM, 0)))
+    return sorted(g for g, v in milli.items() if v > 1000)
 
 
 def judge(doc, bound_by_key, mem_csv, duty_csv, workdir):
