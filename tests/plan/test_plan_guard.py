@@ -26,7 +26,7 @@ import kwok_plan as kp  # noqa: E402  (bench/)
 
 H200X8 = "gpus:\n  - model: H200-SXM-141GB\n    count: 8\n"
 GUARD_CONF = "/etc/gpuslice/guard.conf"
-PLAN_GPUS = (0, 1, 2)  # the pods of these GPUs of the plan (4, 4 and 6 pods on the trace)
+PLAN_GPUS = (0, 1, 2)  # the pods of these GPUs of the plan (4, 4 and 3 on the trace, 140 units on GPU 0)
 
 
 def limits_file(resp):
@@ -73,4 +73,4 @@ def test_guard_files_carry_the_plans_quotas(h, tmp_path):
             assert r.envs["NVIDIA_VISIBLE_DEVICES"] == uuid
             assert limits_file(r) == [f"device 0 {uuid} {gib << 30} {share}"], (a["pod"], lim)
             checked += 1
-    assert checked >= 10 and agent.alive()
+    assert checked >= 2 * len(PLAN_GPUS) and agent.alive()
