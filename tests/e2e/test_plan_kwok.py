@@ -33,7 +33,7 @@ import kwok_replay as kr  # noqa: E402
 NODES = 18
 
 
-def test_plan_binds_onto_its_gpus(cluster, tmp_path):
+def test_plan_requests_bound_by_the_scheduler(cluster, tmp_path):
     t0 = time.monotonic()
     mem, duty = kp.trace_csvs(kp.trace_dir(), str(tmp_path))
     doc, reqs, policy = kp.make_plan(GPUSLICE, mem, duty, "H200", str(tmp_path / "plan"))
