@@ -421,8 +421,8 @@ def deleter(api, to_delete, stop):
         api.json("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
 
 
-def delete_all_pods(api, stall=300, timeout=3600):
-    """Every pod of the namespace deleted (grace 0). A collection of 8,000 pods can take the API
+def delete_all_pods(api, stall=300, timeout=3600, ns=NS):
+    """Every pod of the namespace NS deleted (grace 0). A collection of 8,000 pods can take the API
     server longer than its request timeout on a loaded machine (504): asked again until none is left.
     Bounded by progress: fails when the count left has not fallen for STALL seconds (or after
     TIMEOUT in all); a fixed 600 s was too short for 8,883 pods at load average 20-30."""
@@ -431,7 +431,7 @@ def delete_all_pods(api, stall=300, timeout=3600):
 
     def gone():
         try:
-            _, l = slow.json("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")
+            _, l = slow.json("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")
             if not l["items"]:
                 return True
             md = l["metadata"]
@@ -442,7 +442,7 @@ def delete_all_pods(api, stall=300, timeout=3600):
                 last.update(left=left, t=time.monotonic())
             elif time.monotonic() - last["t"] > stall:
                 raise BenchError(f"deleting the replay's pods: {left} left, none gone in {stall} s")
-            slow.json("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
+            slow.json("DELETE", f"/api/v1/namespaces/{ns}/pods", {"gracePeriodSeconds": 0}, ok=(200, 202, 504))
         except (OSError, http.client.HTTPException) as e:  # the server closed a request it took too long on
             return E2EError(f"delete the pods: {e}")
         return E2EError(f"{last['left']} pods left")
@@ -505,43 +505,59 @@ def sched_config(cdir, run, outdir, ext_port=None, shim_port=None):
     return out
 
 
+def restart_scheduler(cl, conf=None):
+    """The cluster's kube-scheduler restarted with the configuration CONF (None: its own)."""
+    env = dict(os.environ, PATH=cl.path, GS_E2E_PORT_BASE=str(cl.base))
+    env.pop("GS_E2E_SCHEDULER_CONFIG", None)
+    if conf:
+        env["GS_E2E_SCHEDULER_CONFIG"] = conf
+    r = subprocess.run(["bash", CLUSTER_SH, "restart-scheduler", cl.dir], capture_output=True, text=True,
+                       timeout=120, env=env)
+    if r.returncode != 0:
+        raise BenchError(f"cluster.sh restart-scheduler: exit {r.returncode}\n{r.stderr[-3000:]}")
+
+
+def start_extender(cl, gpuslice, args, name="kwok-extender"):
+    """`gpuslice extender ARGS --listen 127.0.0.1:0 --insecure-loopback-http`: (its Proc, its port)."""
+    ext = Proc(cl.dir, name, [gpuslice, "extender", *args, "--listen", "127.0.0.1:0", "--insecure-loopback-http"])
+    m = wait(lambda: re.search(r"\(port (\d+)\)", ext.tail()) or (not ext.alive() and "dead"),
+             30, "the extender to listen")
+    if m == "dead":
+        raise BenchError(f"the extender exited:\n{ext.tail()}")
+    return ext, int(m.group(1))
+
+
+def extender_nodes(ext, port):
+    """The extender's gpuslice_extender_nodes (its /metrics); fails when it has exited."""
+    if not ext.alive():
+        raise BenchError(f"the extender exited:\n{ext.tail()}")
+    t = scrape(lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=10))
+    n = re.search(r"^gpuslice_extender_nodes (\d+)$", t, re.M)
+    return int(n.group(1)) if n else 0
+
+
 def one_run(a, cl, workload, run, events, pods_by_name, nodes, total_milli, figs):
     api = Api(cl.dir, cl.api_port)
     delete_all_pods(api)
     ext = shim = None
     try:
-        env = dict(os.environ, PATH=cl.path)
         if run in POLICY:
             api_src = a.ext_source == "api"
             src = ["--kubeconfig", os.path.join(cl.dir, "admin.kubeconfig")] if api_src else ["--snapshot", a.nodes_csv]
-            cmd = [a.gpuslice, "extender", *src, "--listen", "127.0.0.1:0", "--insecure-loopback-http",
-                   "--policy", POLICY[run]]
+            args = [*src, "--policy", POLICY[run]]
             if run == "fgd":
-                cmd += ["--workload", a.wl_files[workload]]
-            ext = Proc(cl.dir, "kwok-extender", cmd)
-            m = wait(lambda: re.search(r"\(port (\d+)\)", ext.tail()) or (not ext.alive() and "dead"),
-                           30, "the extender to listen")
-            if m == "dead":
-                raise BenchError(f"the extender exited:\n{ext.tail()}")
-            ext_port = int(m.group(1))
+                args += ["--workload", a.wl_files[workload]]
+            ext, ext_port = start_extender(cl, a.gpuslice, args)
             if api_src:  # its own bind writes the Binding; GPU pods are unresolvable until it has the nodes
-                def listed():
-                    if not ext.alive():
-                        raise BenchError(f"the extender exited:\n{ext.tail()}")
-                    t = scrape(lambda: http.client.HTTPConnection("127.0.0.1", ext_port, timeout=10))
-                    n = re.search(r"^gpuslice_extender_nodes (\d+)$", t, re.M)
-                    return n and int(n.group(1)) >= len(nodes)
-                wait(listed, 300, "the extender to list the nodes from the API server", 1)
+                wait(lambda: extender_nodes(ext, ext_port) >= len(nodes), 300,
+                     "the extender to list the nodes from the API server", 1)
                 conf = sched_config(cl.dir, run, a.out, ext_port, ext_port)
             else:
                 shim = BindShim(cl.dir, cl.api_port, ext_port)
                 conf = sched_config(cl.dir, run, a.out, ext_port, shim.port)
         else:
             conf = sched_config(cl.dir, run, a.out)
-        r = subprocess.run(["bash", CLUSTER_SH, "restart-scheduler", cl.dir], capture_output=True, text=True,
-                           timeout=120, env=dict(env, GS_E2E_SCHEDULER_CONFIG=conf, GS_E2E_PORT_BASE=str(cl.base)))
-        if r.returncode != 0:
-            raise BenchError(f"cluster.sh restart-scheduler: exit {r.returncode}\n{r.stderr[-3000:]}")
+        restart_scheduler(cl, conf)
         sched_conn = lambda: Api(cl.dir, cl.sched_port, verify=False).connect(10)  # noqa: E731
         ext_conn = (lambda: http.client.HTTPConnection("127.0.0.1", ext_port, timeout=10)) if ext else None
         # the scheduler has synced its informers once it is healthy; give it the nodes' view
@@ -660,6 +676,60 @@ class ClusterInfo:
         self.api_port, self.sched_port = base + 443, base + 259
         self.image = env.get("GS_E2E_TEST_IMAGE", "gpuslice.local/busybox:e2e")
         self.real_node = env.get("GS_E2E_NODE", "gs-e2e-node")
+
+
+def kwok_binary():
+    """kwok from tests/e2e/build.sh (cached by version; built there if it is not)."""
+    r = subprocess.run(["bash", BUILD_SH, "kwok"], capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise BenchError(f"tests/e2e/build.sh kwok: exit {r.returncode}\n{r.stderr[-3000:]}")
+    return os.path.join(r.stdout.strip().splitlines()[-1], "kwok")
+
+
+def cluster_dir(tag):
+    """(own, DIR, PORT_BASE): GS_E2E_DIR, a cluster that is up, or the script's own cluster's
+    directory /tmp/gse2e.TAG-PORTBASE (GS_E2E_PORT_BASE, default 17800), refused when an API server
+    answers on that port base already (another run's: its pods and its `down` would be shared)."""
+    base = os.environ.get("GS_E2E_PORT_BASE", "17800")
+    if os.environ.get("GS_E2E_DIR"):
+        return False, os.environ["GS_E2E_DIR"], base
+    cdir = f"/tmp/gse2e.{tag}-{base}"
+    try:
+        socket.create_connection(("127.0.0.1", int(base) + 443), timeout=2).close()
+        busy = True
+    except OSError:
+        busy = False
+    if busy:
+        raise BenchError(f"an API server answers on port {int(base) + 443} already (another run on "
+                         f"GS_E2E_PORT_BASE={base}?): another port base, or GS_E2E_DIR={cdir} to use it")
+    return True, cdir, base
+
+
+def cluster_up(cdir, base):
+    env = dict(os.environ, GS_E2E_PORT_BASE=base, GS_E2E_CONTROLLER_MANAGER_ARGS=GRACE)
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", CLUSTER_SH, "up", cdir], capture_output=True, text=True, timeout=900, env=env)
+    if r.returncode != 0:
+        raise BenchError(f"cluster.sh up {cdir}: exit {r.returncode}\n{r.stderr[-4000:]}")
+    log(f"cluster up in {cdir} in {time.monotonic() - t0:.0f} s")
+
+
+def cluster_down(cdir, ok):
+    """cluster.sh down; the directory removed after a run that went well (kept with GS_E2E_KEEP=1)."""
+    d = subprocess.run(["bash", CLUSTER_SH, "down", cdir], capture_output=True, text=True, timeout=300)
+    log(d.stderr.strip().splitlines()[-1] if d.stderr.strip() else f"cluster.sh down: exit {d.returncode}")
+    if ok and d.returncode == 0 and not os.environ.get("GS_E2E_KEEP"):
+        shutil.rmtree(cdir, ignore_errors=True)
+
+
+def start_kwok(cdir, kwok_bin, selector, lease_seconds, pod_stages=False, name="kwok"):
+    """kwok keeping the Nodes labelled SELECTOR=true alive (bench/kwok's node Stages)."""
+    stages = [os.path.join(HERE, "stages-node.yaml")] + \
+        ([os.path.join(HERE, "stage-pod-ready.yaml")] if pod_stages else [])
+    return Proc(cdir, name, [kwok_bin, "--kubeconfig", os.path.join(cdir, "admin.kubeconfig"),
+                             "--manage-nodes-with-label-selector", f"{selector}=true",
+                             "--node-lease-duration-seconds", str(lease_seconds), "-v", "WARN",
+                             "--config", ",".join(stages)])
 
 
 def create_nodes(api, nodes, timeout):
@@ -798,36 +868,16 @@ def main():
         wl_files[w] = f
     a.wl_files = wl_files
 
-    r = subprocess.run(["bash", BUILD_SH, "kwok"], capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        raise BenchError(f"tests/e2e/build.sh kwok: exit {r.returncode}\n{r.stderr[-3000:]}")
-    kwok_bin = os.path.join(r.stdout.strip().splitlines()[-1], "kwok")
-    own = not os.environ.get("GS_E2E_DIR")
+    kwok_bin = kwok_binary()
+    own, cdir, base = cluster_dir("kwok")
     if a.lease_seconds is None:
         a.lease_seconds = 1200 if own else 120
-    base = os.environ.get("GS_E2E_PORT_BASE", "17800")
-    cdir = os.environ.get("GS_E2E_DIR") or f"/tmp/gse2e.kwok-{base}"
-    if own:  # an API server up on this port base is another run's: its pods and its `down` would be shared
-        try:
-            socket.create_connection(("127.0.0.1", int(base) + 443), timeout=2).close()
-            busy = True
-        except OSError:
-            busy = False
-        if busy:
-            raise BenchError(f"an API server answers on port {int(base) + 443} already (another run on "
-                             f"GS_E2E_PORT_BASE={base}?): another port base, or GS_E2E_DIR={cdir} to use it")
     ok = False
     kwok = None
     results = []
     try:
         if own:
-            env = dict(os.environ, GS_E2E_PORT_BASE=base,
-                       GS_E2E_CONTROLLER_MANAGER_ARGS=GRACE)
-            t0 = time.monotonic()
-            r = subprocess.run(["bash", CLUSTER_SH, "up", cdir], capture_output=True, text=True, timeout=900, env=env)
-            if r.returncode != 0:
-                raise BenchError(f"cluster.sh up {cdir}: exit {r.returncode}\n{r.stderr[-4000:]}")
-            log(f"cluster up in {cdir} in {time.monotonic() - t0:.0f} s")
+            cluster_up(cdir, base)
         cl = ClusterInfo(cdir)
         api = Api(cdir, cl.api_port)
         if own:
@@ -835,12 +885,7 @@ def main():
                      ctype="application/merge-patch+json")
         api.json("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
                  ok=(201, 409))
-        stages = [os.path.join(HERE, "stages-node.yaml")] + \
-            ([os.path.join(HERE, "stage-pod-ready.yaml")] if a.pod_stages else [])
-        kwok = Proc(cdir, "kwok", [kwok_bin, "--kubeconfig", os.path.join(cdir, "admin.kubeconfig"),
-                                   "--manage-nodes-with-label-selector", f"{SEL}=true",
-                                   "--node-lease-duration-seconds", str(a.lease_seconds), "-v", "WARN",
-                                   "--config", ",".join(stages)])
+        kwok = start_kwok(cdir, kwok_bin, SEL, a.lease_seconds, a.pod_stages)
         nodes = read_csv(a.nodes_csv)
         total_milli = 1000 * sum(int(n["gpu"]) for n in nodes)
         create_nodes(api, nodes, 600)
@@ -875,10 +920,7 @@ def main():
         if kwok:
             kwok.stop()
         if own:
-            d = subprocess.run(["bash", CLUSTER_SH, "down", cdir], capture_output=True, text=True, timeout=300)
-            log(d.stderr.strip().splitlines()[-1] if d.stderr.strip() else f"cluster.sh down: exit {d.returncode}")
-            if ok and d.returncode == 0 and not os.environ.get("GS_E2E_KEEP"):
-                shutil.rmtree(cdir, ignore_errors=True)
+            cluster_down(cdir, ok)
     return 0
 
 

@@ -1,0 +1,50 @@
+"""A plan of `gpuslice plan` through the real kube-scheduler (bench/kwok_plan.py's check, in the e2e
+cluster): the plan of Alibaba's GenAI trace (../shared/traces/alibaba-genai-v2026, or under
+$GS_SHARED_DIR/traces) on H200, its requests/POD.yaml applied to its 143 pods, bound by the
+scheduler with `gpuslice extender --kubeconfig` (its /bind writes each Binding with the pod's
+`gpuslice.io/gpu-index`) on 18 kwok Nodes (the trace's 144 GPUs) shaped as the agent publishes a
+node of 8 simulated H200s under the plan's policy.yaml (`gpuslice --sim apply --labels`, `--json`):
+
+- every pod is bound, to a GPU index of its node, and no GPU holds more gpuslice.io/gpu-memory or
+  gpuslice.io/gpu-compute than its units;
+- the pods share GPUs: the GPUs they were bound to, distinct (node, gpu-index), are at least the
+  plan's memory bound and fewer than the pods.
+
+Printed, not asserted: the GPUs bound against the plan's GPU count, and the placement judged by
+tests/plan/check_plan.py (the pods' summed duty per bound GPU). The scheduler does not reproduce the
+plan's grouping: the extender takes a pod's share as the larger of its memory and compute fractions,
+so some of the plan's GPUs hold pods whose shares add up to more than one GPU, and it places pods
+one at a time as they come (docs/benchmarks.md, "A plan through the real kube-scheduler").
+
+kwok and the extender are stopped by their pids (also in DIR/run, so that `cluster.sh down` stops
+them if the test dies); the Nodes and pods are deleted and the scheduler's own configuration is
+restored. Every wait is bounded."""
+import json
+import os
+import sys
+import time
+
+from e2e import GPUSLICE, ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import kwok_plan as kp  # noqa: E402  (bench/)
+import kwok_replay as kr  # noqa: E402
+
+NODES = 18
+
+
+def test_plan_requests_bound_by_the_scheduler(cluster, tmp_path):
+    t0 = time.monotonic()
+    mem, duty = kp.trace_csvs(kp.trace_dir(), str(tmp_path))
+    doc, reqs, policy = kp.make_plan(GPUSLICE, mem, duty, "H200", str(tmp_path / "plan"))
+    assert doc["pods"] == len(reqs) == 143 and doc["gpus"] <= 56, {k: doc[k] for k in ("pods", "gpus")}
+    labels, res = kp.node_shape(GPUSLICE, doc["gpu_model"], 8, policy, str(tmp_path))
+    assert res[kp.MEM] == 8 * 140 and labels[kp.MEM + ".product"] == "NVIDIA-H200", (res, labels)
+
+    fig = kp.check_in_cluster(kr.ClusterInfo(cluster.dir), GPUSLICE, doc, reqs, labels, res, NODES,
+                              kr.kwok_binary(), str(tmp_path), timeout=120)
+    bound = fig.pop("bound_by_key")
+    assert len(bound) == 143
+    assert doc["lower_bound"]["memory"] <= fig["gpus_bound"] < len(bound), fig
+    fig.update(kp.judge(doc, bound, mem, duty, str(tmp_path)))
+    print(f"test_plan_kwok: {time.monotonic() - t0:.1f} s: {json.dumps(fig)}")
