@@ -80,6 +80,36 @@ def test_registration_mig_mixed_one_per_resource(h):
     assert ids(h.latest("nvidia.com/mig-2g.20gb")) == [m2g]
 
 
+def _own_threads(a):
+    """The agent's threads of its own (gRPC's have names of theirs)."""
+    names = []
+    for t in os.listdir(f"/proc/{a.pid}/task"):
+        try:
+            with open(f"/proc/{a.pid}/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return sum(n == "gpuslice" for n in names)
+
+
+def test_one_grpc_thread_for_every_resource(h):
+    """The device plugins of every resource (a server and a socket each, and their Register calls)
+    are served by one thread: an agent with three resources has as many threads of its own as one
+    with a single resource."""
+    a = h.agent(h.node(T4X2), WHOLE, resources=["nvidia.com/gpu"])
+    settle(h)
+    one = _own_threads(a)
+    assert a.stop() == 0, a.log()
+    node = h.node(H100_L4)
+    node.mig_create(0, "1g.10gb", 0)
+    node.mig_create(1, "2g.20gb", 0)
+    names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
+    a = h.agent(node, MIXED, resources=names)
+    settle(h)
+    assert len({r.resource_name for r in h.kubelet.registrations if r.ok}) == 3
+    assert _own_threads(a) == one, a.log()
+
+
 # ------------------------------------------------------------------------------- ListAndWatch
 
 def test_time_slicing_nvidia_file(h):
