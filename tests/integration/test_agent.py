@@ -493,6 +493,40 @@ def test_mig_changes_readvertised(h):
     assert agent.alive() and agent.pid == pid
 
 
+def test_gone_resource_gets_an_empty_list_then_stops(h):
+    """A resource that leaves the plan (its only MIG instance destroyed) first sends an empty
+    device list on its stream, so the kubelet withdraws its devices at once, and stops serving once
+    the stream has it: the stream ends and its socket is removed; the other resource stays."""
+    node = h.node(H100_L4)
+    m0 = node.mig_create(0, "1g.10gb", 0)
+    a = h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])
+    sock = os.path.join(h.kdir, sock_name("nvidia.com/mig-1g.10gb"))
+    assert os.path.exists(sock)
+    t = time.monotonic()
+    node.mig_destroy(0, node.mig_device(m0)["gi_id"])
+    h.kubelet.wait_for("nvidia.com/mig-1g.10gb", lambda devs: devs == [], after=t, timeout=3)
+    h.kubelet.wait_disconnected("nvidia.com/mig-1g.10gb", timeout=3)
+    a.wait_log(r"Stopped serving nvidia.com/mig-1g.10gb", timeout=3)
+    assert not os.path.exists(sock)
+    gpu = ids(h.latest("nvidia.com/gpu"))
+    assert gpu and h.kubelet.allocate("nvidia.com/gpu", gpu[:1]).envs["NVIDIA_VISIBLE_DEVICES"] == gpu[0]
+
+
+def test_deleted_socket_served_again(h):
+    """A plugin socket deleted (the kubelet's clean-up does that) is made again and registered
+    again, and the new stream lists the devices; kubelet.sock itself did not change."""
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    sock = os.path.join(h.kdir, sock_name("nvidia.com/gpu"))
+    t = time.monotonic()
+    os.unlink(sock)
+    h.kubelet.wait_registration("nvidia.com/gpu", timeout=5, after=t)
+    h.kubelet.wait_for("nvidia.com/gpu", lambda devs: ids(devs) == sorted(node.uuids()), after=t, timeout=5)
+    assert os.path.exists(sock)
+    a.wait_log(r"Socket .*gpuslice-nvidia.com_gpu.sock was deleted")
+    assert h.kubelet.allocate("nvidia.com/gpu", [node.uuids()[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == node.uuids()[1]
+
+
 # ------------------------------------------------------------------------------- process life cycle
 
 def test_sigterm_exits_0_and_removes_sockets(h):
