@@ -1,22 +1,16 @@
-/* deviceplugin.c: kubelet Device Plugin API v1beta1 on the gRPC core C API (see deviceplugin.h).
+/* deviceplugin.c: kubelet Device Plugin API v1beta1 on the gRPC engine of grpcsrv.h (see
+ * deviceplugin.h).
  *
- * Every asynchronous operation carries a tag that points at its call; a plugin counts the tags
- * it has outstanding and is torn down only when all have come back. A plugin restart (kubelet
- * restart, socket deleted) shuts the old server down completely before binding the same path
- * again, because gRPC unlinks a unix socket's path when its listener is destroyed. */
+ * Every plugin is a server of the manager's one loop (its thread, its lock), and its Register
+ * call to the kubelet a client call on that loop. A plugin stops with its server closed and its
+ * Register call back; a restart (kubelet restart, socket deleted) waits for that before binding
+ * the same path again, because gRPC unlinks a unix socket's path when its listener is destroyed. */
 #include "kubelet/deviceplugin.h"
-#include "kubelet/pbmsg.h"
+#include "kubelet/grpcsrv.h"
 
 #include <errno.h>
-#include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
-#include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
-#include <grpc/slice.h>
-#include <grpc/support/time.h>
+#include <grpc/status.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,37 +30,8 @@
 #define IDLE_WAIT_MS 30000
 #define REGISTER_DEADLINE_MS 10000
 
-enum op { OP_NEW, OP_RECV, OP_DONE, OP_SEND, OP_CLOSE, OP_REGISTER, OP_SHUTDOWN, OP_COUNT };
-enum call_kind { CALL_SERVER, CALL_REGISTER };
 enum plugin_state { P_RUNNING, P_STOPPING, P_STOPPED };
 enum reg_state { R_WAIT, R_IN_FLIGHT, R_DONE };
-
-struct dp_plugin;
-
-struct tag {
-    struct dp_call *call;
-    struct dp_plugin *plugin; /* for OP_SHUTDOWN */
-    enum op op;
-};
-
-struct dp_call {
-    enum call_kind kind;
-    struct dp_plugin *p;
-    struct tag tags[OP_COUNT];
-    grpc_call *call;
-    grpc_call_details details;
-    grpc_metadata_array md, trailing;
-    grpc_byte_buffer *recv;
-    int cancelled;
-    /* ListAndWatch stream */
-    bool is_stream, closed, close_done, send_in_flight;
-    unsigned long long sent_version;
-    struct dp_call *next_stream;
-    /* Register */
-    grpc_channel *channel;
-    grpc_status_code status;
-    grpc_slice status_details;
-};
 
 struct dp_plugin {
     struct dp_manager *m;
@@ -74,32 +39,24 @@ struct dp_plugin {
     char resource[GS_RESOURCE_NAME_MAX];
     char endpoint[128];
     char socket_path[PATH_MAX + 160];
-    grpc_server *server;
+    struct gs_grpc_server *srv;      /* P_RUNNING, P_STOPPING until it is gone */
     enum plugin_state state;
     bool restart_when_stopped, remove_when_stopped;
     bool draining;                   /* removed: stop once the empty list reached every stream */
-    unsigned refs;
-    struct tag shutdown_tag;
     struct gs_resource devices;      /* owned copy of the advertised list */
-    unsigned long long version;
-    struct dp_call *streams;
     enum reg_state reg;
     unsigned long long reg_at_ns;    /* R_WAIT: when to try */
-    struct dp_call *reg_call;        /* R_IN_FLIGHT */
+    struct gs_grpc_call *reg_call;   /* R_IN_FLIGHT */
     unsigned long long reg_ino;      /* kubelet.sock's identity when Register was sent: which kubelet */
     bool reregister;                 /* a new kubelet appeared while Register was in flight */
     unsigned backoff_ms;
 };
 
 struct dp_manager {
-    pthread_mutex_t lock;            /* everything below; taken around each event and API call */
-    pthread_t thread;
-    bool thread_started;
-    atomic_bool stop;
+    struct gs_grpc_loop *loop;       /* its lock guards everything below */
     char dir[PATH_MAX];
     char kubelet_sock[PATH_MAX + 16];
     struct dp_handlers h;
-    grpc_completion_queue *cq;
     struct dp_plugin *plugins;
 };
 
@@ -110,158 +67,112 @@ void dp_socket_name(const char *resource, char *buf, size_t len) {
             *p = '_';
 }
 
-/* ---- messages ------------------------------------------------------------------------------- */
+/* ---- request handlers (on the loop's thread, its lock held) --------------------------------- */
 
-static grpc_byte_buffer *pack_device_list(const struct gs_resource *r) {
-    V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
-    size_t n = r->n_devices;
-    V1beta1__Device *devs = calloc(n ? n : 1, sizeof(*devs));
-    V1beta1__Device **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
-    V1beta1__TopologyInfo *topo = calloc(n ? n : 1, sizeof(*topo));
-    V1beta1__NUMANode *numa = calloc(n ? n : 1, sizeof(*numa));
-    V1beta1__NUMANode **numa_ptrs = calloc(n ? n : 1, sizeof(*numa_ptrs));
-    grpc_byte_buffer *bb = NULL;
-    if (!devs || !ptrs || !topo || !numa || !numa_ptrs)
-        goto out;
+static int handle_options(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    (void)ctx, (void)req;
+    V1beta1__DevicePluginOptions *o = malloc(sizeof(*o));
+    if (!o) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    v1beta1__device_plugin_options__init(o);
+    o->get_preferred_allocation_available = 1;
+    o->pre_start_required = 0;
+    *resp = &o->base;
+    return 0;
+}
+
+static int handle_pre_start(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err, size_t errlen) {
+    (void)ctx, (void)req;
+    V1beta1__PreStartContainerResponse *r = malloc(sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    v1beta1__pre_start_container_response__init(r);
+    *resp = &r->base;
+    return 0;
+}
+
+static void release_plain(void *ctx, ProtobufCMessage *resp) {
+    (void)ctx;
+    free(resp);
+}
+
+/* A ListAndWatch message: the resource's whole device list. */
+struct device_list {
+    V1beta1__ListAndWatchResponse resp; /* first: the message given back to release */
+    V1beta1__Device *devs, **ptrs;
+    V1beta1__TopologyInfo *topo;
+    V1beta1__NUMANode *numa, **numa_ptrs;
+};
+
+static void release_device_list(void *ctx, ProtobufCMessage *resp) {
+    (void)ctx;
+    struct device_list *l = (struct device_list *)resp;
+    free(l->devs);
+    free(l->ptrs);
+    free(l->topo);
+    free(l->numa);
+    free(l->numa_ptrs);
+    free(l);
+}
+
+static int handle_list_and_watch(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, char *err,
+                                 size_t errlen) {
+    (void)req;
+    const struct gs_resource *r = &((struct dp_plugin *)ctx)->devices;
+    size_t n = r->n_devices, room = n ? n : 1;
+    struct device_list *l = calloc(1, sizeof(*l));
+    if (l) {
+        v1beta1__list_and_watch_response__init(&l->resp);
+        l->devs = calloc(room, sizeof(*l->devs));
+        l->ptrs = calloc(room, sizeof(*l->ptrs));
+        l->topo = calloc(room, sizeof(*l->topo));
+        l->numa = calloc(room, sizeof(*l->numa));
+        l->numa_ptrs = calloc(room, sizeof(*l->numa_ptrs));
+    }
+    if (!l || !l->devs || !l->ptrs || !l->topo || !l->numa || !l->numa_ptrs) {
+        if (l)
+            release_device_list(NULL, &l->resp.base);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     for (size_t i = 0; i < n; i++) {
         const struct gs_device *d = &r->devices[i];
-        v1beta1__device__init(&devs[i]);
-        devs[i].id = (char *)d->id;
-        devs[i].health = d->healthy ? "Healthy" : "Unhealthy";
+        v1beta1__device__init(&l->devs[i]);
+        l->devs[i].id = (char *)d->id;
+        l->devs[i].health = d->healthy ? "Healthy" : "Unhealthy";
         if (d->numa_node >= 0) {
-            v1beta1__topology_info__init(&topo[i]);
-            v1beta1__numanode__init(&numa[i]);
-            numa[i].id = d->numa_node;
-            numa_ptrs[i] = &numa[i];
-            topo[i].n_nodes = 1;
-            topo[i].nodes = &numa_ptrs[i];
-            devs[i].topology = &topo[i];
+            v1beta1__topology_info__init(&l->topo[i]);
+            v1beta1__numanode__init(&l->numa[i]);
+            l->numa[i].id = d->numa_node;
+            l->numa_ptrs[i] = &l->numa[i];
+            l->topo[i].n_nodes = 1;
+            l->topo[i].nodes = &l->numa_ptrs[i];
+            l->devs[i].topology = &l->topo[i];
         }
-        ptrs[i] = &devs[i];
+        l->ptrs[i] = &l->devs[i];
     }
-    resp.n_devices = n;
-    resp.devices = ptrs;
-    bb = gs_pb_pack(&resp.base);
-out:
-    free(devs);
-    free(ptrs);
-    free(topo);
-    free(numa);
-    free(numa_ptrs);
-    return bb;
+    l->resp.n_devices = n;
+    l->resp.devices = l->ptrs;
+    *resp = &l->resp.base;
+    return 0;
 }
 
-/* ---- calls and tags ------------------------------------------------------------------------- */
-
-static struct dp_call *call_new(struct dp_plugin *p, enum call_kind kind) {
-    struct dp_call *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->kind = kind;
-    c->p = p;
-    for (int i = 0; i < OP_COUNT; i++)
-        c->tags[i] = (struct tag){ c, p, (enum op)i };
-    grpc_call_details_init(&c->details);
-    grpc_metadata_array_init(&c->md);
-    grpc_metadata_array_init(&c->trailing);
-    c->status_details = grpc_empty_slice();
-    return c;
-}
-
-static void call_free(struct dp_call *c) {
-    if (c->recv)
-        grpc_byte_buffer_destroy(c->recv);
-    if (c->call)
-        grpc_call_unref(c->call);
-    if (c->channel)
-        grpc_channel_destroy(c->channel);
-    grpc_call_details_destroy(&c->details);
-    grpc_metadata_array_destroy(&c->md);
-    grpc_metadata_array_destroy(&c->trailing);
-    grpc_slice_unref(c->status_details);
-    free(c);
-}
-
-static bool start_batch(struct dp_call *c, const grpc_op *ops, size_t n, enum op op) {
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->tags[op], NULL);
-    if (e != GRPC_CALL_OK) {
-        log_error("gRPC start_batch failed for %s (op %d): error %d", c->p->resource, (int)op, (int)e);
-        return false;
-    }
-    c->p->refs++;
-    return true;
-}
-
+static void check_drain(struct dp_plugin *p);
 static void plugin_maybe_finish(struct dp_plugin *p);
-static void plugin_start(struct dp_plugin *p);
-static void register_start(struct dp_plugin *p);
 
-static void request_new_call(struct dp_plugin *p) {
-    if (p->state != P_RUNNING)
-        return;
-    struct dp_call *c = call_new(p, CALL_SERVER);
-    if (!c)
-        return;
-    grpc_call_error e =
-        grpc_server_request_call(p->server, &c->call, &c->details, &c->md, p->m->cq, p->m->cq, &c->tags[OP_NEW]);
-    if (e != GRPC_CALL_OK) {
-        log_error("gRPC request_call failed for %s: error %d", p->resource, (int)e);
-        call_free(c);
-        return;
-    }
-    p->refs++;
+static void list_and_watch_event(void *ctx, enum gs_grpc_stream_event ev) {
+    struct dp_plugin *p = ctx;
+    if (ev == GS_GRPC_STREAM_OPENED)
+        log_info("ListAndWatch %s: kubelet connected, sending %u devices", p->resource, p->devices.n_devices);
+    else if (ev == GS_GRPC_STREAM_CLOSED)
+        log_info("ListAndWatch %s: stream closed", p->resource);
+    check_drain(p);
 }
 
-/* Sends a unary answer (msg may be NULL when status is not OK) and waits for the close. */
-static void send_unary(struct dp_call *c, const ProtobufCMessage *msg, grpc_status_code status, const char *details) {
-    grpc_call_error e = gs_grpc_answer(c->call, msg, status, details, &c->cancelled, &c->tags[OP_DONE]);
-    if (e != GRPC_CALL_OK) {
-        log_error("gRPC start_batch failed for %s (op %d): error %d", c->p->resource, (int)OP_DONE, (int)e);
-        call_free(c);
-        return;
-    }
-    c->p->refs++;
-}
-
-static void stream_send(struct dp_call *c) {
-    struct dp_plugin *p = c->p;
-    if (c->closed || c->send_in_flight || c->sent_version == p->version)
-        return;
-    grpc_byte_buffer *bb = pack_device_list(&p->devices);
-    if (!bb)
-        return;
-    grpc_op ops[2];
-    memset(ops, 0, sizeof(ops));
-    size_t n = 0;
-    if (c->sent_version == 0)
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = bb;
-    unsigned long long v = p->version;
-    if (start_batch(c, ops, n, OP_SEND)) {
-        c->send_in_flight = true;
-        c->sent_version = v;
-    }
-    grpc_byte_buffer_destroy(bb);
-}
-
-static void stream_unlink(struct dp_call *c) {
-    for (struct dp_call **pp = &c->p->streams; *pp; pp = &(*pp)->next_stream) {
-        if (*pp == c) {
-            *pp = c->next_stream;
-            return;
-        }
-    }
-}
-
-/* ---- request handlers ----------------------------------------------------------------------- */
-
-static void handle_options(struct dp_call *c) {
-    V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
-    o.get_preferred_allocation_available = 1;
-    o.pre_start_required = 0;
-    send_unary(c, &o.base, GRPC_STATUS_OK, NULL);
-}
 
 /* The CDI part of one container's answer (cdi-cri: cdi_devices; cdi-annotations: one annotation). */
 struct cdi_room {
@@ -336,77 +247,96 @@ static void fill_container_response(V1beta1__ContainerAllocateResponse *cr, cons
     cr->mounts = mountp;
 }
 
-static void handle_allocate(struct dp_call *c) {
-    struct dp_plugin *p = c->p;
-    char why[640];
-    V1beta1__AllocateRequest *req =
-        (V1beta1__AllocateRequest *)gs_pb_unpack_request(&v1beta1__allocate_request__descriptor, c->recv, why, sizeof(why));
-    if (!req) {
-        log_warn("Allocate %s refused: %s", p->resource, why);
-        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
-        return;
-    }
-    size_t n = req->n_container_requests;
-    struct gs_alloc_response *alloc = calloc(n ? n : 1, sizeof(*alloc));
-    V1beta1__ContainerAllocateResponse *crs = calloc(n ? n : 1, sizeof(*crs));
-    V1beta1__ContainerAllocateResponse **crp = calloc(n ? n : 1, sizeof(*crp));
+/* An Allocate answer and everything its message points into. */
+struct alloc_answer {
+    V1beta1__AllocateResponse resp; /* first: the message given back to release */
+    size_t done;                    /* alloc[0..done) to free */
+    struct gs_alloc_response *alloc;
+    V1beta1__ContainerAllocateResponse *crs, **crp;
+    V1beta1__ContainerAllocateResponse__EnvsEntry *envs, **envp;
+    V1beta1__DeviceSpec *specs, **specp;
+    V1beta1__Mount *mounts, **mountp;
+    struct cdi_room *cdi;
+};
+
+static void release_alloc(void *ctx, ProtobufCMessage *resp) {
+    (void)ctx;
+    struct alloc_answer *a = (struct alloc_answer *)resp;
+    for (size_t i = 0; i < a->done; i++)
+        gs_alloc_response_free(&a->alloc[i]);
+    free(a->alloc);
+    free(a->crs);
+    free(a->crp);
+    free(a->envs);
+    free(a->envp);
+    free(a->specs);
+    free(a->specp);
+    free(a->mounts);
+    free(a->mountp);
+    free(a->cdi);
+    free(a);
+}
+
+static int handle_allocate(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, char *err, size_t errlen) {
+    struct dp_plugin *p = ctx;
+    const V1beta1__AllocateRequest *req = (const V1beta1__AllocateRequest *)msg;
+    size_t n = req->n_container_requests, room = n ? n : 1;
     size_t env_room = 1 + GS_ALLOC_MAX_ENVS;
-    V1beta1__ContainerAllocateResponse__EnvsEntry *envs = calloc(env_room * (n ? n : 1), sizeof(*envs));
-    V1beta1__ContainerAllocateResponse__EnvsEntry **envp = calloc(env_room * (n ? n : 1), sizeof(*envp));
-    V1beta1__DeviceSpec *specs = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specs));
-    V1beta1__DeviceSpec **specp = calloc((n ? n : 1) * GS_ALLOC_MAX_DEVSPECS, sizeof(*specp));
     size_t total_ids = 0;
     for (size_t i = 0; i < n; i++)
         total_ids += req->container_requests[i]->n_devices_ids;
     size_t mount_room = total_ids + GS_ALLOC_MAX_EXTRA_MOUNTS * n + 1; /* volume mounts + MPS's and the guard's */
-    struct cdi_room *cdi = calloc(n ? n : 1, sizeof(*cdi));
-    V1beta1__Mount *mounts = calloc(mount_room, sizeof(*mounts));
-    V1beta1__Mount **mountp = calloc(mount_room, sizeof(*mountp));
-    size_t done = 0, mount_off = 0;
-    char err[256] = "";
-    int rc = 0;
-    if (!alloc || !crs || !crp || !envs || !envp || !specs || !specp || !mounts || !mountp || !cdi) {
-        rc = -ENOMEM;
-        snprintf(err, sizeof(err), "out of memory");
+    struct alloc_answer *a = calloc(1, sizeof(*a));
+    if (a) {
+        v1beta1__allocate_response__init(&a->resp);
+        a->alloc = calloc(room, sizeof(*a->alloc));
+        a->crs = calloc(room, sizeof(*a->crs));
+        a->crp = calloc(room, sizeof(*a->crp));
+        a->envs = calloc(env_room * room, sizeof(*a->envs));
+        a->envp = calloc(env_room * room, sizeof(*a->envp));
+        a->specs = calloc(room * GS_ALLOC_MAX_DEVSPECS, sizeof(*a->specs));
+        a->specp = calloc(room * GS_ALLOC_MAX_DEVSPECS, sizeof(*a->specp));
+        a->cdi = calloc(room, sizeof(*a->cdi));
+        a->mounts = calloc(mount_room, sizeof(*a->mounts));
+        a->mountp = calloc(mount_room, sizeof(*a->mountp));
     }
+    char why[256] = "";
+    int rc = 0;
+    if (!a || !a->alloc || !a->crs || !a->crp || !a->envs || !a->envp || !a->specs || !a->specp || !a->mounts ||
+        !a->mountp || !a->cdi) {
+        rc = -ENOMEM;
+        snprintf(why, sizeof(why), "out of memory");
+    }
+    size_t mount_off = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const V1beta1__ContainerAllocateRequest *cr = req->container_requests[i];
         rc = p->m->h.allocate(p->m->h.ctx, &p->devices, (const char *const *)cr->devices_ids, cr->n_devices_ids,
-                              &alloc[i], err, sizeof(err));
+                              &a->alloc[i], why, sizeof(why));
         if (rc < 0)
             break;
-        done++;
-        fill_container_response(&crs[i], &alloc[i], &envs[env_room * i], &envp[env_room * i], &specs[i * GS_ALLOC_MAX_DEVSPECS],
-                                &specp[i * GS_ALLOC_MAX_DEVSPECS], &mounts[mount_off], &mountp[mount_off]);
-        fill_cdi(&crs[i], &alloc[i], &cdi[i]);
-        mount_off += alloc[i].n_mounts + alloc[i].n_extra_mounts;
-        crp[i] = &crs[i];
+        a->done++;
+        fill_container_response(&a->crs[i], &a->alloc[i], &a->envs[env_room * i], &a->envp[env_room * i],
+                                &a->specs[i * GS_ALLOC_MAX_DEVSPECS], &a->specp[i * GS_ALLOC_MAX_DEVSPECS],
+                                &a->mounts[mount_off], &a->mountp[mount_off]);
+        fill_cdi(&a->crs[i], &a->alloc[i], &a->cdi[i]);
+        mount_off += a->alloc[i].n_mounts + a->alloc[i].n_extra_mounts;
+        a->crp[i] = &a->crs[i];
         /* debug, not info: a line per Allocate cost the call a fifth of its median time */
         log_debug("Allocate %s: %s -> %s%s", p->resource, cr->n_devices_ids ? cr->devices_ids[0] : "",
-                 alloc[i].n_cdi ? "CDI " : "NVIDIA_VISIBLE_DEVICES=", alloc[i].n_cdi ? alloc[i].cdi[0] : alloc[i].visible_devices);
+                  a->alloc[i].n_cdi ? "CDI " : "NVIDIA_VISIBLE_DEVICES=",
+                  a->alloc[i].n_cdi ? a->alloc[i].cdi[0] : a->alloc[i].visible_devices);
     }
-    if (rc == 0) {
-        V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
-        resp.n_container_responses = n;
-        resp.container_responses = crp;
-        send_unary(c, &resp.base, GRPC_STATUS_OK, NULL);
-    } else {
-        log_warn("Allocate %s refused: %s", p->resource, err);
-        send_unary(c, NULL, gs_grpc_status_of(rc), err);
+    if (rc < 0) {
+        log_warn("Allocate %s refused: %s", p->resource, why);
+        snprintf(err, errlen, "%s", why);
+        if (a)
+            release_alloc(NULL, &a->resp.base);
+        return rc;
     }
-    for (size_t i = 0; i < done; i++)
-        gs_alloc_response_free(&alloc[i]);
-    free(alloc);
-    free(crs);
-    free(crp);
-    free(envs);
-    free(envp);
-    free(specs);
-    free(specp);
-    free(mounts);
-    free(mountp);
-    free(cdi);
-    protobuf_c_message_free_unpacked(&req->base, NULL);
+    a->resp.n_container_responses = n;
+    a->resp.container_responses = a->crp;
+    *out = &a->resp.base;
+    return 0;
 }
 
 static bool listed_before(char *const *ids, size_t n, const char *id) {
@@ -468,101 +398,83 @@ static int check_preferred(const struct gs_resource *res, const V1beta1__Contain
     return 0;
 }
 
-static void handle_preferred(struct dp_call *c) {
-    struct dp_plugin *p = c->p;
-    char why[640];
-    V1beta1__PreferredAllocationRequest *req = (V1beta1__PreferredAllocationRequest *)gs_pb_unpack_request(
-        &v1beta1__preferred_allocation_request__descriptor, c->recv, why, sizeof(why));
-    if (!req) {
-        log_warn("GetPreferredAllocation %s refused: %s", p->resource, why);
-        send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
-        return;
-    }
-    size_t n = req->n_container_requests;
+/* A GetPreferredAllocation answer and the IDs it points to (the request's strings). */
+struct preferred_answer {
+    V1beta1__PreferredAllocationResponse resp; /* first: the message given back to release */
+    size_t n;
+    V1beta1__ContainerPreferredAllocationResponse *crs, **crp;
+    const char ***chosen;
+};
+
+static void release_preferred(void *ctx, ProtobufCMessage *resp) {
+    (void)ctx;
+    struct preferred_answer *a = (struct preferred_answer *)resp;
+    for (size_t i = 0; a->chosen && i < a->n; i++)
+        free(a->chosen[i]);
+    free(a->chosen);
+    free(a->crs);
+    free(a->crp);
+    free(a);
+}
+
+static int handle_preferred(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, char *err, size_t errlen) {
+    struct dp_plugin *p = ctx;
+    const V1beta1__PreferredAllocationRequest *req = (const V1beta1__PreferredAllocationRequest *)msg;
+    size_t n = req->n_container_requests, room = n ? n : 1;
     for (size_t i = 0; i < n; i++) {
-        if (check_preferred(&p->devices, req->container_requests[i], i, why, sizeof(why)) < 0) {
-            log_warn("GetPreferredAllocation %s refused: %s", p->resource, why);
-            send_unary(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
-            protobuf_c_message_free_unpacked(&req->base, NULL);
-            return;
+        if (check_preferred(&p->devices, req->container_requests[i], i, err, errlen) < 0) {
+            log_warn("GetPreferredAllocation %s refused: %s", p->resource, err);
+            return -EINVAL;
         }
     }
-    V1beta1__ContainerPreferredAllocationResponse *crs = calloc(n ? n : 1, sizeof(*crs));
-    V1beta1__ContainerPreferredAllocationResponse **crp = calloc(n ? n : 1, sizeof(*crp));
-    const char ***chosen = calloc(n ? n : 1, sizeof(*chosen));
-    bool ok = crs && crp && chosen;
+    struct preferred_answer *a = calloc(1, sizeof(*a));
+    bool ok = a;
+    if (a) {
+        v1beta1__preferred_allocation_response__init(&a->resp);
+        a->n = n;
+        a->crs = calloc(room, sizeof(*a->crs));
+        a->crp = calloc(room, sizeof(*a->crp));
+        a->chosen = calloc(room, sizeof(*a->chosen));
+        ok = a->crs && a->crp && a->chosen;
+    }
     for (size_t i = 0; ok && i < n; i++) {
         const V1beta1__ContainerPreferredAllocationRequest *r = req->container_requests[i];
         size_t size = (size_t)r->allocation_size; /* checked: 1 .. n_available_deviceids */
-        chosen[i] = calloc(size, sizeof(char *));
-        if (!chosen[i]) {
+        a->chosen[i] = calloc(size, sizeof(char *));
+        if (!a->chosen[i]) {
             ok = false;
             break;
         }
         size_t k = p->m->h.preferred(p->m->h.ctx, &p->devices, (const char *const *)r->available_deviceids,
                                      r->n_available_deviceids, (const char *const *)r->must_include_deviceids,
-                                     r->n_must_include_deviceids, size, chosen[i]);
-        v1beta1__container_preferred_allocation_response__init(&crs[i]);
-        crs[i].n_deviceids = k;
-        crs[i].deviceids = (char **)chosen[i];
-        crp[i] = &crs[i];
+                                     r->n_must_include_deviceids, size, a->chosen[i]);
+        v1beta1__container_preferred_allocation_response__init(&a->crs[i]);
+        a->crs[i].n_deviceids = k;
+        a->crs[i].deviceids = (char **)a->chosen[i];
+        a->crp[i] = &a->crs[i];
     }
-    if (ok) {
-        V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
-        resp.n_container_responses = n;
-        resp.container_responses = crp;
-        send_unary(c, &resp.base, GRPC_STATUS_OK, NULL);
-    } else {
-        send_unary(c, NULL, GRPC_STATUS_INTERNAL, "out of memory");
+    if (!ok) {
+        if (a)
+            release_preferred(NULL, &a->resp.base);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
     }
-    for (size_t i = 0; chosen && i < n; i++)
-        free(chosen[i]);
-    free(chosen);
-    free(crs);
-    free(crp);
-    protobuf_c_message_free_unpacked(&req->base, NULL);
+    a->resp.n_container_responses = n;
+    a->resp.container_responses = a->crp;
+    *out = &a->resp.base;
+    return 0;
 }
 
-static void handle_list_and_watch(struct dp_call *c) {
-    struct dp_plugin *p = c->p;
-    c->is_stream = true;
-    c->next_stream = p->streams;
-    p->streams = c;
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (!start_batch(c, &op, 1, OP_CLOSE)) {
-        stream_unlink(c);
-        call_free(c);
-        return;
-    }
-    log_info("ListAndWatch %s: kubelet connected, sending %u devices", p->resource, p->devices.n_devices);
-    stream_send(c);
-}
-
-static bool method_is(const grpc_call_details *d, const char *name) {
-    size_t pl = strlen(METHOD_PREFIX), nl = strlen(name);
-    return GRPC_SLICE_LENGTH(d->method) == pl + nl &&
-           memcmp(GRPC_SLICE_START_PTR(d->method), METHOD_PREFIX, pl) == 0 &&
-           memcmp(GRPC_SLICE_START_PTR(d->method) + pl, name, nl) == 0;
-}
-
-static void dispatch(struct dp_call *c) {
-    if (method_is(&c->details, "GetDevicePluginOptions"))
-        handle_options(c);
-    else if (method_is(&c->details, "ListAndWatch"))
-        handle_list_and_watch(c);
-    else if (method_is(&c->details, "Allocate"))
-        handle_allocate(c);
-    else if (method_is(&c->details, "GetPreferredAllocation"))
-        handle_preferred(c);
-    else if (method_is(&c->details, "PreStartContainer")) {
-        V1beta1__PreStartContainerResponse r = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
-        send_unary(c, &r.base, GRPC_STATUS_OK, NULL);
-    } else
-        send_unary(c, NULL, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
-}
+static const struct gs_grpc_method dp_methods[] = {
+    { METHOD_PREFIX "GetDevicePluginOptions", &v1beta1__empty__descriptor, handle_options, release_plain },
+    { METHOD_PREFIX "ListAndWatch", &v1beta1__empty__descriptor, handle_list_and_watch, release_device_list, true, 0,
+      list_and_watch_event },
+    { METHOD_PREFIX "Allocate", &v1beta1__allocate_request__descriptor, handle_allocate, release_alloc },
+    { METHOD_PREFIX "GetPreferredAllocation", &v1beta1__preferred_allocation_request__descriptor, handle_preferred,
+      release_preferred },
+    { METHOD_PREFIX "PreStartContainer", &v1beta1__pre_start_container_request__descriptor, handle_pre_start,
+      release_plain },
+};
 
 /* ---- registration --------------------------------------------------------------------------- */
 
@@ -578,32 +490,12 @@ static unsigned long long kubelet_ino(const struct dp_manager *m) {
     return id ? id : 1;
 }
 
+static void register_done(void *ctx, const struct gs_grpc_result *res);
+
 static void register_start(struct dp_plugin *p) {
     struct dp_manager *m = p->m;
     p->reg_ino = kubelet_ino(m);
     p->reregister = false;
-    struct dp_call *c = call_new(p, CALL_REGISTER);
-    if (!c)
-        return;
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    char target[PATH_MAX + 32];
-    snprintf(target, sizeof(target), "unix:%s", m->kubelet_sock);
-    /* A private subchannel with short reconnect backoff: gRPC shares subchannels between
-     * channels to one target, and one that failed while the kubelet was down would make the next
-     * Register wait out a backoff of a second or more. */
-    grpc_arg args[] = {
-        { GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, { .integer = 1 } },
-        { GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MIN_MS } },
-        { GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MIN_MS } },
-        { GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, { .integer = BACKOFF_MAX_MS } },
-    };
-    grpc_channel_args chan_args = { GS_ARRAY_SIZE(args), args };
-    c->channel = grpc_channel_create(target, creds, &chan_args);
-    grpc_channel_credentials_release(creds);
-    grpc_slice method = grpc_slice_from_static_string(REGISTER_METHOD);
-    gpr_timespec deadline =
-        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(REGISTER_DEADLINE_MS, GPR_TIMESPAN));
-    c->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, m->cq, method, NULL, deadline, NULL);
     V1beta1__DevicePluginOptions opts = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     opts.get_preferred_allocation_available = 1;
     V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
@@ -611,84 +503,70 @@ static void register_start(struct dp_plugin *p) {
     req.endpoint = p->endpoint;
     req.resource_name = p->resource;
     req.options = &opts;
-    grpc_byte_buffer *bb = gs_pb_pack(&req.base);
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &c->recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &c->trailing;
-    ops[5].data.recv_status_on_client.status = &c->status;
-    ops[5].data.recv_status_on_client.status_details = &c->status_details;
-    if (!bb || !c->call || !start_batch(c, ops, 6, OP_REGISTER)) {
-        call_free(c);
+    /* A private subchannel with short reconnect backoff: gRPC shares subchannels between
+     * channels to one target, and one that failed while the kubelet was down would make the next
+     * Register wait out a backoff of a second or more. */
+    struct gs_grpc_request r = {
+        .socket_path = m->kubelet_sock,
+        .method = REGISTER_METHOD,
+        .msg = &req.base,
+        .deadline_ms = REGISTER_DEADLINE_MS,
+        .reconnect_ms = BACKOFF_MIN_MS,
+        .reconnect_max_ms = BACKOFF_MAX_MS,
+    };
+    if (gs_grpc_call_start(m->loop, &r, register_done, p, &p->reg_call) < 0) {
+        p->reg_call = NULL;
         p->reg = R_WAIT;
         p->reg_at_ns = gs_now_ns() + (unsigned long long)p->backoff_ms * 1000000ULL;
     } else {
         p->reg = R_IN_FLIGHT;
-        p->reg_call = c;
     }
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
 }
 
-static void register_done(struct dp_call *c, bool ok) {
-    struct dp_plugin *p = c->p;
+static void register_done(void *ctx, const struct gs_grpc_result *res) {
+    struct dp_plugin *p = ctx;
     p->reg_call = NULL;
     if (p->state != P_RUNNING) {
         p->reg = R_WAIT;
-    } else if (ok && c->status == GRPC_STATUS_OK) {
+    } else if (res->status == GRPC_STATUS_OK) {
         p->reg = R_DONE;
         p->backoff_ms = BACKOFF_MIN_MS;
         log_info("Registered %s with the kubelet (endpoint %s)", p->resource, p->endpoint);
         /* Sent while no kubelet.sock existed, it can only have reached the new kubelet. */
         unsigned long long now = kubelet_ino(p->m);
         if (p->reregister && p->reg_ino && now != p->reg_ino) {
-            call_free(c);
             register_start(p); /* that was the old kubelet: register with the new one */
             return;
         }
         p->reg_ino = now;
     } else {
-        char details[256];
-        gs_grpc_details(c->status_details, details, sizeof(details));
         log_warn("Failed to register %s with the kubelet at %s: %s (status %d); retrying in %u ms", p->resource,
-                 p->m->kubelet_sock, details[0] ? details : "no answer", (int)c->status, p->backoff_ms);
+                 p->m->kubelet_sock, res->details[0] ? res->details : "no answer", res->status, p->backoff_ms);
         p->reg = R_WAIT;
         p->reg_at_ns = gs_now_ns() + (unsigned long long)p->backoff_ms * 1000000ULL;
         p->backoff_ms = p->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : p->backoff_ms * 2;
     }
-    call_free(c);
+    plugin_maybe_finish(p);
 }
 
 /* ---- plugin lifecycle ----------------------------------------------------------------------- */
 
+static void plugin_closed(void *ctx) {
+    struct dp_plugin *p = ctx;
+    p->srv = NULL;
+    plugin_maybe_finish(p);
+}
+
 static void plugin_start(struct dp_plugin *p) {
-    struct dp_manager *m = p->m;
-    unlink(p->socket_path); /* a stale socket from an earlier run */
-    p->server = grpc_server_create(NULL, NULL);
-    grpc_server_register_completion_queue(p->server, m->cq, NULL);
-    char addr[sizeof(p->socket_path) + 8];
-    snprintf(addr, sizeof(addr), "unix:%s", p->socket_path);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(p->server, addr, creds);
-    grpc_server_credentials_release(creds);
-    if (!port) {
+    int rc = gs_grpc_server_add(p->m->loop, p->socket_path, dp_methods, GS_ARRAY_SIZE(dp_methods), p, plugin_closed,
+                                &p->srv);
+    if (rc < 0) {
         log_error("Failed to listen on %s for %s", p->socket_path, p->resource);
-        grpc_server_destroy(p->server);
-        p->server = NULL;
+        p->srv = NULL;
         p->state = P_STOPPED;
         return;
     }
-    grpc_server_start(p->server);
     p->state = P_RUNNING;
-    request_new_call(p);
     /* Serve first, then register (the kubelet dials us back during Register). */
     p->backoff_ms = BACKOFF_MIN_MS;
     register_start(p);
@@ -698,12 +576,8 @@ static void plugin_stop(struct dp_plugin *p) {
     if (p->state != P_RUNNING)
         return;
     p->state = P_STOPPING;
-    p->shutdown_tag = (struct tag){ NULL, p, OP_SHUTDOWN };
-    grpc_server_shutdown_and_notify(p->server, p->m->cq, &p->shutdown_tag);
-    p->refs++;
-    grpc_server_cancel_all_calls(p->server);
-    if (p->reg_call) /* do not wait out the Register deadline */
-        grpc_call_cancel(p->reg_call->call, NULL);
+    gs_grpc_server_close(p->srv);
+    gs_grpc_call_cancel(p->reg_call); /* do not wait out the Register deadline */
 }
 
 static void plugin_free(struct dp_plugin *p) {
@@ -711,18 +585,14 @@ static void plugin_free(struct dp_plugin *p) {
     free(p);
 }
 
-/* Called after each event: a stopping plugin whose every tag has returned is destroyed, then
- * either started again (restart) or removed. */
+/* Called when a stopping plugin's server or Register call is back: once both are, it is either
+ * started again (restart) or removed. */
 static void plugin_maybe_finish(struct dp_plugin *p) {
     if (p->state == P_STOPPED && p->remove_when_stopped)
         p->state = P_STOPPING; /* never served (listen failed): nothing outstanding */
-    if (p->state != P_STOPPING || p->refs > 0)
+    if (p->state != P_STOPPING || p->srv || p->reg_call)
         return;
-    if (p->server)
-        grpc_server_destroy(p->server);
-    p->server = NULL;
     p->state = P_STOPPED;
-    p->streams = NULL;
     p->reg = R_WAIT;
     if (p->remove_when_stopped) {
         struct dp_manager *m = p->m;
@@ -763,19 +633,33 @@ static struct dp_plugin *plugin_find(struct dp_manager *m, const char *resource)
     return NULL;
 }
 
+
 /* A removed resource first sends an empty device list, so the kubelet withdraws its devices at
  * once, and stops serving when every stream has it. */
 static void check_drain(struct dp_plugin *p) {
-    if (!p->draining || p->state != P_RUNNING)
+    if (!p->draining || p->state != P_RUNNING || !gs_grpc_server_streams_current(p->srv))
         return;
-    for (struct dp_call *c = p->streams; c; c = c->next_stream)
-        if (!c->closed && (c->send_in_flight || c->sent_version != p->version))
-            return;
     p->draining = false;
     plugin_stop(p);
 }
 
 /* ---- manager -------------------------------------------------------------------------------- */
+
+/* The loop's tick: the registration retries that are due; how long until the next one (ms, at
+ * most IDLE_WAIT_MS). */
+static unsigned register_due(void *ctx) {
+    struct dp_manager *m = ctx;
+    unsigned long long now = gs_now_ns(), next = now + IDLE_WAIT_MS * 1000000ULL;
+    for (struct dp_plugin *p = m->plugins; p; p = p->next) {
+        if (p->state != P_RUNNING || p->reg != R_WAIT)
+            continue;
+        if (now >= p->reg_at_ns)
+            register_start(p);
+        else if (p->reg_at_ns < next)
+            next = p->reg_at_ns;
+    }
+    return (unsigned)((next - now + 999999) / 1000000);
+}
 
 int dp_manager_new(const char *kubelet_dir, const struct dp_handlers *h, struct dp_manager **out) {
     struct dp_manager *m = calloc(1, sizeof(*m));
@@ -787,9 +671,11 @@ int dp_manager_new(const char *kubelet_dir, const struct dp_handlers *h, struct 
     }
     snprintf(m->kubelet_sock, sizeof(m->kubelet_sock), "%s/kubelet.sock", kubelet_dir);
     m->h = *h;
-    pthread_mutex_init(&m->lock, NULL);
-    grpc_init();
-    m->cq = grpc_completion_queue_create_for_next(NULL);
+    int rc = gs_grpc_loop_new(register_due, m, &m->loop);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
     *out = m;
     return 0;
 }
@@ -797,9 +683,9 @@ int dp_manager_new(const char *kubelet_dir, const struct dp_handlers *h, struct 
 static int sync_locked(struct dp_manager *m, const struct gs_plan *plan);
 
 int dp_manager_sync(struct dp_manager *m, const struct gs_plan *plan) {
-    pthread_mutex_lock(&m->lock);
+    gs_grpc_loop_lock(m->loop);
     int r = sync_locked(m, plan);
-    pthread_mutex_unlock(&m->lock);
+    gs_grpc_loop_unlock(m->loop);
     return r;
 }
 
@@ -817,9 +703,7 @@ static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
                 continue;
             if (copy_resource(&p->devices, r) < 0)
                 return -ENOMEM;
-            p->version++;
-            for (struct dp_call *c = p->streams; c; c = c->next_stream)
-                stream_send(c);
+            gs_grpc_server_push(p->srv);
             continue;
         }
         p = calloc(1, sizeof(*p));
@@ -828,7 +712,6 @@ static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
             return -ENOMEM;
         }
         p->m = m;
-        p->version = 1;
         gs_strlcpy(p->resource, r->name, sizeof(p->resource));
         dp_socket_name(r->name, p->endpoint, sizeof(p->endpoint));
         snprintf(p->socket_path, sizeof(p->socket_path), "%s/%s", m->dir, p->endpoint);
@@ -851,18 +734,16 @@ static int sync_locked(struct dp_manager *m, const struct gs_plan *plan) {
             continue;
         struct gs_resource empty = { 0 };
         gs_strlcpy(empty.name, p->resource, sizeof(empty.name));
-        if (p->streams && copy_resource(&p->devices, &empty) == 0) {
-            p->version++;
+        if (gs_grpc_server_streams(p->srv) && copy_resource(&p->devices, &empty) == 0) {
             p->draining = true;
             log_info("Withdrawing every device of %s", p->resource);
-            for (struct dp_call *c = p->streams; c; c = c->next_stream)
-                stream_send(c);
+            gs_grpc_server_push(p->srv);
             check_drain(p);
         } else {
             plugin_stop(p);
         }
     }
-    /* Plugins that never served are freed here; stopping ones when their tags are back. */
+    /* Plugins that never served are freed here; stopping ones when their server and call are back. */
     for (struct dp_plugin *p = m->plugins, *next; p; p = next) {
         next = p->next;
         if (p->state == P_STOPPED)
@@ -888,7 +769,7 @@ static void restart_plugin(struct dp_plugin *p) {
  * first, and those plugins are already restarting). Every plugin must be registered with the new
  * kubelet exactly once: Register calls are tagged with the inode of the kubelet.sock they went to. */
 void dp_manager_kubelet_restarted(struct dp_manager *m) {
-    pthread_mutex_lock(&m->lock);
+    gs_grpc_loop_lock(m->loop);
     unsigned long long ino = kubelet_ino(m);
     for (struct dp_plugin *p = m->plugins; ino && p; p = p->next) {
         if (p->state != P_RUNNING || p->restart_when_stopped || p->remove_when_stopped)
@@ -908,11 +789,11 @@ void dp_manager_kubelet_restarted(struct dp_manager *m) {
                 register_start(p);
         }
     }
-    pthread_mutex_unlock(&m->lock);
+    gs_grpc_loop_unlock(m->loop);
 }
 
 void dp_manager_socket_deleted(struct dp_manager *m, const char *basename) {
-    pthread_mutex_lock(&m->lock);
+    gs_grpc_loop_lock(m->loop);
     for (struct dp_plugin *p = m->plugins; p; p = p->next) {
         if (strcmp(p->endpoint, basename) != 0 || p->state != P_RUNNING || p->restart_when_stopped)
             continue;
@@ -922,161 +803,37 @@ void dp_manager_socket_deleted(struct dp_manager *m, const char *basename) {
         log_warn("Socket %s was deleted (kubelet restart?): serving %s again", p->socket_path, p->resource);
         restart_plugin(p);
     }
-    pthread_mutex_unlock(&m->lock);
+    gs_grpc_loop_unlock(m->loop);
 }
 
 unsigned dp_manager_registered(struct dp_manager *m) {
-    pthread_mutex_lock(&m->lock);
+    gs_grpc_loop_lock(m->loop);
     unsigned n = 0;
     for (const struct dp_plugin *p = m->plugins; p; p = p->next)
         n += p->reg == R_DONE && p->state == P_RUNNING;
-    pthread_mutex_unlock(&m->lock);
+    gs_grpc_loop_unlock(m->loop);
     return n;
 }
 
-static void handle_event(struct dp_manager *m, grpc_event ev) {
-    (void)m;
-    struct tag *t = ev.tag;
-    if (t->op == OP_SHUTDOWN) {
-        t->plugin->refs--;
-        plugin_maybe_finish(t->plugin);
-        return;
-    }
-    struct dp_call *c = t->call;
-    struct dp_plugin *p = c->p;
-    p->refs--;
-    bool ok = ev.success != 0;
-    switch (t->op) {
-    case OP_NEW:
-        if (!ok) {
-            call_free(c);
-            break;
-        }
-        request_new_call(p);
-        {
-            grpc_op op;
-            memset(&op, 0, sizeof(op));
-            op.op = GRPC_OP_RECV_MESSAGE;
-            op.data.recv_message.recv_message = &c->recv;
-            if (!start_batch(c, &op, 1, OP_RECV))
-                call_free(c);
-        }
-        break;
-    case OP_RECV:
-        if (!ok || p->state != P_RUNNING) {
-            send_unary(c, NULL, GRPC_STATUS_UNAVAILABLE, "shutting down");
-            break;
-        }
-        dispatch(c);
-        break;
-    case OP_DONE:
-        call_free(c);
-        break;
-    case OP_SEND:
-        c->send_in_flight = false;
-        if (!ok)
-            c->closed = true;
-        if (!c->closed)
-            stream_send(c);
-        else if (c->close_done)
-            call_free(c); /* both the last send and the close have come back */
-        check_drain(p);
-        break;
-    case OP_CLOSE:
-        c->closed = c->close_done = true;
-        stream_unlink(c);
-        log_info("ListAndWatch %s: stream closed", p->resource);
-        if (!c->send_in_flight)
-            call_free(c);
-        check_drain(p);
-        break;
-    case OP_REGISTER:
-        register_done(c, ok);
-        break;
-    default:
-        break;
-    }
-    plugin_maybe_finish(p);
-}
-
-/* Waits up to timeout_ms for gRPC events (without the lock), then handles each under the lock,
- * then starts the registration retries that are due. Returns how long until the next retry is due
- * (ms, at most IDLE_WAIT_MS). */
-static int poll_events(struct dp_manager *m, int timeout_ms) {
-    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
-    for (;;) {
-        grpc_event ev = grpc_completion_queue_next(m->cq, deadline, NULL);
-        if (ev.type != GRPC_OP_COMPLETE)
-            break;
-        pthread_mutex_lock(&m->lock);
-        handle_event(m, ev);
-        pthread_mutex_unlock(&m->lock);
-        deadline = gpr_inf_past(GPR_CLOCK_MONOTONIC);
-    }
-    pthread_mutex_lock(&m->lock);
-    unsigned long long now = gs_now_ns(), next = now + IDLE_WAIT_MS * 1000000ULL;
-    for (struct dp_plugin *p = m->plugins; p; p = p->next) {
-        if (p->state != P_RUNNING || p->reg != R_WAIT)
-            continue;
-        if (now >= p->reg_at_ns)
-            register_start(p);
-        else if (p->reg_at_ns < next)
-            next = p->reg_at_ns;
-    }
-    pthread_mutex_unlock(&m->lock);
-    return (int)((next - now + 999999) / 1000000);
-}
-
-/* Event-driven: it wakes for gRPC's events (calls, streams, Register answers, and the servers'
- * shut-down that dp_manager_free starts, or the queue's when no server runs), for a registration
- * retry that is due, and else once in IDLE_WAIT_MS. */
-static void *event_loop(void *arg) {
-    struct dp_manager *m = arg;
-    int wait_ms = 0;
-    while (!atomic_load(&m->stop))
-        wait_ms = poll_events(m, wait_ms);
-    return NULL;
-}
-
 int dp_manager_start(struct dp_manager *m) {
-    int r = pthread_create(&m->thread, NULL, event_loop, m);
-    if (r != 0)
-        return -r;
-    m->thread_started = true;
-    return 0;
+    return gs_grpc_loop_start(m->loop);
 }
 
 void dp_manager_free(struct dp_manager *m) {
     if (!m)
         return;
-    /* Stopped first, then the servers' shut-down: its events wake the event thread at once. */
-    atomic_store(&m->stop, true);
-    pthread_mutex_lock(&m->lock);
+    gs_grpc_loop_lock(m->loop);
     for (struct dp_plugin *p = m->plugins; p; p = p->next) {
         p->remove_when_stopped = true;
-        if (p->state == P_RUNNING)
-            plugin_stop(p);
+        plugin_stop(p);
     }
-    /* Drain until every plugin has finished (bounded: 5 s). */
-    unsigned long long end = gs_now_ns() + 5000000000ULL;
-    for (struct dp_plugin *p = m->plugins, *next; p; p = next) {
+    gs_grpc_loop_unlock(m->loop);
+    /* Every server closed and every Register call back (each plugin removed as its own are). */
+    gs_grpc_loop_free(m->loop);
+    for (struct dp_plugin *p = m->plugins, *next; p; p = next) { /* those that never served */
         next = p->next;
-        if (p->state == P_STOPPED)
-            plugin_maybe_finish(p);
+        unlink(p->socket_path);
+        plugin_free(p);
     }
-    bool idle = !m->plugins; /* nothing outstanding: no event would come to wake the thread */
-    pthread_mutex_unlock(&m->lock);
-    if (idle)
-        grpc_completion_queue_shutdown(m->cq); /* its next wait returns at once */
-    if (m->thread_started)
-        pthread_join(m->thread, NULL);
-    while (m->plugins && gs_now_ns() < end)
-        poll_events(m, 50);
-    grpc_completion_queue_shutdown(m->cq);
-    while (grpc_completion_queue_next(m->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(m->cq);
-    grpc_shutdown();
-    pthread_mutex_destroy(&m->lock);
     free(m);
 }

@@ -4,7 +4,7 @@
  * GetPreferredAllocation / PreStartContainer answered through the agent's handlers.
  *
  * Every gRPC event (the plugin's own servers and its Register calls to the kubelet) goes through
- * one completion queue drained by one thread (dp_manager_start), so the kubelet's
+ * one loop of grpcsrv.h, one completion queue drained by one thread (dp_manager_start), so the kubelet's
  * GetDevicePluginOptions is answered while our Register call is still in flight. The handlers
  * run on that thread; the other functions may be called from any thread (one lock inside). */
 #ifndef GS_DEVICEPLUGIN_H

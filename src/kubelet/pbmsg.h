@@ -1,5 +1,5 @@
-/* pbmsg.h: protobuf-c messages in gRPC core byte buffers, shared by the device plugin server, the
- * unary servers of grpcsrv.h and the PodResources client (internal to src/kubelet/). */
+/* pbmsg.h: protobuf-c messages in gRPC core byte buffers, for the gRPC engine of grpcsrv.c
+ * (internal to src/kubelet/). */
 #ifndef GS_PBMSG_H
 #define GS_PBMSG_H
 

@@ -61,7 +61,10 @@ class Node(base.Node):
         while True:
             assert self.proc.poll() is None, f"the agent exited {self.proc.returncode}\n{self.log()}"
             try:
-                if len(self.kubelet_emu.registrations) <= before:
+                regs = self.kubelet_emu.registrations
+                # returned: the emulator's client is this agent's (until then the last agent's, closed
+                # under a call made on it)
+                if len(regs) <= before or regs[-1].returned_at is None:
                     raise AssertionError("not registered yet")
                 self.kubelet_emu.wait_resources({"nvidia.com/gpu"}, timeout=0.5)
                 break

@@ -82,6 +82,36 @@ def test_registration_mig_mixed_one_per_resource(h):
     assert ids(h.latest("nvidia.com/mig-2g.20gb")) == [m2g]
 
 
+def _own_threads(a):
+    """The agent's threads of its own (gRPC's have names of theirs)."""
+    names = []
+    for t in os.listdir(f"/proc/{a.pid}/task"):
+        try:
+            with open(f"/proc/{a.pid}/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return sum(n == "gpuslice" for n in names)
+
+
+def test_one_grpc_thread_for_every_resource(h):
+    """The device plugins of every resource (a server and a socket each, and their Register calls)
+    are served by one thread: an agent with three resources has as many threads of its own as one
+    with a single resource."""
+    a = h.agent(h.node(T4X2), WHOLE, resources=["nvidia.com/gpu"])
+    settle(h)
+    one = _own_threads(a)
+    assert a.stop() == 0, a.log()
+    node = h.node(H100_L4)
+    node.mig_create(0, "1g.10gb", 0)
+    node.mig_create(1, "2g.20gb", 0)
+    names = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]
+    a = h.agent(node, MIXED, resources=names)
+    settle(h)
+    assert len({r.resource_name for r in h.kubelet.registrations if r.ok}) == 3
+    assert _own_threads(a) == one, a.log()
+
+
 # ------------------------------------------------------------------------------- ListAndWatch
 
 def test_time_slicing_nvidia_file(h):
@@ -463,6 +493,40 @@ def test_mig_changes_readvertised(h):
         h.kubelet.allocate("nvidia.com/mig-1g.10gb", [m0])
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert agent.alive() and agent.pid == pid
+
+
+def test_gone_resource_gets_an_empty_list_then_stops(h):
+    """A resource that leaves the plan (its only MIG instance destroyed) first sends an empty
+    device list on its stream, so the kubelet withdraws its devices at once, and stops serving once
+    the stream has it: the stream ends and its socket is removed; the other resource stays."""
+    node = h.node(H100_L4)
+    m0 = node.mig_create(0, "1g.10gb", 0)
+    a = h.agent(node, MIXED, resources=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])
+    sock = os.path.join(h.kdir, sock_name("nvidia.com/mig-1g.10gb"))
+    assert os.path.exists(sock)
+    t = time.monotonic()
+    node.mig_destroy(0, node.mig_device(m0)["gi_id"])
+    h.kubelet.wait_for("nvidia.com/mig-1g.10gb", lambda devs: devs == [], after=t, timeout=3)
+    h.kubelet.wait_disconnected("nvidia.com/mig-1g.10gb", timeout=3)
+    a.wait_log(r"Stopped serving nvidia.com/mig-1g.10gb", timeout=3)
+    assert not os.path.exists(sock)
+    gpu = ids(h.latest("nvidia.com/gpu"))
+    assert gpu and h.kubelet.allocate("nvidia.com/gpu", gpu[:1]).envs["NVIDIA_VISIBLE_DEVICES"] == gpu[0]
+
+
+def test_deleted_socket_served_again(h):
+    """A plugin socket deleted (the kubelet's clean-up does that) is made again and registered
+    again, and the new stream lists the devices; kubelet.sock itself did not change."""
+    node = h.node(T4X2)
+    a = h.agent(node, WHOLE, resources=["nvidia.com/gpu"])
+    sock = os.path.join(h.kdir, sock_name("nvidia.com/gpu"))
+    t = time.monotonic()
+    os.unlink(sock)
+    h.kubelet.wait_registration("nvidia.com/gpu", timeout=5, after=t)
+    h.kubelet.wait_for("nvidia.com/gpu", lambda devs: ids(devs) == sorted(node.uuids()), after=t, timeout=5)
+    assert os.path.exists(sock)
+    a.wait_log(r"Socket .*gpuslice-nvidia.com_gpu.sock was deleted")
+    assert h.kubelet.allocate("nvidia.com/gpu", [node.uuids()[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == node.uuids()[1]
 
 
 # ------------------------------------------------------------------------------- process life cycle
