@@ -4,8 +4,8 @@
 # the one named) into a new directory beside a link to ../shared, and runs `bash .ci/run` there
 # with CI=true and no standard input, in a private mount namespace where /run (so /var/run/cdi)
 # is an empty tmpfs and /etc/cdi and /var/lib/kubelet, where the host has them, are empty tmpfs
-# too. After the run, each of those paths the host did not have must still be absent: a test that
-# made one fails the check. Root is needed (unshare -m, mount).
+# too. After the run, each of those paths the host did not have (and /var/log/pods, where a kubelet
+# left to its defaults writes pod logs) must still be absent: a test that made one fails the check. Root is needed (unshare -m, mount).
 #   scripts/test-fresh.sh [REF]          the cluster parts from the peers cache (as CI has them)
 #   scripts/test-fresh.sh --no-cache [REF]
 #                                        an empty peers cache of its own: everything is built, as
@@ -24,7 +24,7 @@ git -C "$work/gpuslice" checkout -q --detach "$(git -C "$src" rev-parse "$ref")"
 [ -d "$src/../shared" ] && ln -s "$(cd "$src/../shared" && pwd)" "$work/shared"
 [ -n "$cache" ] && export GPUSLICE_PEERS_CACHE=$work/peers
 
-host_paths=(/etc/cdi /var/lib/kubelet /var/run/cdi /run/gpuslice)
+host_paths=(/etc/cdi /var/lib/kubelet /var/run/cdi /run/gpuslice /var/log/pods)
 absent=()
 for p in "${host_paths[@]}"; do [ -e "$p" ] || absent+=("$p"); done
 
