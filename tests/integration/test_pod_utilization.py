@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import zlib
@@ -29,6 +28,8 @@ import pytest
 
 from agent_harness import T4X2, h  # noqa: F401 (h: fixture)
 from podresources_emulator import PodResourcesEmulator
+
+import wait  # tests/lib, on the path once agent_harness is imported
 from test_agent import GUARD_POLICY, _guard_dir_of, _mapper, _samples, _scrape, _write_region
 
 ROOT = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,17 +59,16 @@ def _util(text, gpu):
 def _expect(agent, gpu, truth, timeout=15):
     """Waits until every (ns, pod, container) of truth has its value within TOL (and no other
     series of the GPU is above TOL); returns the last scrape."""
-    deadline = time.monotonic() + timeout
-    while True:
+    last = {}
+
+    def matches():
         text = _scrape(agent)
-        got = _series(text, gpu)
+        got = last["got"] = _series(text, gpu)
         ok = all(k in got and abs(got[k] - v) <= TOL for k, v in truth.items()) and \
             all(v <= TOL for k, v in got.items() if k not in truth)
-        if ok:
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"GPU {gpu}: expected {truth}, got {got}\n{agent.log()[-3000:]}")
-        time.sleep(0.2)
+        return text if ok else None
+    return wait.until(matches, timeout=timeout, interval=0.2, what=f"GPU {gpu}: the series {truth}",
+                      detail=lambda: f"got {last.get('got')}\n{agent.log()[-3000:]}")
 
 
 class Procs:
@@ -164,22 +164,24 @@ def _prometheus_reads_back(h, agent, query, want):
                           f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log,
                          stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        got = None
-        while time.monotonic() < deadline:
+        seen = {}
+
+        def answered():
             try:
                 url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
                 with urllib.request.urlopen(url, timeout=5) as r:
                     res = json.load(r)["data"]["result"]
                 if len(res) == 1:
-                    got = float(res[0]["value"][1])
-                    if abs(got - want) <= TOL:
-                        return
+                    seen["got"] = float(res[0]["value"][1])
+                    return abs(seen["got"] - want) <= TOL
             except (OSError, ValueError, KeyError):
                 pass
-            time.sleep(0.5)
-        with open(os.path.join(h.base, "prometheus.log"), errors="replace") as f:
-            raise AssertionError(f"Prometheus answered {got} for {query}, expected {want}\n{f.read()[-3000:]}")
+            return False
+
+        def prom_log():
+            with open(os.path.join(h.base, "prometheus.log"), errors="replace") as f:
+                return f"Prometheus answered {seen.get('got')}\n{f.read()[-3000:]}"
+        wait.until(answered, timeout=60, interval=0.5, what=f"{query} = {want} from Prometheus", detail=prom_log)
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -355,15 +357,15 @@ def test_mig_instances_by_gpm(h):
             pid = procs.sleeper()
             node.run("sim", "process", "add", "--gpu", "0", "--gi", str(gi), "--pid", str(pid), "--mem", "256MiB")
             node.run("sim", "util", "--pid", str(pid), "--sm", sm)
-        deadline = time.monotonic() + 15
         want = {("ml", "big", "main", held): 0.35, ("", "", "", held): 0.0, ("", "", "", free): 0.25}
-        while True:
+        last = {}
+
+        def matches():
             text = _scrape(a)
-            got = _mig_series(text)
-            if set(got) == set(want) and all(abs(got[k] - v) <= TOL for k, v in want.items()):
-                break
-            assert time.monotonic() < deadline, f"expected {want}, got {got}\n{a.log()[-3000:]}"
-            time.sleep(0.2)
+            got = last["got"] = _mig_series(text)
+            return text if set(got) == set(want) and all(abs(got[k] - v) <= TOL for k, v in want.items()) else None
+        text = wait.until(matches, timeout=15, interval=0.2, what=f"the MIG series {want}",
+                          detail=lambda: f"got {last.get('got')}\n{a.log()[-3000:]}")
         line = [ln for ln in text.splitlines() if ln.startswith(METRIC + '{namespace="ml"')][0]
         assert f'GPU_I_ID="{gi_held}",GPU_I_PROFILE="3g.40gb",mig_uuid="{held}"' in line, line
         assert "no per-pod utilization" not in a.log()
@@ -385,9 +387,8 @@ def test_mig_gpu_before_hopper_has_no_per_pod_figure(h):
         node.run("sim", "process", "add", "--gpu", "0", "--gi", str(node.mig_device(mig)["gi_id"]), "--pid",
                  str(procs.sleeper()), "--mem", "256MiB")
         a.wait_log(r"GPU 0 \(.*\): NVML has no per-process utilization \(in MIG mode: no GPM", timeout=10)
-        time.sleep(2 * INTERVAL_MS / 1000)
-        text = _scrape(a)
-        assert not [ln for ln in text.splitlines() if ln.startswith(METRIC + "{")], text
+        wait.holds(lambda: not [ln for ln in _scrape(a).splitlines() if ln.startswith(METRIC + "{")],
+                   polls=8, interval=INTERVAL_MS / 4000, what="no per-pod series for the GPU", detail=a.log)
         assert len(re.findall(r"NVML has no per-process utilization", a.log())) == 1
     finally:
         procs.stop()
