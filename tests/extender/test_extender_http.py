@@ -5,9 +5,13 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wait  # noqa: E402 (tests/lib)
 
 GPUSLICE = os.environ.get("GPUSLICE", "gpuslice")
 
@@ -35,15 +39,13 @@ class Extender:
         self.p = subprocess.Popen([GPUSLICE, "extender", "--snapshot", str(snap), "--listen", "127.0.0.1:0",
                                    "--insecure-loopback-http", "--policy", policy, *extra], stdout=self.log,
                                   stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            m = re.search(r"\(port (\d+)\)", open(self.log.name).read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            assert self.p.poll() is None, open(self.log.name).read()
-            time.sleep(0.05)
-        raise AssertionError("the extender did not start: " + open(self.log.name).read())
+        def port():
+            text = open(self.log.name).read()
+            assert self.p.poll() is None, text
+            m = re.search(r"\(port (\d+)\)", text)
+            return int(m.group(1)) if m else None
+        self.port = wait.until(port, timeout=20, what="the extender's port in its log",
+                               detail=lambda: open(self.log.name).read())
 
     def raw(self, data, timeout=5, shut=True):
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:

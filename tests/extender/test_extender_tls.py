@@ -83,15 +83,12 @@ class Extender:
                                    "--tls-cert-file", str(tls / "server.crt"), "--tls-key-file", str(tls / "server.key"),
                                    "--client-ca-file", str(tls / "ca.crt"), *extra],
                                   stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            m = re.search(r"\(port (\d+)\)", self.text())
-            if m:
-                self.port = int(m.group(1))
-                return
-            assert self.p.poll() is None, self.text()
-            time.sleep(0.05)
-        raise AssertionError("the extender did not start: " + self.text())
+        def port():
+            text = self.text()
+            assert self.p.poll() is None, text
+            m = re.search(r"\(port (\d+)\)", text)
+            return int(m.group(1)) if m else None
+        self.port = wait.until(port, timeout=20, what="the extender's port in its log", detail=self.text)
 
     def text(self):
         with open(self.log.name) as f:
