@@ -548,6 +548,8 @@ static int gpu_devices(struct builder *b, unsigned i) {
     const struct gs_plan *plan = b->plan;
     for (unsigned k = 0; k < plan->n_resources; k++) {
         const struct gs_resource *res = &plan->resources[k];
+        if (res->fraction == GS_FRAC_COMPUTE)
+            continue; /* a fractional GPU is one device, published from its memory resource */
         for (unsigned j = 0; j < res->n_devices; j++) {
             const struct gs_device *d = &res->devices[j];
             if (d->gpu != g->index || ((d->kind == GS_DEV_REPLICA || d->kind == GS_DEV_MPS) && d->replica != 0))

@@ -238,6 +238,33 @@ static void test_time_sliced_gpu(void **state) {
     free(inv);
 }
 
+/* A fractional GPU carries two resources (memory and compute units) of the same GPU: DRA publishes
+ * it once, a shared device whose claims name their memory and compute. */
+static void test_fractional_gpu_once(void **state) {
+    (void)state;
+    struct gs_inventory *inv = fx_node("580.65.06", 13000);
+    cat_gpu(inv, "H100-SXM5-80GB", false);
+    json_t *s = build(inv,
+                      "version: v1\n"
+                      "gpuslice:\n"
+                      "  gpus:\n"
+                      "    - index: \"0\"\n"
+                      "      mode: fractional\n",
+                      1);
+    json_t *all = all_devices(s), *v;
+    size_t named = 0, i;
+    json_array_foreach(all, i, v) named += !strcmp(json_string_value(json_object_get(v, "name")), "gpu-0");
+    json_decref(all);
+    assert_int_equal(named, 1);
+    json_t *d = device(s, "gpu-0");
+    assert_true(json_is_true(json_object_get(d, "allowMultipleAllocations")));
+    assert_string_equal(cap(d, "memory"), "81559Mi");
+    assert_string_equal(cap(d, "compute"), "100");
+    assert_string_equal(policy_of(d, "memory", "default"), "1Gi"); /* one unit of gpuslice.io/gpu-memory */
+    json_decref(s);
+    free(inv);
+}
+
 static void test_mps_gpu(void **state) {
     (void)state;
     struct gs_inventory *inv = fx_node("580.65.06", 13000);
@@ -750,7 +777,7 @@ static void test_device_parse(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_gpu_attributes), cmocka_unit_test(test_time_sliced_gpu),
-        cmocka_unit_test(test_mps_gpu),              cmocka_unit_test(test_mig_on_demand),
+        cmocka_unit_test(test_mps_gpu), cmocka_unit_test(test_fractional_gpu_once),              cmocka_unit_test(test_mig_on_demand),
         cmocka_unit_test(test_mig_existing_instances), cmocka_unit_test(test_mig_shared_by_mps),
         cmocka_unit_test(test_split_at_128),         cmocka_unit_test(test_split_counters),
         cmocka_unit_test(test_xid_taints),
