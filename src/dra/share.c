@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dra/nvconfig.h"
 #include "dra/prepare.h"
 #include "util/util.h"
 
@@ -147,13 +148,16 @@ int dra_config_for(const struct dra_claim *c, const char *request, struct dra_gp
             if (cf->from_class != (pass == 0) || !config_names(cf, request))
                 continue;
             struct dra_gpu_config one;
-            char why[256];
-            if (dra_gpu_config_parse(cf->parameters, &one, why, sizeof(why)) < 0) {
-                snprintf(err, errlen, "opaque config %u for request %.127s (%s %s, from the %s): %s", i, request,
-                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim", why);
+            char why[256], label[160];
+            int rc = dra_opaque_config_parse(cf->parameters, &one, label, sizeof(label), why, sizeof(why));
+            if (rc == 1)
+                rc = dra_gpu_config_parse(cf->parameters, &one, why, sizeof(why));
+            if (rc < 0) {
+                snprintf(err, errlen, "opaque config %u for request %.127s (%s, from the %s): %s", i, request, label,
+                         cf->from_class ? "DeviceClass" : "claim", why);
                 return -EINVAL;
             }
-            if (one.set)
+            if (one.set || one.kind != DRA_CONFIG_GPUSLICE)
                 *out = one;
         }
     }
@@ -191,7 +195,7 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
         return -EINVAL;
     }
     if (d->sharing != DRA_SHARING_TIME_SLICING && d->sharing != DRA_SHARING_MPS)
-        return 0; /* a whole GPU or a MIG device: the claim has all of it */
+        return dra_config_apply(cfg, r, d, out, err, errlen); /* a whole GPU or a MIG device: all of it */
     unsigned long long mem = 0, pct = 0;
     int hm = capacity_of(r, "memory", &mem, err, errlen), hc = hm < 0 ? hm : capacity_of(r, "compute", &pct, err, errlen);
     if (hm < 0 || hc < 0)
@@ -214,7 +218,7 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
     }
     out->memory = mem;
     out->compute = hc ? (unsigned)pct : (d->sharing == DRA_SHARING_MPS ? 100 : 0);
-    return 0;
+    return dra_config_apply(cfg, r, d, out, err, errlen);
 }
 
 int dra_share_guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,

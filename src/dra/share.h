@@ -39,9 +39,19 @@
  * Ti Pi Ei, k M G T P E). 0, -EINVAL (another form: fractions, exponents, signs, milli), -ERANGE. */
 int dra_quantity_parse(const char *q, unsigned long long *out);
 
+#define DRA_MPS_MAX_PINNED 8
 struct dra_gpu_config {
     bool set;                 /* a config named a strategy */
     enum dra_sharing strategy; /* DRA_SHARING_TIME_SLICING or DRA_SHARING_MPS */
+    /* whose config: gpuslice's GpuConfig, NVIDIA's GpuConfig or MigDeviceConfig (nvconfig.h) */
+    enum dra_config_kind { DRA_CONFIG_GPUSLICE, DRA_CONFIG_NV_GPU, DRA_CONFIG_NV_MIG } kind;
+    unsigned mps_thread_pct;          /* MPS: the client's active thread percentage 1..100 (0: none) */
+    unsigned long long mps_pinned;    /* MPS: pinned device memory limit in bytes, any device (0: none) */
+    unsigned n_mps_pinned_per;        /* MPS: per device (its index in the claim or its UUID), over mps_pinned */
+    struct {
+        char device[64];
+        unsigned long long bytes;
+    } mps_pinned_per[DRA_MPS_MAX_PINNED];
 };
 
 /* One opaque config's parameters (JSON text): -EINVAL with "FIELD: why" in err. */
