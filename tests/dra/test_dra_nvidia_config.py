@@ -7,7 +7,9 @@ its thread percentage and pinned memory limit (the tighter of the config's and t
 interval gpuslice cannot honour (Long), MPS on a GPU not in MPS mode, an unknown field: the claim's
 error naming the field. Left under driver gpu.nvidia.com for a request gpuslice's driver serves, no
 driver would read the config: the claim's error too. gpuslice's apiVersion with NVIDIA's fields is
-still refused as an unknown field. Claims come from files."""
+still refused as an unknown field. Under NVIDIA's driver name (the chart's dra.nvidiaCompat: the
+agent's --dra-driver gpu.nvidia.com) NVIDIA's claims and configs are read as they are, and a
+config left under gpuslice's name is the one no driver reads. Claims come from files."""
 import os
 
 from dra_client import claim
@@ -32,6 +34,16 @@ NVIDIA_TS = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Defau
 NVIDIA_TS_LONG = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
 NVIDIA_MPS = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25,
                                                "defaultPinnedDeviceMemoryLimit": "4Gi"}}
+
+
+def prepare_mps(node, c, name, uid):
+    """An MPS claim prepared once the agent sees its GPU's daemon (its view follows the start): the
+    container's environment."""
+    def prepared():
+        got = c.prepare([claim("ns1", name, uid)])[uid]
+        return got if got.error == "" else None
+    wait(prepared, 60, f"MPS claim {name} prepared")
+    return edits(node, uid)["env"]
 
 
 @pytest.fixture
@@ -90,14 +102,46 @@ def test_nvidias_mps_config_sets_the_clients_limits(node):
     c = start(node)
     pid_file = os.path.join(node.dir, "mps", node.uuids[2], "pipe", "nvidia-cuda-mps-control.pid")
     wait(lambda: os.path.exists(pid_file), 60, f"the MPS daemon of DRA's GPU 2 ({pid_file})")
-
-    def prepared():  # the agent's view of the daemon follows its start
-        got = c.prepare([claim("ns1", "nv-mps", uid)])[uid]
-        return got if got.error == "" else None
-    wait(prepared, 30, "the MPS claim with NVIDIA's config prepared")
-    env = edits(node, uid)["env"]
+    env = prepare_mps(node, c, "nv-mps", uid)
     # the tighter of the config's (25 %, 4Gi) and the claim's consumedCapacity (40, 10Gi)
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env, env
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in env, env
     assert "CUDA_MPS_PIPE_DIRECTORY=/mps/pipe" in env, env
     assert c.unprepare([claim("ns1", "nv-mps", uid)])[uid].error == ""
+
+
+NV_DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture
+def compat_node(request):
+    n = mps_node()
+    n.driver = NV_DRIVER
+    n.extra += ["--dra-driver", NV_DRIVER]
+    yield from running(request, n)
+
+
+def test_nvidia_compatible_driver_name(compat_node):
+    node = compat_node
+    whole, mps, stale = (UID[:-1] + d for d in "678")
+    # NVIDIA's quickstart: a whole GPU of class gpu.nvidia.com with a TimeSlicing GpuConfig, and the
+    # MPS claim of gpu-test-mps.yaml (50 %, 10Gi) on the MPS GPU
+    node.write_claim(claim_json("ns1", "whole", whole, [result("gpu-0", driver=NV_DRIVER)],
+                                [config(NV_DRIVER, NV_API, {"strategy": "TimeSlicing"})]))
+    quickstart = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50,
+                                                   "defaultPinnedDeviceMemoryLimit": "10Gi"}}
+    node.write_claim(claim_json("ns1", "mps", mps, [result("gpu-2", driver=NV_DRIVER, consumedCapacity={
+        "memory": "20Gi", "compute": "100", "clients": "1"})], [config(NV_DRIVER, NV_API, quickstart)]))
+    node.write_claim(claim_json("ns1", "stale", stale, [result("gpu-0", driver=NV_DRIVER)],
+                                [config("gpu.gpuslice.io", "gpuslice.io/v1alpha1", {"strategy": "TimeSlicing"})]))
+    c = start(node)
+    assert c.get_info().name == NV_DRIVER
+    r = c.prepare([claim("ns1", "whole", whole), claim("ns1", "stale", stale)])
+    assert r[whole].error == "", r[whole]
+    assert not os.path.exists(os.path.join(node.dir, "guard", "claim-" + whole))
+    assert ("opaque.driver 'gpu.gpuslice.io', but its requests are served by gpu.nvidia.com") in r[stale].error, r[stale]
+    assert not r[stale].devices
+    env = prepare_mps(node, c, "mps", mps)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in env, env
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in env, env
+    assert all(c.unprepare([claim("ns1", n, u)])[u].error == "" for n, u in (("whole", whole), ("mps", mps)))
