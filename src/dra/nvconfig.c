@@ -217,7 +217,7 @@ int dra_nv_config_parse(const char *params, struct dra_gpu_config *out, char *er
     const char *kind = json_string_value(json_object_get(root, "kind"));
     const json_t *sh = NULL;
     if (!json_is_object(root))
-        snprintf(err, errlen, "parameters: not an object");
+        snprintf(err, errlen, "parameters: not a JSON object (each key once)");
     else if (!api || strcmp(api, DRA_NV_API_VERSION) != 0)
         snprintf(err, errlen, "apiVersion: %s%.64s%s, not %s", api ? "'" : "", api ? api : "missing or not a string",
                  api ? "'" : "", DRA_NV_API_VERSION);

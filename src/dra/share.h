@@ -16,7 +16,8 @@
  *   kind: GpuConfig
  *   sharing: {strategy: TimeSlicing | MPS}
  * The strategy must be the GPU's (the node runs one mode per GPU, from its policy): a claim asking
- * MPS of a time-sliced GPU gets an error naming both, not a silent mode. */
+ * MPS of a time-sliced GPU gets an error naming both, not a silent mode. NVIDIA's configs
+ * (resource.nvidia.com/v1beta1) are read too, and their MPS limits applied: nvconfig.h. */
 #ifndef GS_DRA_SHARE_H
 #define GS_DRA_SHARE_H
 

@@ -146,9 +146,9 @@ static void test_mps(void **st) {
 
 static void test_config_refused(void **st) {
     (void)st;
-    refused("[]", "parameters: not an object");
-    refused("not json", "parameters: not an object");
-    refused(NULL, "parameters: not an object");
+    refused("[]", "parameters: not a JSON object (each key once)");
+    refused("not json", "parameters: not a JSON object (each key once)");
+    refused(NULL, "parameters: not a JSON object (each key once)");
     refused("{\"kind\":\"GpuConfig\"}", "apiVersion: missing");
     refused("{\"apiVersion\":\"resource.nvidia.com/v1\",\"kind\":\"GpuConfig\"}",
             "apiVersion: 'resource.nvidia.com/v1', not resource.nvidia.com/v1beta1");
@@ -168,7 +168,7 @@ static void test_config_refused(void **st) {
     refused(NV ",\"sharing\":{\"strategy\":5}}", "sharing.strategy: not a string");
     refused(NV ",\"sharing\":{\"strategy\":\"Fast\"}}", "sharing.strategy: 'Fast' is not TimeSlicing or MPS");
     refused(NV ",\"sharing\":\"MPS\"}", "sharing: not an object");
-    refused(NV ",\"sharing\":{\"strategy\":\"MPS\",\"strategy\":\"MPS\"}}", "parameters: not an object");
+    refused(NV ",\"sharing\":{\"strategy\":\"MPS\",\"strategy\":\"MPS\"}}", "parameters: not a JSON object (each key once)");
 }
 
 static void test_mig_device_config(void **st) {
