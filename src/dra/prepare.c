@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cdi/cdi.h"
+#include "dra/nvconfig.h"
 #include "dra/slices.h"
 #include "util/util.h"
 
@@ -231,8 +232,11 @@ static int claim_from(const json_t *root, const char *driver, const char *ns, co
     for (size_t i = 0; i < json_array_size(configs); i++) {
         const json_t *c = json_array_get(configs, i);
         const json_t *d = path_get(c, "opaque", "driver", NULL);
-        if (!json_is_string(d) || strcmp(json_string_value(d), driver) != 0)
+        if (!json_is_string(d) || strcmp(json_string_value(d), driver) != 0) {
+            if ((rc = dra_config_foreign(c, results, driver, i, err, errlen)) < 0)
+                return rc; /* no driver would read it */
             continue;
+        }
         char where[96];
         snprintf(where, sizeof(where), "status.allocation.devices.config[%zu]", i);
         if (out->n_configs == DRA_MAX_CONFIGS) {

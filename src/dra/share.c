@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../guard/guard_layout.h"
+#include "dra/nvconfig.h"
 #include "dra/prepare.h"
 #include "util/quantity.h"
 #include "util/util.h"
@@ -114,8 +115,11 @@ void dra_claim_configs_decode(const struct dra_claim *c, struct dra_claim_config
     out->n = c->n_configs < DRA_MAX_CONFIGS ? c->n_configs : DRA_MAX_CONFIGS;
     for (unsigned i = 0; i < out->n; i++) {
         out->c[i].why[0] = '\0';
-        out->c[i].rc = dra_gpu_config_parse(c->configs[i].parameters, &out->c[i].cfg, out->c[i].why,
-                                            sizeof(out->c[i].why));
+        int rc = dra_opaque_config_parse(c->configs[i].parameters, &out->c[i].cfg, out->c[i].label,
+                                         sizeof(out->c[i].label), out->c[i].why, sizeof(out->c[i].why));
+        if (rc == 1) /* gpuslice's own */
+            rc = dra_gpu_config_parse(c->configs[i].parameters, &out->c[i].cfg, out->c[i].why, sizeof(out->c[i].why));
+        out->c[i].rc = rc;
     }
 }
 
@@ -128,12 +132,11 @@ int dra_config_for(const struct dra_claim *c, const struct dra_claim_configs *d,
             if (cf->from_class != (pass == 0) || !config_names(cf, request))
                 continue;
             if (d->c[i].rc < 0) {
-                snprintf(err, errlen, "opaque config %u for request %.127s (%s %s, from the %s): %s", i, request,
-                         DRA_CONFIG_API_VERSION, DRA_CONFIG_KIND, cf->from_class ? "DeviceClass" : "claim",
-                         d->c[i].why);
+                snprintf(err, errlen, "opaque config %u for request %.127s (%s, from the %s): %s", i, request,
+                         d->c[i].label, cf->from_class ? "DeviceClass" : "claim", d->c[i].why);
                 return -EINVAL;
             }
-            if (d->c[i].cfg.set)
+            if (d->c[i].cfg.set || d->c[i].cfg.kind != DRA_CONFIG_GPUSLICE)
                 *out = d->c[i].cfg;
         }
     }
@@ -176,7 +179,7 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
         return -EINVAL;
     }
     if (d->sharing != DRA_SHARING_TIME_SLICING && d->sharing != DRA_SHARING_MPS)
-        return 0; /* a whole GPU or a MIG device: the claim has all of it */
+        return dra_config_apply(cfg, r, d, out, err, errlen); /* a whole GPU or a MIG device: all of it */
     unsigned long long mem = 0, pct = 0;
     int hm = capacity_of(r, "memory", &mem, err, errlen), hc = hm < 0 ? hm : capacity_of(r, "compute", &pct, err, errlen);
     if (hm < 0 || hc < 0)
@@ -199,7 +202,7 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
     }
     out->memory = mem;
     out->compute = hc ? (unsigned)pct : (d->sharing == DRA_SHARING_MPS ? 100 : 0);
-    return 0;
+    return dra_config_apply(cfg, r, d, out, err, errlen);
 }
 
 int dra_share_guard_limits(const struct dra_share *shares, const struct dra_device *const *devs, unsigned n,

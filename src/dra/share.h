@@ -16,7 +16,8 @@
  *   kind: GpuConfig
  *   sharing: {strategy: TimeSlicing | MPS}
  * The strategy must be the GPU's (the node runs one mode per GPU, from its policy): a claim asking
- * MPS of a time-sliced GPU gets an error naming both, not a silent mode. */
+ * MPS of a time-sliced GPU gets an error naming both, not a silent mode. NVIDIA's configs
+ * (resource.nvidia.com/v1beta1) are read too, and their MPS limits applied: nvconfig.h. */
 #ifndef GS_DRA_SHARE_H
 #define GS_DRA_SHARE_H
 
@@ -35,9 +36,19 @@
 #define DRA_GUARD_CONF_IN_CONTAINER GS_GUARD_CONF_IN_CONTAINER
 #define DRA_GUARD_STATE_IN_CONTAINER GS_GUARD_STATE_IN_CONTAINER
 
+#define DRA_MPS_MAX_PINNED 8
 struct dra_gpu_config {
     bool set;                 /* a config named a strategy */
     enum dra_sharing strategy; /* DRA_SHARING_TIME_SLICING or DRA_SHARING_MPS */
+    /* whose config: gpuslice's GpuConfig, NVIDIA's GpuConfig or MigDeviceConfig (nvconfig.h) */
+    enum dra_config_kind { DRA_CONFIG_GPUSLICE, DRA_CONFIG_NV_GPU, DRA_CONFIG_NV_MIG } kind;
+    unsigned mps_thread_pct;          /* MPS: the client's active thread percentage 1..100 (0: none) */
+    unsigned long long mps_pinned;    /* MPS: pinned device memory limit in bytes, any device (0: none) */
+    unsigned n_mps_pinned_per;        /* MPS: per device (its index in the claim or its UUID), over mps_pinned */
+    struct {
+        char device[64];
+        unsigned long long bytes;
+    } mps_pinned_per[DRA_MPS_MAX_PINNED];
 };
 
 /* One opaque config's parameters (JSON text): -EINVAL with "FIELD: why" in err. */
@@ -50,6 +61,7 @@ struct dra_claim_configs {
     struct {
         int rc;
         struct dra_gpu_config cfg;
+        char label[160]; /* its apiVersion and kind, for errors */
         char why[256];
     } c[DRA_MAX_CONFIGS];
 };

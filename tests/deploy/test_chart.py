@@ -1220,6 +1220,46 @@ def test_dra_classes_extended_resource_names():
             assert re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", base) and len(base) <= 63, name
 
 
+def test_dra_nvidia_compat_names():
+    """dra.nvidiaCompat (docs/dra.md, NVIDIA-compatible mode): the driver gpu.nvidia.com for the
+    agent, the admission policy and the classes (dra.driver unused); NVIDIA's class names for whole
+    GPUs (exclusive ones only: a whole-GPU claim never lands on a time-sliced share; nvidia.com/gpu)
+    and MIG devices; gpuslice's shared and MPS classes keep names of their own. Off by default."""
+    def render(over):
+        return objects(helmchart.render({"dra": {**DRA["dra"], **over}}))
+
+    objs = render({"nvidiaCompat": True})
+    classes = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "DeviceClass"}
+    nv = "gpu.nvidia.com"
+    assert set(classes) == {nv, "mig.nvidia.com", f"shared.{nv}", f"mps.{nv}"}
+    sel = {n: c["selectors"][0]["cel"]["expression"] for n, c in classes.items()}
+    attr = f'device.attributes["{nv}"]'
+    assert sel[nv] == f'device.driver == "{nv}" && {attr}.type == "gpu" && {attr}.sharing == "exclusive"'
+    assert sel["mig.nvidia.com"] == f'device.driver == "{nv}" && {attr}.type == "mig" && {attr}.sharing == "exclusive"'
+    assert sel[f"shared.{nv}"] == f'device.driver == "{nv}" && {attr}.sharing == "time-slicing"'
+    assert sel[f"mps.{nv}"] == f'device.driver == "{nv}" && {attr}.sharing == "mps"'
+    assert classes[nv]["extendedResourceName"] == "nvidia.com/gpu"
+    assert classes[f"shared.{nv}"]["extendedResourceName"] == "nvidia.com/gpu.shared"
+    assert "extendedResourceName" not in classes["mig.nvidia.com"]
+    assert _arg(agent_container(objs), "--dra-driver") == nv
+    vap = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy" and "dra" in o["metadata"]["name"])
+    assert f'variables.slice.spec.driver == "{nv}"' in json.dumps(vap["spec"]["validations"]).replace('\\"', '"')
+    assert "gpu.example.com" not in json.dumps(objs)
+    # an explicit prefix and extendedResourceNames still apply
+    ext = {o["metadata"]["name"]: o["spec"].get("extendedResourceName")
+           for o in render({"nvidiaCompat": True, "extendedResourcePrefix": "example.com"}) if o["kind"] == "DeviceClass"}
+    assert ext[nv] == "example.com/gpu"
+    assert {o["spec"].get("extendedResourceName") for o in render({"nvidiaCompat": True, "extendedResourceNames": False})
+            if o["kind"] == "DeviceClass"} == {None}
+    # off (the default): dra.driver's names, nothing of NVIDIA's
+    off = render({})
+    assert {o["metadata"]["name"] for o in off if o["kind"] == "DeviceClass"} == \
+        {"gpu.example.com", "shared.gpu.example.com", "mps.gpu.example.com", "mig.gpu.example.com"}
+    assert "nvidia.com" not in json.dumps([o for o in off if o["kind"] in ("DeviceClass", "ValidatingAdmissionPolicy")])
+    with open(os.path.join(helmchart.CHART, "values.yaml")) as f:
+        assert yaml.safe_load(f)["dra"]["nvidiaCompat"] is False
+
+
 def test_api_server_address_for_nodes_without_the_service_network():
     """apiServer.host/port: the doctor's and the agent's KUBERNETES_SERVICE_HOST and _PORT (a
     container's env wins over the kubelet's service variables); none by default."""

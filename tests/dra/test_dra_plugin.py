@@ -51,6 +51,7 @@ def result(device, driver=DRIVER, request="gpu", pool="node-1", **extra):
 class Node:
     def __init__(self, node_file=NODE, extra=()):
         self.node_file, self.extra = node_file, list(extra)  # a node description, agent arguments
+        self.driver = DRIVER  # the agent's --dra-driver (its registration socket's name)
         self.dir = tempfile.mkdtemp(prefix="gsdra.", dir="/tmp")  # short: socket paths
         self.kubelet = os.path.join(self.dir, "k")
         self.registry = os.path.join(self.kubelet, "plugins_registry")
@@ -91,7 +92,7 @@ class Node:
                 "--dra-claims-dir", self.claims]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        self.reg_sock = os.path.join(self.registry, DRIVER + "-reg.sock")
+        self.reg_sock = os.path.join(self.registry, self.driver + "-reg.sock")
         wait(lambda: os.path.exists(self.reg_sock) or self.proc.poll() is not None, 60, "the registration socket")
         assert self.proc.poll() is None, self.log()
         self.client = DraClient(self.reg_sock)

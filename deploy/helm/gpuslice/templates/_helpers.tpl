@@ -6,6 +6,11 @@ without the cluster's DNS); the serving certificate the chart makes is valid for
 https://{{ $host }}:{{ .Values.extender.port }}/gpuslice
 {{- end }}
 
+{{- /* The DRA driver's name: dra.driver, or NVIDIA's gpu.nvidia.com with dra.nvidiaCompat (docs/dra.md). */ -}}
+{{- define "gpuslice.draDriver" -}}
+{{- if .Values.dra.nvidiaCompat }}gpu.nvidia.com{{ else }}{{ .Values.dra.driver }}{{ end -}}
+{{- end }}
+
 {{/* The extender's Secret: tls.crt, tls.key (its serving certificate), ca.crt (its client CA). */}}
 {{- define "gpuslice.extenderTLSSecret" -}}
 {{- .Values.extender.tls.secretName | default (printf "%s-extender-tls" .Release.Name) -}}
