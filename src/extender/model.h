@@ -7,6 +7,16 @@
  * node, because a memory share is a different fraction of GPUs of different sizes. Pods bound are
  * committed to the engine (pl_commit) with the GPUs chosen, so the free fractions are per GPU.
  *
+ * A fractional pod (gpuslice.io/gpu-memory and/or gpuslice.io/gpu-compute) fits a GPU when its
+ * memory fits the GPU's free memory and its compute the GPU's free compute, each counted apart
+ * (share.h): the node's guard enforces the two as separate budgets. The engine's one figure of
+ * such a GPU is the smaller of its two free fractions (what a whole-GPU or milli-GPU pod may
+ * take); a fractional pod is scored on the node as it sees it, each GPU that holds it in both
+ * dimensions offering its free milli after the pod plus the pod's figure (the larger of its two
+ * fractions), so that the engine's state after the pod is exact on the GPU it takes, and the GPUs
+ * that do not hold it less than its figure. Nodes without fractional pods, and every pod that is
+ * not fractional, are decided on the one figure alone.
+ *
  *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
  *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
  *   prioritize  the policy's score of each fitting node (pl_score_node): 10 for one node, the best raw
@@ -20,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "extender/share.h"
 #include "place/place.h"
 
 #define EX_NAME_MAX 254 /* a Kubernetes object name: at most 253 characters */
@@ -87,8 +98,10 @@ struct ex_pending {
 struct ex_bound {
     char uid[EX_UID_MAX];
     size_t node;
-    struct pl_pod pod; /* as committed */
+    struct pl_pod pod; /* the pod's figure on its node (a fractional pod's: its larger fraction) */
     struct pl_choice choice;
+    bool frac;           /* a fractional pod: it holds req of its GPU's memory and compute */
+    struct ex_share req;
 };
 
 struct ex_model {
@@ -98,6 +111,7 @@ struct ex_model {
     char (*names)[EX_NAME_MAX];
     int64_t *gpu_mem;
     int *replicas;
+    struct ex_share (*share)[PL_MAX_GPUS]; /* per node and GPU: what its fractional pods hold */
     uint32_t *slots; /* open addressing: node index + 1 (0: empty) */
     uint64_t *name_hash; /* per node: its name's hash, compared before the name */
     size_t n_slots;
