@@ -20,8 +20,9 @@ in the plan's order (by its GPU) or, with --order name, by pod key. Then:
   within the GPU's units, gpu-compute within 100);
 - the GPUs used (distinct (node, gpu-index)) against the plan's `gpus`, how many of the plan's
   GPUs of two or more pods kept them together (all on one bound GPU), and how many of the plan's
-  GPUs hold pods whose shares, as the extender counts them (the larger of a pod's memory and
-  compute fractions), add up to more than one GPU;
+  GPUs hold pods whose shares, counted as one figure per pod (the larger of its memory and compute
+  fractions), add up to more than one GPU (the extender fits the two apart, so those GPUs can be
+  kept);
 - the placement judged by the plan's own checker (tests/plan/check_plan.py, the pods on the GPUs
   they were bound to): the bound GPUs whose pods' summed duty goes over the plan's budget on more
   steps than it tolerates (the extender sees the requests, not the duty series).
@@ -286,9 +287,9 @@ def tally(assigns, names, reqs, bound, gpus_per_node, units):
 
 
 def extender_misfits(doc, reqs, gpu_mib):
-    """The plan's GPUs whose pods the extender cannot put on one GPU: it takes a pod's share of a GPU
-    as the larger of its memory's (GiB over the GPU's memory, rounded up to a milli-GPU) and its
-    compute's (docs/extender.md, "What a pod asks"), and a GPU holds 1000."""
+    """The plan's GPUs whose pods would not go on one GPU counted as one figure per pod: the larger
+    of its memory's (GiB over the GPU's memory, rounded up to a milli-GPU) and its compute's, 1000
+    to a GPU (the extender fits memory and compute apart: docs/extender.md, "What a pod asks")."""
     milli = {}
     for a in doc["assignments"]:
         r = reqs[a["pod"]]
@@ -304,7 +305,8 @@ def judge(doc, bound_by_key, mem_csv, duty_csv, workdir):
     tolerated, "worst_steps_over": the most steps over on one GPU, "check": its first lines}."""
     gpus = sorted(set(bound_by_key.values()))
     index = {g: i for i, g in enumerate(gpus)}
-    placed = dict(doc, gpus=len(gpus),
+    # gpu_list: the plan's GPUs, not these (the checker compares each GPU's minutes with it)
+    placed = dict(doc, gpus=len(gpus), gpu_list=[],
                   assignments=[dict(a, gpu=index[bound_by_key[a["pod"]]]) for a in doc["assignments"]
                                if a["pod"] in bound_by_key])
     path = os.path.join(workdir, "bound-placement.json")
@@ -314,8 +316,9 @@ def judge(doc, bound_by_key, mem_csv, duty_csv, workdir):
            "--budget", str(doc["budget_percent"]), "--tolerance", str(doc["tolerance"]), "--fill", doc["grid"]["fill"]]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     lines = r.stdout.splitlines()
-    over = [re.match(r"GPU (\d+): summed duty over .* on (\d+) steps", ln) for ln in lines]
-    over = [int(m.group(2)) for m in over if m]
+    step = float(doc["grid"]["step_s"])
+    over = [re.match(r"GPU (\d+): summed duty over .* for ([0-9.e+-]+) minutes", ln) for ln in lines]
+    over = [round(float(m.group(2)) * 60.0 / step) for m in over if m]
     other = [ln for ln in lines if "summed duty over" not in ln and not ln.startswith("ok:")]
     if r.returncode not in (0, 1) or other:  # anything but duty over the budget: the placement is wrong
         raise BenchError(f"{shlex.join(cmd)}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
