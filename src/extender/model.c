@@ -46,12 +46,13 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
     m->gpu_mem = calloc(n ? n : 1, sizeof(*m->gpu_mem));
     m->replicas = calloc(n ? n : 1, sizeof(*m->replicas));
     m->share = calloc(n ? n : 1, sizeof(*m->share));
+    m->plan = calloc(n ? n : 1, sizeof(*m->plan));
     for (m->n_slots = 16; m->n_slots < 2 * n; m->n_slots *= 2)
         ;
     m->slots = calloc(m->n_slots, sizeof(*m->slots));
     m->name_hash = calloc(n ? n : 1, sizeof(*m->name_hash));
     int r = -ENOMEM;
-    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->share || !m->slots || !m->name_hash) {
+    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->share || !m->plan || !m->slots || !m->name_hash) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -133,6 +134,7 @@ void ex_model_free(struct ex_model *m) {
     free(m->gpu_mem);
     free(m->replicas);
     free(m->share);
+    free(m->plan);
     free(m->slots);
     free(m->name_hash);
     free(m->bound);
@@ -303,10 +305,23 @@ static void frac_view(const struct ex_model *m, size_t i, const struct ex_share 
     }
 }
 
+/* the pod's plan group: its namespace and gpuslice.io/plan-gpu hashed (0: none) */
+static uint64_t plan_hash(const struct ex_pod *p) {
+    if (!p->plan_gpu[0])
+        return 0;
+    char key[EX_NAME_MAX + EX_PLAN_MAX + 1];
+    snprintf(key, sizeof(key), "%s/%s", p->ns, p->plan_gpu);
+    uint64_t h = hash_str(key);
+    return h ? h : 1;
+}
+
 /* commits pod q (its figure) on ch at node i; a fractional one (r not NULL) takes of its GPU's one
- * figure what its memory and compute leave: the GPU's free milli before less after */
+ * figure what its memory and compute leave: the GPU's free milli before less after. A pod of plan
+ * group plan (0: none) on one GPU marks the GPU with it unless a group did first. */
 static void commit_pod(struct ex_model *m, size_t i, const struct pl_pod *q, const struct ex_share *r,
-                       const struct pl_choice *ch) {
+                       uint64_t plan, const struct pl_choice *ch) {
+    if (plan && ch->n_gpus == 1 && ch->gpus[0] >= 0 && ch->gpus[0] < PL_MAX_GPUS && !m->plan[i][ch->gpus[0]])
+        m->plan[i][ch->gpus[0]] = plan;
     if (!r || ch->n_gpus != 1) {
         pl_commit(&m->c, q, ch);
         return;
@@ -465,7 +480,8 @@ static int raw_score(struct ex_model *m, const struct ex_pod *p, size_t i, int64
 /* rep[k]: the first of the n nodes whose raw score is node idx[k]'s (-1: not known): the same
  * node state, GPU memory and replicas (pl_node_groups). false: no groups, when memory is short or
  * the pod's claims are judged on each node's DRA devices. */
-static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, size_t *rep) {
+static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const long *idx, const int *cls, size_t n,
+                         size_t *rep) {
     if ((m->dra && p->claims.n && !ex_pod_wants_gpu(p)) || !n)
         return false;
     size_t *at = malloc(n * sizeof(*at));
@@ -475,10 +491,11 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
         long i = idx[k];
         at[k] = i < 0 ? 0 : (size_t)i;
         struct ex_share r;
-        bool packs = i >= 0 && !(frac_req(p, &r) && node_shared(m, (size_t)i)) && m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
+        bool packs = i >= 0 && !(frac_req(p, &r) && node_shared(m, (size_t)i)) && !(cls && cls[k] == 2) &&
+                     m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
                      m->replicas[i] < 1 << 22;
-        /* a node not known, one whose pair does not pack, or one whose fractional pods a fractional
-         * pod sees (frac_view), in a group of its own */
+        /* a node not known, one whose pair does not pack, one whose fractional pods a fractional
+         * pod sees (frac_view), or one with a GPU of the pod's plan group, in a group of its own */
         key[k] = packs ? (uint64_t)m->gpu_mem[i] << 22 | (uint64_t)m->replicas[i] : (uint64_t)1 << 63 | k;
     }
     ok = ok && pl_node_groups(&m->c, at, key, n, rep) == 0;
@@ -487,13 +504,55 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
     return ok;
 }
 
+/* The GPU of node i that a pod of a plan group (q: its figure there) goes to first: one that holds
+ * pods of its group and fits it (the fullest after it; *cls 2), else an idle one that fits it (the
+ * lowest index; *cls 1), else -1 (*cls 0; also for a pod of no group or of more than one GPU). */
+static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, const struct pl_pod *q, int *cls) {
+    uint64_t h = plan_hash(p);
+    const struct pl_node *n = &m->c.nodes[i];
+    struct ex_share r;
+    bool frac = frac_req(p, &r);
+    int best = -1, best_left = 0, idle = -1;
+    *cls = 0;
+    if (!h || q->num_gpu != 1 || q->gpu_milli <= 0)
+        return -1;
+    for (int g = 0; g < n->n_gpu; g++) {
+        int left = frac ? frac_after(m, i, g, &r) : n->gpu_free[g] - q->gpu_milli;
+        if (left < 0)
+            continue;
+        if (m->plan[i][g] == h && (best < 0 || left < best_left))
+            best = g, best_left = left;
+        if (idle < 0 && n->gpu_free[g] == PL_MILLI && !m->plan[i][g])
+            idle = g;
+    }
+    *cls = best >= 0 ? 2 : idle >= 0 ? 1 : 0;
+    return best >= 0 ? best : idle;
+}
+
+/* the hint's class of each of the n nodes for a pod of a plan group (cls[k], 0 for a node not
+ * known or that does not take the pod); the highest */
+static int hint_classes(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, int *cls) {
+    int top = 0;
+    for (size_t k = 0; k < n; k++) {
+        struct pl_pod q;
+        char why[EX_REASON_MAX];
+        cls[k] = 0;
+        if (idx[k] >= 0 && ex_pod_on_node(m, (size_t)idx[k], p, &q, why, sizeof(why)) == 0)
+            hint_gpu(m, (size_t)idx[k], p, &q, &cls[k]);
+        top = cls[k] > top ? cls[k] : top;
+    }
+    return top;
+}
+
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     long *idx = malloc((n ? n : 1) * sizeof(*idx));
     size_t *rep = malloc((n ? n : 1) * sizeof(*rep));
+    int *cls = p->plan_gpu[0] ? malloc((n ? n : 1) * sizeof(*cls)) : NULL;
     for (size_t k = 0; idx && k < n; k++)
         idx[k] = ex_model_find(m, nodes[k]);
-    bool grouped = idx && rep && score_groups(m, p, idx, n, rep);
+    int top_cls = cls && idx ? hint_classes(m, p, idx, n, cls) : 0;
+    bool grouped = idx && rep && score_groups(m, p, idx, top_cls ? cls : NULL, n, rep);
     /* raw scores first (INT64_MIN: no fit), once per group of nodes in the same state, then mapped
      * onto 1..10 */
     for (size_t k = 0; k < n; k++) {
@@ -515,6 +574,20 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
             lo = scores[k] < lo ? scores[k] : lo;
             hi = scores[k] > hi ? scores[k] : hi;
         }
+    /* a pod of a plan group: the hint's class first, the raw score within it */
+    if (top_cls && hi >= lo && (uint64_t)hi - (uint64_t)lo < (uint64_t)1 << 60) {
+        int64_t span = hi - lo + 1;
+        for (size_t k = 0; k < n; k++)
+            if (scores[k] != INT64_MIN)
+                scores[k] = scores[k] - lo + cls[k] * span;
+        lo = INT64_MAX, hi = INT64_MIN;
+        for (size_t k = 0; k < n; k++)
+            if (scores[k] != INT64_MIN) {
+                lo = scores[k] < lo ? scores[k] : lo;
+                hi = scores[k] > hi ? scores[k] : hi;
+            }
+    }
+    free(cls);
     /* exact ties of the best raw score (FGD's is an integer 0..100: hundreds of nodes tie) go to
      * the smallest node name, as in the FGD paper's simulator; the scheduler would pick among
      * them at random, and spreading a workload over the tied nodes fragments it (`replay`'s FGD
@@ -694,7 +767,8 @@ static int record(struct ex_model *m, const struct ex_pod *p, size_t node, const
     b->choice = *ch;
     b->frac = frac;
     b->req = frac ? r : (struct ex_share){ 0 };
-    commit_pod(m, node, q, frac ? &r : NULL, ch);
+    b->plan = plan_hash(p);
+    commit_pod(m, node, q, frac ? &r : NULL, b->plan, ch);
     return 0;
 }
 
@@ -732,6 +806,9 @@ int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct
                 gpu_reason(n, &q, why, len);
             return -ENOSPC;
         }
+        int cls, hint = hint_gpu(m, (size_t)i, p, &q, &cls);
+        if (hint >= 0)
+            gpu = hint; /* its plan group's GPU, or an idle one */
         if (gpu >= 0) {
             out->n_gpus = 1;
             out->gpus[0] = gpu;
@@ -828,9 +905,11 @@ static void reset_node(struct ex_model *m, size_t i) {
     pl_commit(&m->c, &none, &here); /* recomputes the node's cached fragmentation */
     n->n_pods = 0;
     memset(m->share[i], 0, sizeof(m->share[i]));
+    memset(m->plan[i], 0, sizeof(m->plan[i]));
     for (size_t k = 0; k < m->n_bound; k++)
         if (m->bound[k].node == i)
-            commit_pod(m, i, &m->bound[k].pod, m->bound[k].frac ? &m->bound[k].req : NULL, &m->bound[k].choice);
+            commit_pod(m, i, &m->bound[k].pod, m->bound[k].frac ? &m->bound[k].req : NULL, m->bound[k].plan,
+                       &m->bound[k].choice);
 }
 
 int ex_release(struct ex_model *m, const char *uid) {
@@ -914,7 +993,7 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
         if (!fits)
             continue; /* the node's GPUs changed under it: the pod is counted again when it is seen */
         nm.n_bound++;
-        commit_pod(&nm, (size_t)i, &nb->pod, b->frac ? &b->req : NULL, &nb->choice);
+        commit_pod(&nm, (size_t)i, &nb->pod, b->frac ? &b->req : NULL, b->plan, &nb->choice);
     }
     ex_model_free(m);
     *m = nm;

@@ -47,6 +47,10 @@
  * withdrawn when a newer pod needs its place (a pod retried after that is observed again), so
  * pods made up and never bound weigh at most this much in the estimate. */
 #define EX_PENDING_MAX 1024
+/* gpuslice.io/plan-gpu: the group `gpuslice plan` put the pod in (its GPU of the plan); at most
+ * EX_PLAN_MAX - 1 characters of [A-Za-z0-9._-], else the pod has no group */
+#define EX_ANN_PLAN_GPU "gpuslice.io/plan-gpu"
+#define EX_PLAN_MAX 64
 
 struct ex_node_spec {
     char name[EX_NAME_MAX];
@@ -84,6 +88,7 @@ struct ex_pod {
      * scores) */
     char gpu_spec[EX_SPEC_MAX];
     struct ex_pod_claims claims;
+    char plan_gpu[EX_PLAN_MAX]; /* its gpuslice.io/plan-gpu ("": none; see ex_prioritize) */
 };
 
 /* A pod observed (ex_observe) and not bound yet. */
@@ -102,6 +107,7 @@ struct ex_bound {
     struct pl_choice choice;
     bool frac;           /* a fractional pod: it holds req of its GPU's memory and compute */
     struct ex_share req;
+    uint64_t plan;       /* its plan group's hash (namespace and gpuslice.io/plan-gpu; 0: none) */
 };
 
 struct ex_model {
@@ -112,6 +118,7 @@ struct ex_model {
     int64_t *gpu_mem;
     int *replicas;
     struct ex_share (*share)[PL_MAX_GPUS]; /* per node and GPU: what its fractional pods hold */
+    uint64_t (*plan)[PL_MAX_GPUS];         /* per node and GPU: the plan group of its first pod of one (0: none) */
     uint32_t *slots; /* open addressing: node index + 1 (0: empty) */
     uint64_t *name_hash; /* per node: its name's hash, compared before the name */
     size_t n_slots;
@@ -158,7 +165,12 @@ int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, s
 /* filter for one node by name: the verdict and, unless EX_FIT, the reason. A node the model does
  * not know fits a pod that asks for no GPU, and is unresolvable for one that does. */
 enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len);
-/* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). */
+/* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). A pod of a plan group
+ * (gpuslice.io/plan-gpu, the group its namespace and the value name) that fits one GPU goes first
+ * to a node with a GPU that holds pods of its group and fits it, then to a node with an idle GPU
+ * that fits it, the policy's score deciding within each; bind takes that GPU (the group's fullest
+ * after the pod, or the idle one of the policy's choice, else the first). A pod without a group is
+ * decided by the policy alone. */
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores);
 /* Tells the policy about the pod, once per uid while it waits (no uid: every time): gpuslice's
  * online estimate (pl_observe), or FGD's target workload (pl_set_targets over the pods seen,

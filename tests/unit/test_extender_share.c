@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "extender/model.h"
+#include "extender/wire.h"
 #include "extender/share.h"
 
 #define GPU_MIB (140 * 1024) /* 140 GiB per GPU */
@@ -163,12 +165,84 @@ static void test_prioritize_two_dimensions(void **state) {
     }
 }
 
+/* gpuslice.io/plan-gpu: a pod of a plan group goes to the GPU holding its group, else to an idle
+ * GPU rather than beside another group's pods; a pod without one is left to the policy. */
+static void test_plan_hint(void **state) {
+    (void)state;
+    struct ex_node_spec ns[] = { node("a", 2), node("b", 2) };
+    char err[256], why[EX_REASON_MAX];
+    const char *names[] = { "a", "b" };
+    int64_t scores[2];
+    for (int pol = PL_FGD; pol <= PL_GPUSLICE; pol++) {
+        struct ex_model m;
+        assert_int_equal(ex_model_init(&m, (enum pl_policy)pol, ns, 2, err, sizeof(err)), 0);
+        struct pl_choice ch = { .n_gpus = 1, .gpus = { 1 } }, got;
+        /* group 7 on b's GPU 1, group 8 on a's GPU 0 (with room left on both) */
+        struct ex_pod g7 = frac("g7", 40, 30), g8 = frac("g8", 40, 30);
+        strcpy(g7.ns, "ns"), strcpy(g8.ns, "ns");
+        strcpy(g7.plan_gpu, "7"), strcpy(g8.plan_gpu, "8");
+        assert_int_equal(ex_commit(&m, &g7, "b", &ch), 0);
+        ch.gpus[0] = 0;
+        assert_int_equal(ex_commit(&m, &g8, "a", &ch), 0);
+        /* the next pod of group 7: node b, its group's GPU */
+        struct ex_pod p = frac("p", 40, 30);
+        strcpy(p.ns, "ns"), strcpy(p.plan_gpu, "7");
+        ex_prioritize(&m, &p, names, 2, scores);
+        assert_int_equal(scores[1], EX_MAX_PRIORITY);
+        assert_true(scores[0] < EX_MAX_PRIORITY);
+        assert_int_equal(ex_bind(&m, &p, "b", &got, why, sizeof(why)), 0);
+        assert_int_equal(got.gpus[0], 1);
+        /* a pod of group 9 (no GPU yet): an idle GPU, a's GPU 1 or b's GPU 0, not beside group 8 */
+        struct ex_pod q = frac("q", 40, 30);
+        strcpy(q.ns, "ns"), strcpy(q.plan_gpu, "9");
+        assert_int_equal(ex_bind(&m, &q, "a", &got, why, sizeof(why)), 0);
+        assert_int_equal(got.gpus[0], 1);
+        /* group 7 in another namespace is another group: an idle GPU */
+        struct ex_pod o = frac("o", 40, 30);
+        strcpy(o.ns, "other"), strcpy(o.plan_gpu, "7");
+        assert_int_equal(ex_bind(&m, &o, "b", &got, why, sizeof(why)), 0);
+        assert_int_equal(got.gpus[0], 0);
+        /* given back and counted again, the GPUs keep their groups */
+        assert_int_equal(ex_release(&m, "g8"), 0);
+        assert_int_equal(ex_model_rebuild(&m, ns, 2, err, sizeof(err)), 0);
+        struct ex_pod r = frac("r", 40, 30);
+        strcpy(r.ns, "ns"), strcpy(r.plan_gpu, "9");
+        ex_prioritize(&m, &r, names, 2, scores);
+        assert_int_equal(scores[0], EX_MAX_PRIORITY);
+        ex_model_free(&m);
+    }
+}
+
+/* The annotation read from the Pod: a value out of shape is no group. */
+static void test_plan_hint_json(void **state) {
+    (void)state;
+    static const char *const vals[] = { "12", "plan-a.3_x", "", "a b", "x/y",
+                                        "0123456789012345678901234567890123456789012345678901234567890123" };
+    static const char *const want[] = { "12", "plan-a.3_x", "", "", "", "" };
+    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
+        char js[512], err[256];
+        snprintf(js, sizeof(js),
+                 "{\"metadata\":{\"uid\":\"u\",\"name\":\"p\",\"namespace\":\"d\",\"annotations\":{"
+                 "\"gpuslice.io/plan-gpu\":\"%s\"}},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}",
+                 vals[k]);
+        json_error_t je;
+        json_t *j = json_loads(js, 0, &je);
+        assert_non_null(j);
+        struct ex_pod p;
+        assert_int_equal(ex_pod_from_json(j, &p, err, sizeof(err)), 0);
+        assert_string_equal(p.plan_gpu, want[k]);
+        json_decref(j);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_arith),
         cmocka_unit_test(test_two_dimensions),
         cmocka_unit_test(test_commit_two_dimensions),
         cmocka_unit_test(test_prioritize_two_dimensions),
+        cmocka_unit_test(test_plan_hint),
+        cmocka_unit_test(test_plan_hint_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
