@@ -284,12 +284,16 @@ static int frac_after(const struct ex_model *m, size_t i, int g, const struct ex
     return ex_share_after(&m->share[i][g], m->c.nodes[i].gpu_free[g], m->gpu_mem[i], r);
 }
 
-/* whether a GPU of node i carries fractional pods */
-static bool node_shared(const struct ex_model *m, size_t i) {
-    for (int g = 0; g < m->c.nodes[i].n_gpu; g++)
-        if (m->share[i][g].mem_mib || m->share[i][g].compute)
-            return true;
-    return false;
+/* whether the two dimensions of node i's GPUs tell the fractional request r (NULL: any) other than
+ * their one figure does: its GPUs carry fractional pods, and memory is in play (r's or theirs).
+ * Compute alone, as the trace's milli-GPU pods ask it, is the one figure exactly. */
+static bool node_apart(const struct ex_model *m, size_t i, const struct ex_share *r) {
+    bool any = false, mem = !r || r->mem_mib > 0;
+    for (int g = 0; g < m->c.nodes[i].n_gpu; g++) {
+        any = any || m->share[i][g].mem_mib || m->share[i][g].compute;
+        mem = mem || m->share[i][g].mem_mib;
+    }
+    return any && mem;
 }
 
 /* Node i as the fractional request r of figure d sees it: a GPU that holds r in both dimensions
@@ -385,10 +389,11 @@ static void gpu_reason(const struct pl_node *n, const struct pl_pod *q, char *wh
 /* why no GPU of node i holds the fractional request r (figure q): gpu_reason (on the one figure,
  * the smaller of each GPU's free fractions, which is below the pod's on every GPU that fails it)
  * and, where GPUs carry fractional pods, each GPU's free memory and compute */
-static void frac_reason(const struct ex_model *m, size_t i, const struct pl_pod *q, char *why, size_t len) {
+static void frac_reason(const struct ex_model *m, size_t i, const struct ex_share *r, const struct pl_pod *q,
+                        char *why, size_t len) {
     const struct pl_node *n = &m->c.nodes[i];
     gpu_reason(n, q, why, len);
-    if (!node_shared(m, i))
+    if (!node_apart(m, i, r))
         return;
     int64_t gm = m->gpu_mem[i];
     size_t o = strlen(why);
@@ -434,7 +439,7 @@ enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char
     if (k >= q.num_gpu)
         return EX_FIT;
     if (frac)
-        frac_reason(m, (size_t)i, &q, why, len);
+        frac_reason(m, (size_t)i, &r, &q, why, len);
     else
         gpu_reason(n, &q, why, len);
     return EX_FAIL;
@@ -444,7 +449,7 @@ enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char
 static int score_pod(struct ex_model *m, const struct ex_pod *p, size_t i, const struct pl_pod *q, int64_t *s,
                      int *gpu) {
     struct ex_share r;
-    if (!frac_req(p, &r) || !node_shared(m, i))
+    if (!frac_req(p, &r) || !node_apart(m, i, &r))
         return pl_score_node(&m->c, m->policy, i, q, s, gpu);
     struct pl_node view, keep = m->c.nodes[i];
     frac_view(m, i, &r, q->gpu_milli, &view);
@@ -491,7 +496,7 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
         long i = idx[k];
         at[k] = i < 0 ? 0 : (size_t)i;
         struct ex_share r;
-        bool packs = i >= 0 && !(frac_req(p, &r) && node_shared(m, (size_t)i)) && !(cls && cls[k] == 2) &&
+        bool packs = i >= 0 && !(frac_req(p, &r) && node_apart(m, (size_t)i, &r)) && !(cls && cls[k] == 2) &&
                      m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
                      m->replicas[i] < 1 << 22;
         /* a node not known, one whose pair does not pack, one whose fractional pods a fractional
@@ -504,10 +509,22 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
     return ok;
 }
 
+/* whether a GPU of the model holds pods of plan group h */
+static bool group_placed(const struct ex_model *m, uint64_t h) {
+    for (size_t i = 0; h && i < m->c.n_nodes; i++)
+        for (int g = 0; g < m->c.nodes[i].n_gpu; g++)
+            if (m->plan[i][g] == h)
+                return true;
+    return false;
+}
+
 /* The GPU of node i that a pod of a plan group (q: its figure there) goes to first: one that holds
- * pods of its group and fits it (the fullest after it; *cls 2), else an idle one that fits it (the
- * lowest index; *cls 1), else -1 (*cls 0; also for a pod of no group or of more than one GPU). */
-static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, const struct pl_pod *q, int *cls) {
+ * pods of its group and fits it (the fullest after it; *cls 2), else, when no GPU holds its group
+ * yet (placed false), an idle one that fits it (the lowest index; *cls 1), else -1 (*cls 0: the
+ * policy's choice; also for a pod of no group or of more than one GPU). A pod its group's GPUs
+ * cannot take is left to the policy, which fills gaps where an idle GPU would be one more. */
+static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, const struct pl_pod *q, bool placed,
+                    int *cls) {
     uint64_t h = plan_hash(p);
     const struct pl_node *n = &m->c.nodes[i];
     struct ex_share r;
@@ -522,7 +539,7 @@ static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, 
             continue;
         if (m->plan[i][g] == h && (best < 0 || left < best_left))
             best = g, best_left = left;
-        if (idle < 0 && n->gpu_free[g] == PL_MILLI && !m->plan[i][g])
+        if (idle < 0 && !placed && n->gpu_free[g] == PL_MILLI && !m->plan[i][g])
             idle = g;
     }
     *cls = best >= 0 ? 2 : idle >= 0 ? 1 : 0;
@@ -533,12 +550,13 @@ static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, 
  * known or that does not take the pod); the highest */
 static int hint_classes(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, int *cls) {
     int top = 0;
+    bool placed = group_placed(m, plan_hash(p));
     for (size_t k = 0; k < n; k++) {
         struct pl_pod q;
         char why[EX_REASON_MAX];
         cls[k] = 0;
         if (idx[k] >= 0 && ex_pod_on_node(m, (size_t)idx[k], p, &q, why, sizeof(why)) == 0)
-            hint_gpu(m, (size_t)idx[k], p, &q, &cls[k]);
+            hint_gpu(m, (size_t)idx[k], p, &q, placed, &cls[k]);
         top = cls[k] > top ? cls[k] : top;
     }
     return top;
@@ -801,12 +819,12 @@ int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct
         bool frac = frac_req(p, &r);
         if (score_pod(m, p, (size_t)i, &q, &s, &gpu) < 0) {
             if (frac)
-                frac_reason(m, (size_t)i, &q, why, len);
+                frac_reason(m, (size_t)i, &r, &q, why, len);
             else
                 gpu_reason(n, &q, why, len);
             return -ENOSPC;
         }
-        int cls, hint = hint_gpu(m, (size_t)i, p, &q, &cls);
+        int cls, hint = p->plan_gpu[0] ? hint_gpu(m, (size_t)i, p, &q, group_placed(m, plan_hash(p)), &cls) : -1;
         if (hint >= 0)
             gpu = hint; /* its plan group's GPU, or an idle one */
         if (gpu >= 0) {

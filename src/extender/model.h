@@ -14,8 +14,9 @@
  * take); a fractional pod is scored on the node as it sees it, each GPU that holds it in both
  * dimensions offering its free milli after the pod plus the pod's figure (the larger of its two
  * fractions), so that the engine's state after the pod is exact on the GPU it takes, and the GPUs
- * that do not hold it less than its figure. Nodes without fractional pods, and every pod that is
- * not fractional, are decided on the one figure alone.
+ * that do not hold it less than its figure. Nodes without fractional pods, every pod that is not
+ * fractional, and compute alone on GPUs whose fractional pods ask compute alone (the one figure
+ * exactly) are decided on the one figure as before.
  *
  *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
  *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
