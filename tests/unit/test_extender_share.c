@@ -165,6 +165,28 @@ static void test_prioritize_two_dimensions(void **state) {
     }
 }
 
+/* Compute alone beside compute alone (the FGD trace's milli-GPU pods) is the one figure: the
+ * reason as before; memory in play, the two dimensions said too. */
+static void test_compute_alone(void **state) {
+    (void)state;
+    struct ex_node_spec ns[] = { node("n", 2) };
+    char err[256], why[EX_REASON_MAX];
+    struct ex_model m;
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 1, err, sizeof(err)), 0);
+    struct pl_choice ch = { .n_gpus = 1, .gpus = { 0 } };
+    struct ex_pod a = frac("a", 0, 60), b = frac("b", 0, 60);
+    assert_int_equal(ex_commit(&m, &a, "n", &ch), 0);
+    ch.gpus[0] = 1;
+    assert_int_equal(ex_commit(&m, &b, "n", &ch), 0);
+    struct ex_pod c = frac("c", 0, 50);
+    assert_int_equal(ex_filter(&m, &c, "n", why, sizeof(why)), EX_FAIL);
+    assert_string_equal(why, "no single GPU has 500 milli-GPU free (free per GPU: 400,400; 800 in all)");
+    struct ex_pod d = frac("d", 1, 50);
+    assert_int_equal(ex_filter(&m, &d, "n", why, sizeof(why)), EX_FAIL);
+    assert_non_null(strstr(why, "800 in all); free MiB/compute % per GPU: 143360/40,143360/40"));
+    ex_model_free(&m);
+}
+
 /* gpuslice.io/plan-gpu: a pod of a plan group goes to the GPU holding its group, else to an idle
  * GPU rather than beside another group's pods; a pod without one is left to the policy. */
 static void test_plan_hint(void **state) {
@@ -202,6 +224,27 @@ static void test_plan_hint(void **state) {
         strcpy(o.ns, "other"), strcpy(o.plan_gpu, "7");
         assert_int_equal(ex_bind(&m, &o, "b", &got, why, sizeof(why)), 0);
         assert_int_equal(got.gpus[0], 0);
+        /* group 7 is placed: a pod its GPUs cannot take (compute) gets no idle GPU first */
+        struct ex_pod big = frac("big", 10, 50);
+        strcpy(big.ns, "ns"), strcpy(big.plan_gpu, "7");
+        struct ex_node_spec ns3[] = { node("a", 2), node("b", 2), node("c", 1) };
+        assert_int_equal(ex_model_rebuild(&m, ns3, 3, err, sizeof(err)), 0);
+        const char *three[] = { "a", "b", "c" };
+        int64_t sc[3];
+        ex_prioritize(&m, &big, three, 3, sc);
+        struct ex_pod big9 = big;
+        strcpy(big9.plan_gpu, "10"); /* a group on no GPU: the idle node c first */
+        int64_t sc9[3];
+        ex_prioritize(&m, &big9, three, 3, sc9);
+        assert_int_equal(sc9[2], EX_MAX_PRIORITY);
+        assert_true(sc9[0] < EX_MAX_PRIORITY && sc9[1] < EX_MAX_PRIORITY);
+        struct ex_pod none = big;
+        none.plan_gpu[0] = '\0';
+        int64_t sc0[3];
+        ex_prioritize(&m, &none, three, 3, sc0);
+        assert_memory_equal(sc, sc0, sizeof(sc)); /* the policy's own ranking */
+        assert_true(sc0[2] < EX_MAX_PRIORITY);     /* which is not the idle node's */
+        assert_int_equal(ex_model_rebuild(&m, ns, 2, err, sizeof(err)), 0);
         /* given back and counted again, the GPUs keep their groups */
         assert_int_equal(ex_release(&m, "g8"), 0);
         assert_int_equal(ex_model_rebuild(&m, ns, 2, err, sizeof(err)), 0);
@@ -241,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_two_dimensions),
         cmocka_unit_test(test_commit_two_dimensions),
         cmocka_unit_test(test_prioritize_two_dimensions),
+        cmocka_unit_test(test_compute_alone),
         cmocka_unit_test(test_plan_hint),
         cmocka_unit_test(test_plan_hint_json),
     };
