@@ -13,22 +13,25 @@ Stages (bench/kwok/stages-node.yaml). `gpuslice extender --kubeconfig` (--policy
 gpuslice) takes the nodes from those labels and the pods from the API server, and kube-scheduler
 (bench/kwok/sched-extender.yaml: filter, prioritize and bind by the extender, whose /bind writes
 the Binding with the pod's `gpuslice.io/gpu-index`) places the plan's pods, created one at a time
-in the plan's order (by its GPU) or, with --order name, by pod key. Then:
+in the plan's order (by its GPU) or, with --order name, by pod key, each annotated with its GPU of
+the plan (plan.json's assignments[].gpu) as `gpuslice.io/plan-gpu`, the extender's hint to keep
+the plan's groups together (--no-hint: none). Then:
 
 - every pod must be bound, with a GPU index of its node;
 - no GPU holds more units than it has (the pods' requests summed per (node, GPU): gpu-memory
   within the GPU's units, gpu-compute within 100);
 - the GPUs used (distinct (node, gpu-index)) against the plan's `gpus`, how many of the plan's
   GPUs of two or more pods kept them together (all on one bound GPU), and how many of the plan's
-  GPUs hold pods whose shares, as the extender counts them (the larger of a pod's memory and
-  compute fractions), add up to more than one GPU;
+  GPUs hold pods whose shares, counted as one figure per pod (the larger of its memory and compute
+  fractions), add up to more than one GPU (the extender fits the two apart, so those GPUs can be
+  kept);
 - the placement judged by the plan's own checker (tests/plan/check_plan.py, the pods on the GPUs
   they were bound to): the bound GPUs whose pods' summed duty goes over the plan's budget on more
   steps than it tolerates (the extender sees the requests, not the duty series).
 
 usage (root; from the repository root, the build made):
   GS_E2E_PORT_BASE=17900 python3 bench/kwok_plan.py --build build-fast [--gpu H200] [--nodes 18]
-      [--plan-args '--tolerance 1'] [--pods N] [--policy gpuslice] [--out DIR] [--json FILE]
+      [--plan-args '--tolerance 1'] [--pods N] [--policy gpuslice] [--no-hint] [--out DIR] [--json FILE]
 GS_E2E_DIR=DIR uses a cluster that is up (its scheduler's own configuration restored at the end);
 otherwise the script brings up its own in /tmp/gse2e.kwokplan-PORTBASE and takes it down at the
 end (bench/kwok_replay.py's helpers). Every process it starts is stopped by its pid; every wait is
@@ -55,6 +58,7 @@ NS = "kwok-plan"
 SEL = "gpuslice.io/kwok-plan"
 MEM, SM = "gpuslice.io/gpu-memory", "gpuslice.io/gpu-compute"
 ANN = "gpuslice.io/gpu-index"
+PLAN_GPU = "gpuslice.io/plan-gpu"
 TRACE = ("pod_gpu_memory_used_bytes_anon", "pod_gpu_duty_cycle_anon")
 CHECK_PLAN = os.path.join(kr.ROOT, "tests", "plan", "check_plan.py")
 
@@ -149,10 +153,14 @@ def pod_name(seq, key):
     return f"p{seq:03d}-" + "".join(c if c.isalnum() else "-" for c in key.lower())[:40].strip("-")
 
 
-def pod_object(name, key, limits, image):
+def pod_object(name, key, limits, image, plan_gpu=None):
+    """The pod of the plan's KEY; PLAN_GPU (not None): its GPU of the plan as gpuslice.io/plan-gpu,
+    the extender's hint (docs/extender.md)."""
+    ann = {"gpuslice.io/plan-pod": key}
+    if plan_gpu is not None:
+        ann[PLAN_GPU] = str(plan_gpu)
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": {"app": "kwok-plan"},
-                         "annotations": {"gpuslice.io/plan-pod": key}},
+            "metadata": {"name": name, "namespace": NS, "labels": {"app": "kwok-plan"}, "annotations": ann},
             "spec": {"nodeSelector": {SEL: "true"},
                      "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
                                      "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
@@ -185,9 +193,10 @@ def pods_bound(api, names):
 
 
 def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, workdir, policy="gpuslice",
-                     order="plan", pods=None, timeout=600):
+                     order="plan", pods=None, timeout=600, hint=True):
     """The plan's pods placed by kube-scheduler and the extender on NODES kwok Nodes of the shape
-    (LABELS, RES) in the cluster CL (kwok_replay.ClusterInfo), the scheduler restarted with its own
+    (LABELS, RES) in the cluster CL (kwok_replay.ClusterInfo), each pod annotated with its GPU of
+    the plan (gpuslice.io/plan-gpu) unless not HINT, the scheduler restarted with its own
     configuration and everything made removed at the end. Returns the figures (a dict); raises
     BenchError when a pod is not bound or a GPU holds more than its units."""
     api = kr.Api(cl.dir, cl.api_port)
@@ -199,7 +208,7 @@ def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, work
     kwok = ext = None
     fig = {"plan_gpus": doc["gpus"], "plan_nodes": doc["nodes"], "pods": len(assigns), "nodes": nodes,
            "gpus_per_node": int(labels[MEM + ".count"]), "units_per_gpu": res[MEM] // int(labels[MEM + ".count"]),
-           "policy": policy, "order": order,
+           "policy": policy, "order": order, "plan_hint": hint,
            "plan_gpus_over_1000_milli": len(extender_misfits(doc, reqs, int(labels[MEM + ".memory"])))}
     try:
         def namespace():  # made, or still there from a run before once it is done terminating
@@ -230,7 +239,8 @@ def check_in_cluster(cl, gpuslice, doc, reqs, labels, res, nodes, kwok_bin, work
         kr.restart_scheduler(cl, kr.sched_config(cl.dir, "gpuslice", workdir, port, port))
         t1 = time.monotonic()
         for name, a in zip(names, assigns):
-            api.json("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, a["pod"], reqs[a["pod"]], cl.image))
+            api.json("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, a["pod"], reqs[a["pod"]], cl.image,
+                                                                           a["gpu"] if hint else None))
 
         def all_bound():
             if not ext.alive():
@@ -286,9 +296,9 @@ def tally(assigns, names, reqs, bound, gpus_per_node, units):
 
 
 def extender_misfits(doc, reqs, gpu_mib):
-    """The plan's GPUs whose pods the extender cannot put on one GPU: it takes a pod's share of a GPU
-    as the larger of its memory's (GiB over the GPU's memory, rounded up to a milli-GPU) and its
-    compute's (docs/extender.md, "What a pod asks"), and a GPU holds 1000."""
+    """The plan's GPUs whose pods would not go on one GPU counted as one figure per pod: the larger
+    of its memory's (GiB over the GPU's memory, rounded up to a milli-GPU) and its compute's, 1000
+    to a GPU (the extender fits memory and compute apart: docs/extender.md, "What a pod asks")."""
     milli = {}
     for a in doc["assignments"]:
         r = reqs[a["pod"]]
@@ -304,7 +314,8 @@ def judge(doc, bound_by_key, mem_csv, duty_csv, workdir):
     tolerated, "worst_steps_over": the most steps over on one GPU, "check": its first lines}."""
     gpus = sorted(set(bound_by_key.values()))
     index = {g: i for i, g in enumerate(gpus)}
-    placed = dict(doc, gpus=len(gpus),
+    # gpu_list: the plan's GPUs, not these (the checker compares each GPU's minutes with it)
+    placed = dict(doc, gpus=len(gpus), gpu_list=[],
                   assignments=[dict(a, gpu=index[bound_by_key[a["pod"]]]) for a in doc["assignments"]
                                if a["pod"] in bound_by_key])
     path = os.path.join(workdir, "bound-placement.json")
@@ -314,8 +325,9 @@ def judge(doc, bound_by_key, mem_csv, duty_csv, workdir):
            "--budget", str(doc["budget_percent"]), "--tolerance", str(doc["tolerance"]), "--fill", doc["grid"]["fill"]]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     lines = r.stdout.splitlines()
-    over = [re.match(r"GPU (\d+): summed duty over .* on (\d+) steps", ln) for ln in lines]
-    over = [int(m.group(2)) for m in over if m]
+    step = float(doc["grid"]["step_s"])
+    over = [re.match(r"GPU (\d+): summed duty over .* for ([0-9.e+-]+) minutes", ln) for ln in lines]
+    over = [round(float(m.group(2)) * 60.0 / step) for m in over if m]
     other = [ln for ln in lines if "summed duty over" not in ln and not ln.startswith("ok:")]
     if r.returncode not in (0, 1) or other:  # anything but duty over the budget: the placement is wrong
         raise BenchError(f"{shlex.join(cmd)}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
@@ -335,6 +347,8 @@ def main():
     ap.add_argument("--pods", type=int, default=None, help="the plan's first N pods only")
     ap.add_argument("--policy", default="gpuslice", help="the extender's --policy")
     ap.add_argument("--order", choices=("plan", "name"), default="plan")
+    ap.add_argument("--no-hint", action="store_true",
+                    help="no gpuslice.io/plan-gpu annotation on the pods (the extender's policy alone)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds for every pod to be bound")
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
@@ -359,7 +373,7 @@ def main():
             kr.cluster_up(cdir, base)
         cl = ClusterInfo(cdir)
         fig = check_in_cluster(cl, gpuslice, doc, reqs, labels, res, a.nodes, kwok_bin, out, a.policy, a.order,
-                               a.pods, a.timeout)
+                               a.pods, a.timeout, not a.no_hint)
         bound = fig.pop("bound_by_key")
         if not a.pods:  # the checker wants every pod of the input
             fig.update(judge(doc, bound, mem, duty, out))

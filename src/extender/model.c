@@ -45,12 +45,14 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
     m->names = calloc(n ? n : 1, sizeof(*m->names));
     m->gpu_mem = calloc(n ? n : 1, sizeof(*m->gpu_mem));
     m->replicas = calloc(n ? n : 1, sizeof(*m->replicas));
+    m->share = calloc(n ? n : 1, sizeof(*m->share));
+    m->plan = calloc(n ? n : 1, sizeof(*m->plan));
     for (m->n_slots = 16; m->n_slots < 2 * n; m->n_slots *= 2)
         ;
     m->slots = calloc(m->n_slots, sizeof(*m->slots));
     m->name_hash = calloc(n ? n : 1, sizeof(*m->name_hash));
     int r = -ENOMEM;
-    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->slots || !m->name_hash) {
+    if (!pn || !m->names || !m->gpu_mem || !m->replicas || !m->share || !m->plan || !m->slots || !m->name_hash) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -131,6 +133,8 @@ void ex_model_free(struct ex_model *m) {
     free(m->names);
     free(m->gpu_mem);
     free(m->replicas);
+    free(m->share);
+    free(m->plan);
     free(m->slots);
     free(m->name_hash);
     free(m->bound);
@@ -267,6 +271,75 @@ int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, s
     return 0;
 }
 
+/* p's fractional request in *r (gpu-memory MiB, gpu-compute milli): false for a pod asking neither */
+static bool frac_req(const struct ex_pod *p, struct ex_share *r) {
+    r->mem_mib = p->gpu_mem_mib > 0 ? p->gpu_mem_mib : 0;
+    r->compute = p->compute_pct > 0 ? p->compute_pct * 10 : 0;
+    return r->mem_mib > 0 || r->compute > 0;
+}
+
+/* GPU g of node i once the fractional request r joins it: its free milli-GPU, -1 when r does not
+ * fit its memory or its compute */
+static int frac_after(const struct ex_model *m, size_t i, int g, const struct ex_share *r) {
+    return ex_share_after(&m->share[i][g], m->c.nodes[i].gpu_free[g], m->gpu_mem[i], r);
+}
+
+/* whether the two dimensions of node i's GPUs tell the fractional request r (NULL: any) other than
+ * their one figure does: its GPUs carry fractional pods, and memory is in play (r's or theirs).
+ * Compute alone, as the trace's milli-GPU pods ask it, is the one figure exactly. */
+static bool node_apart(const struct ex_model *m, size_t i, const struct ex_share *r) {
+    bool any = false, mem = !r || r->mem_mib > 0;
+    for (int g = 0; g < m->c.nodes[i].n_gpu; g++) {
+        any = any || m->share[i][g].mem_mib || m->share[i][g].compute;
+        mem = mem || m->share[i][g].mem_mib;
+    }
+    return any && mem;
+}
+
+/* Node i as the fractional request r of figure d sees it: a GPU that holds r in both dimensions
+ * offers its free milli after r plus d (the engine, which takes d off the GPU it picks, then sees
+ * that GPU exactly as it will be), the others less than d. A node without fractional pods is
+ * seen as it is (its GPUs' two dimensions are the one figure). */
+static void frac_view(const struct ex_model *m, size_t i, const struct ex_share *r, int d, struct pl_node *view) {
+    const struct pl_node *n = &m->c.nodes[i];
+    *view = *n;
+    for (int g = 0; g < n->n_gpu; g++) {
+        int a = frac_after(m, i, g, r);
+        view->gpu_free[g] = a >= 0 ? a + d : n->gpu_free[g] < d ? n->gpu_free[g] : d > 0 ? d - 1 : 0;
+    }
+}
+
+/* the pod's plan group: its namespace and gpuslice.io/plan-gpu hashed (0: none) */
+static uint64_t plan_hash(const struct ex_pod *p) {
+    if (!p->plan_gpu[0])
+        return 0;
+    char key[EX_NAME_MAX + EX_PLAN_MAX + 1];
+    snprintf(key, sizeof(key), "%s/%s", p->ns, p->plan_gpu);
+    uint64_t h = hash_str(key);
+    return h ? h : 1;
+}
+
+/* commits pod q (its figure) on ch at node i; a fractional one (r not NULL) takes of its GPU's one
+ * figure what its memory and compute leave: the GPU's free milli before less after. A pod of plan
+ * group plan (0: none) on one GPU marks the GPU with it unless a group did first. */
+static void commit_pod(struct ex_model *m, size_t i, const struct pl_pod *q, const struct ex_share *r,
+                       uint64_t plan, const struct pl_choice *ch) {
+    if (plan && ch->n_gpus == 1 && ch->gpus[0] >= 0 && ch->gpus[0] < PL_MAX_GPUS && !m->plan[i][ch->gpus[0]])
+        m->plan[i][ch->gpus[0]] = plan;
+    if (!r || ch->n_gpus != 1) {
+        pl_commit(&m->c, q, ch);
+        return;
+    }
+    int g = ch->gpus[0], after = frac_after(m, i, g, r);
+    struct pl_pod e = *q;
+    e.gpu_milli = after >= 0 ? m->c.nodes[i].gpu_free[g] - after : 0; /* callers checked the fit */
+    if (after >= 0) {
+        m->share[i][g].mem_mib += r->mem_mib;
+        m->share[i][g].compute += r->compute;
+    }
+    pl_commit(&m->c, &e, ch);
+}
+
 /* appends text or a number to why[*o..len) (snprintf per failed node cost more than the filter) */
 static void app(char *why, size_t len, size_t *o, const char *t) {
     while (*t && *o + 1 < len)
@@ -313,6 +386,30 @@ static void gpu_reason(const struct pl_node *n, const struct pl_pod *q, char *wh
     app(why, len, &o, ")");
 }
 
+/* why no GPU of node i holds the fractional request r (figure q): gpu_reason (on the one figure,
+ * the smaller of each GPU's free fractions, which is below the pod's on every GPU that fails it)
+ * and, where GPUs carry fractional pods, each GPU's free memory and compute */
+static void frac_reason(const struct ex_model *m, size_t i, const struct ex_share *r, const struct pl_pod *q,
+                        char *why, size_t len) {
+    const struct pl_node *n = &m->c.nodes[i];
+    gpu_reason(n, q, why, len);
+    if (!node_apart(m, i, r))
+        return;
+    int64_t gm = m->gpu_mem[i];
+    size_t o = strlen(why);
+    app(why, len, &o, "; free MiB/compute % per GPU: ");
+    for (int g = 0; g < n->n_gpu; g++) {
+        const struct ex_share *s = &m->share[i][g];
+        int64_t whole = (int64_t)n->gpu_free[g] + ex_share_milli(s, gm);
+        int64_t mem = gm > 0 ? whole * gm / PL_MILLI - s->mem_mib : 0;
+        if (g)
+            app(why, len, &o, ",");
+        app_num(why, len, &o, mem > 0 ? mem : 0);
+        app(why, len, &o, "/");
+        app_num(why, len, &o, (whole - s->compute) / 10);
+    }
+}
+
 enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len) {
     long i = ex_model_find(m, node);
     bool gpu = ex_pod_wants_gpu(p);
@@ -334,13 +431,32 @@ enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char
         ex_dra_plugin_short(m->dra, node, m->c.nodes[i].n_gpu, q.num_gpu, why, len))
         return EX_UNRESOLVABLE;
     const struct pl_node *n = &m->c.nodes[i];
+    struct ex_share r;
+    bool frac = frac_req(p, &r);
     int k = 0;
     for (int g = 0; g < n->n_gpu; g++)
-        k += n->gpu_free[g] >= q.gpu_milli;
+        k += frac ? frac_after(m, (size_t)i, g, &r) >= 0 : n->gpu_free[g] >= q.gpu_milli;
     if (k >= q.num_gpu)
         return EX_FIT;
-    gpu_reason(n, &q, why, len);
+    if (frac)
+        frac_reason(m, (size_t)i, &r, &q, why, len);
+    else
+        gpu_reason(n, &q, why, len);
     return EX_FAIL;
+}
+
+/* pl_score_node of q (pod p on node i), on the node as a fractional p sees it (frac_view) */
+static int score_pod(struct ex_model *m, const struct ex_pod *p, size_t i, const struct pl_pod *q, int64_t *s,
+                     int *gpu) {
+    struct ex_share r;
+    if (!frac_req(p, &r) || !node_apart(m, i, &r))
+        return pl_score_node(&m->c, m->policy, i, q, s, gpu);
+    struct pl_node view, keep = m->c.nodes[i];
+    frac_view(m, i, &r, q->gpu_milli, &view);
+    m->c.nodes[i] = view; /* its cached fragmentation is the node's: the state before the pod */
+    int ret = pl_score_node(&m->c, m->policy, i, q, s, gpu);
+    m->c.nodes[i] = keep;
+    return ret;
 }
 
 /* node i's raw score for p (pl_score_node); for a pod asking no extended resource whose claims
@@ -363,13 +479,14 @@ static int raw_score(struct ex_model *m, const struct ex_pod *p, size_t i, int64
     char why[EX_REASON_MAX];
     if ((r = ex_pod_on_node(m, i, p, &q, why, sizeof(why))) < 0)
         return r;
-    return pl_score_node(&m->c, m->policy, i, &q, s, NULL);
+    return score_pod(m, p, i, &q, s, NULL);
 }
 
 /* rep[k]: the first of the n nodes whose raw score is node idx[k]'s (-1: not known): the same
  * node state, GPU memory and replicas (pl_node_groups). false: no groups, when memory is short or
  * the pod's claims are judged on each node's DRA devices. */
-static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, size_t *rep) {
+static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const long *idx, const int *cls, size_t n,
+                         size_t *rep) {
     if ((m->dra && p->claims.n && !ex_pod_wants_gpu(p)) || !n)
         return false;
     size_t *at = malloc(n * sizeof(*at));
@@ -378,9 +495,12 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
     for (size_t k = 0; ok && k < n; k++) {
         long i = idx[k];
         at[k] = i < 0 ? 0 : (size_t)i;
-        bool packs = i >= 0 && m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
+        struct ex_share r;
+        bool packs = i >= 0 && !(frac_req(p, &r) && node_apart(m, (size_t)i, &r)) && !(cls && cls[k] == 2) &&
+                     m->gpu_mem[i] >= 0 && m->gpu_mem[i] < (int64_t)1 << 40 && m->replicas[i] >= 0 &&
                      m->replicas[i] < 1 << 22;
-        /* a node not known, or one whose pair does not pack, in a group of its own */
+        /* a node not known, one whose pair does not pack, one whose fractional pods a fractional
+         * pod sees (frac_view), or one with a GPU of the pod's plan group, in a group of its own */
         key[k] = packs ? (uint64_t)m->gpu_mem[i] << 22 | (uint64_t)m->replicas[i] : (uint64_t)1 << 63 | k;
     }
     ok = ok && pl_node_groups(&m->c, at, key, n, rep) == 0;
@@ -389,13 +509,68 @@ static bool score_groups(const struct ex_model *m, const struct ex_pod *p, const
     return ok;
 }
 
+/* whether a GPU of the model holds pods of plan group h */
+static bool group_placed(const struct ex_model *m, uint64_t h) {
+    for (size_t i = 0; h && i < m->c.n_nodes; i++)
+        for (int g = 0; g < m->c.nodes[i].n_gpu; g++)
+            if (m->plan[i][g] == h)
+                return true;
+    return false;
+}
+
+/* The GPU of node i that a pod of a plan group (q: its figure there) goes to first: one that holds
+ * pods of its group and fits it (the fullest after it; *cls 2), else, when no GPU holds its group
+ * yet (placed false), an idle one that fits it (the lowest index; *cls 1), else -1 (*cls 0: the
+ * policy's choice; also for a pod of no group or of more than one GPU). A pod its group's GPUs
+ * cannot take is left to the policy, which fills gaps where an idle GPU would be one more. */
+static int hint_gpu(const struct ex_model *m, size_t i, const struct ex_pod *p, const struct pl_pod *q, bool placed,
+                    int *cls) {
+    uint64_t h = plan_hash(p);
+    const struct pl_node *n = &m->c.nodes[i];
+    struct ex_share r;
+    bool frac = frac_req(p, &r);
+    int best = -1, best_left = 0, idle = -1;
+    *cls = 0;
+    if (!h || q->num_gpu != 1 || q->gpu_milli <= 0)
+        return -1;
+    for (int g = 0; g < n->n_gpu; g++) {
+        int left = frac ? frac_after(m, i, g, &r) : n->gpu_free[g] - q->gpu_milli;
+        if (left < 0)
+            continue;
+        if (m->plan[i][g] == h && (best < 0 || left < best_left))
+            best = g, best_left = left;
+        if (idle < 0 && !placed && n->gpu_free[g] == PL_MILLI && !m->plan[i][g])
+            idle = g;
+    }
+    *cls = best >= 0 ? 2 : idle >= 0 ? 1 : 0;
+    return best >= 0 ? best : idle;
+}
+
+/* the hint's class of each of the n nodes for a pod of a plan group (cls[k], 0 for a node not
+ * known or that does not take the pod); the highest */
+static int hint_classes(const struct ex_model *m, const struct ex_pod *p, const long *idx, size_t n, int *cls) {
+    int top = 0;
+    bool placed = group_placed(m, plan_hash(p));
+    for (size_t k = 0; k < n; k++) {
+        struct pl_pod q;
+        char why[EX_REASON_MAX];
+        cls[k] = 0;
+        if (idx[k] >= 0 && ex_pod_on_node(m, (size_t)idx[k], p, &q, why, sizeof(why)) == 0)
+            hint_gpu(m, (size_t)idx[k], p, &q, placed, &cls[k]);
+        top = cls[k] > top ? cls[k] : top;
+    }
+    return top;
+}
+
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     long *idx = malloc((n ? n : 1) * sizeof(*idx));
     size_t *rep = malloc((n ? n : 1) * sizeof(*rep));
+    int *cls = p->plan_gpu[0] ? malloc((n ? n : 1) * sizeof(*cls)) : NULL;
     for (size_t k = 0; idx && k < n; k++)
         idx[k] = ex_model_find(m, nodes[k]);
-    bool grouped = idx && rep && score_groups(m, p, idx, n, rep);
+    int top_cls = cls && idx ? hint_classes(m, p, idx, n, cls) : 0;
+    bool grouped = idx && rep && score_groups(m, p, idx, top_cls ? cls : NULL, n, rep);
     /* raw scores first (INT64_MIN: no fit), once per group of nodes in the same state, then mapped
      * onto 1..10 */
     for (size_t k = 0; k < n; k++) {
@@ -417,6 +592,20 @@ void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const
             lo = scores[k] < lo ? scores[k] : lo;
             hi = scores[k] > hi ? scores[k] : hi;
         }
+    /* a pod of a plan group: the hint's class first, the raw score within it */
+    if (top_cls && hi >= lo && (uint64_t)hi - (uint64_t)lo < (uint64_t)1 << 60) {
+        int64_t span = hi - lo + 1;
+        for (size_t k = 0; k < n; k++)
+            if (scores[k] != INT64_MIN)
+                scores[k] = scores[k] - lo + cls[k] * span;
+        lo = INT64_MAX, hi = INT64_MIN;
+        for (size_t k = 0; k < n; k++)
+            if (scores[k] != INT64_MIN) {
+                lo = scores[k] < lo ? scores[k] : lo;
+                hi = scores[k] > hi ? scores[k] : hi;
+            }
+    }
+    free(cls);
     /* exact ties of the best raw score (FGD's is an integer 0..100: hundreds of nodes tie) go to
      * the smallest node name, as in the FGD paper's simulator; the scheduler would pick among
      * them at random, and spreading a workload over the tied nodes fragments it (`replay`'s FGD
@@ -576,6 +765,8 @@ static bool takes_gpus(const struct pl_pod *q) {
 
 static int record(struct ex_model *m, const struct ex_pod *p, size_t node, const struct pl_pod *q,
                   const struct pl_choice *ch) {
+    struct ex_share r;
+    bool frac = frac_req(p, &r) && takes_gpus(q);
     if (m->n_bound == m->cap_bound) {
         size_t cap = m->cap_bound ? m->cap_bound * 2 : 256;
         struct ex_bound *nb = realloc(m->bound, cap * sizeof(*nb));
@@ -592,7 +783,10 @@ static int record(struct ex_model *m, const struct ex_pod *p, size_t node, const
     b->node = node;
     b->pod = *q;
     b->choice = *ch;
-    pl_commit(&m->c, q, ch);
+    b->frac = frac;
+    b->req = frac ? r : (struct ex_share){ 0 };
+    b->plan = plan_hash(p);
+    commit_pod(m, node, q, frac ? &r : NULL, b->plan, ch);
     return 0;
 }
 
@@ -621,16 +815,24 @@ int ex_bind(struct ex_model *m, const struct ex_pod *p, const char *node, struct
     if (takes_gpus(&q)) {
         int64_t s;
         int gpu = -1;
-        if (pl_score_node(&m->c, m->policy, (size_t)i, &q, &s, &gpu) < 0) {
-            gpu_reason(n, &q, why, len);
+        struct ex_share r;
+        bool frac = frac_req(p, &r);
+        if (score_pod(m, p, (size_t)i, &q, &s, &gpu) < 0) {
+            if (frac)
+                frac_reason(m, (size_t)i, &r, &q, why, len);
+            else
+                gpu_reason(n, &q, why, len);
             return -ENOSPC;
         }
+        int cls, hint = p->plan_gpu[0] ? hint_gpu(m, (size_t)i, p, &q, group_placed(m, plan_hash(p)), &cls) : -1;
+        if (hint >= 0)
+            gpu = hint; /* its plan group's GPU, or an idle one */
         if (gpu >= 0) {
             out->n_gpus = 1;
             out->gpus[0] = gpu;
-        } else { /* whole GPUs, or a share the policy does not place per GPU: the fullest that fit */
+        } else { /* whole GPUs, or a share the policy does not place per GPU: the first that fit */
             for (int g = 0; g < n->n_gpu && out->n_gpus < q.num_gpu; g++)
-                if (n->gpu_free[g] >= q.gpu_milli)
+                if (frac ? frac_after(m, (size_t)i, g, &r) >= 0 : n->gpu_free[g] >= q.gpu_milli)
                     out->gpus[out->n_gpus++] = g;
             if (out->n_gpus < q.num_gpu) {
                 gpu_reason(n, &q, why, len);
@@ -670,10 +872,12 @@ int ex_commit(struct ex_model *m, const struct ex_pod *p, const char *node, cons
         c.n_gpus = 0;
     else if (c.n_gpus != q.num_gpu)
         return -EINVAL;
+    struct ex_share fr;
+    bool frac = frac_req(p, &fr);
     for (int k = 0; k < c.n_gpus; k++) {
         if (c.gpus[k] < 0 || c.gpus[k] >= n->n_gpu)
             return -EINVAL;
-        if (n->gpu_free[c.gpus[k]] < q.gpu_milli)
+        if (frac ? frac_after(m, (size_t)i, c.gpus[k], &fr) < 0 : n->gpu_free[c.gpus[k]] < q.gpu_milli)
             return -ENOSPC;
     }
     return record(m, p, (size_t)i, &q, &c);
@@ -688,11 +892,16 @@ int ex_commit_best_fit(struct ex_model *m, const struct ex_pod *p, const char *n
     const struct pl_node *n = &m->c.nodes[i];
     *out = (struct pl_choice){ .node = (int)i };
     bool used[PL_MAX_GPUS] = { false };
-    while (takes_gpus(&q) && out->n_gpus < q.num_gpu) { /* the fullest GPU that holds it, as the node's best fit */
-        int best = -1;
-        for (int g = 0; g < n->n_gpu; g++)
-            if (!used[g] && n->gpu_free[g] >= q.gpu_milli && (best < 0 || n->gpu_free[g] < n->gpu_free[best]))
-                best = g;
+    struct ex_share fr;
+    bool frac = frac_req(p, &fr);
+    while (takes_gpus(&q) && out->n_gpus < q.num_gpu) { /* the fullest GPU that holds it, as the node's best
+                                                         * fit (a fractional pod: the fullest after it) */
+        int best = -1, best_left = 0;
+        for (int g = 0; g < n->n_gpu; g++) {
+            int left = frac ? frac_after(m, (size_t)i, g, &fr) : n->gpu_free[g] - q.gpu_milli;
+            if (!used[g] && left >= 0 && (best < 0 || left < best_left))
+                best = g, best_left = left;
+        }
         if (best < 0)
             return -ENOSPC;
         used[best] = true;
@@ -713,9 +922,12 @@ static void reset_node(struct ex_model *m, size_t i) {
     const struct pl_choice here = { .node = (int)i };
     pl_commit(&m->c, &none, &here); /* recomputes the node's cached fragmentation */
     n->n_pods = 0;
+    memset(m->share[i], 0, sizeof(m->share[i]));
+    memset(m->plan[i], 0, sizeof(m->plan[i]));
     for (size_t k = 0; k < m->n_bound; k++)
         if (m->bound[k].node == i)
-            pl_commit(&m->c, &m->bound[k].pod, &m->bound[k].choice);
+            commit_pod(m, i, &m->bound[k].pod, m->bound[k].frac ? &m->bound[k].req : NULL, m->bound[k].plan,
+                       &m->bound[k].choice);
 }
 
 int ex_release(struct ex_model *m, const char *uid) {
@@ -793,11 +1005,13 @@ int ex_model_rebuild(struct ex_model *m, const struct ex_node_spec *nodes, size_
         nb->choice.node = (int)i;
         bool fits = true; /* CPU and memory are the scheduler's to check; the GPUs here */
         for (int g = 0; g < nb->choice.n_gpus; g++)
-            fits = fits && nb->choice.gpus[g] < nn->n_gpu && nn->gpu_free[nb->choice.gpus[g]] >= b->pod.gpu_milli;
+            fits = fits && nb->choice.gpus[g] < nn->n_gpu &&
+                   (b->frac ? frac_after(&nm, (size_t)i, nb->choice.gpus[g], &b->req) >= 0
+                            : nn->gpu_free[nb->choice.gpus[g]] >= b->pod.gpu_milli);
         if (!fits)
             continue; /* the node's GPUs changed under it: the pod is counted again when it is seen */
         nm.n_bound++;
-        pl_commit(&nm.c, &nb->pod, &nb->choice);
+        commit_pod(&nm, (size_t)i, &nb->pod, b->frac ? &b->req : NULL, b->plan, &nb->choice);
     }
     ex_model_free(m);
     *m = nm;

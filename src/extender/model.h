@@ -7,6 +7,17 @@
  * node, because a memory share is a different fraction of GPUs of different sizes. Pods bound are
  * committed to the engine (pl_commit) with the GPUs chosen, so the free fractions are per GPU.
  *
+ * A fractional pod (gpuslice.io/gpu-memory and/or gpuslice.io/gpu-compute) fits a GPU when its
+ * memory fits the GPU's free memory and its compute the GPU's free compute, each counted apart
+ * (share.h): the node's guard enforces the two as separate budgets. The engine's one figure of
+ * such a GPU is the smaller of its two free fractions (what a whole-GPU or milli-GPU pod may
+ * take); a fractional pod is scored on the node as it sees it, each GPU that holds it in both
+ * dimensions offering its free milli after the pod plus the pod's figure (the larger of its two
+ * fractions), so that the engine's state after the pod is exact on the GPU it takes, and the GPUs
+ * that do not hold it less than its figure. Nodes without fractional pods, every pod that is not
+ * fractional, and compute alone on GPUs whose fractional pods ask compute alone (the one figure
+ * exactly) are decided on the one figure as before.
+ *
  *   filter      per-GPU fit: a node is failed when no set of its GPUs holds the pod, whatever the
  *               node's sum (what the scheduler's NodeResourcesFit sees); with a reason.
  *   prioritize  the policy's score of each fitting node (pl_score_node): 10 for one node, the best raw
@@ -20,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "extender/share.h"
 #include "place/place.h"
 
 #define EX_NAME_MAX 254 /* a Kubernetes object name: at most 253 characters */
@@ -36,6 +48,10 @@
  * withdrawn when a newer pod needs its place (a pod retried after that is observed again), so
  * pods made up and never bound weigh at most this much in the estimate. */
 #define EX_PENDING_MAX 1024
+/* gpuslice.io/plan-gpu: the group `gpuslice plan` put the pod in (its GPU of the plan); at most
+ * EX_PLAN_MAX - 1 characters of [A-Za-z0-9._-], else the pod has no group */
+#define EX_ANN_PLAN_GPU "gpuslice.io/plan-gpu"
+#define EX_PLAN_MAX 64
 
 struct ex_node_spec {
     char name[EX_NAME_MAX];
@@ -73,6 +89,7 @@ struct ex_pod {
      * scores) */
     char gpu_spec[EX_SPEC_MAX];
     struct ex_pod_claims claims;
+    char plan_gpu[EX_PLAN_MAX]; /* its gpuslice.io/plan-gpu ("": none; see ex_prioritize) */
 };
 
 /* A pod observed (ex_observe) and not bound yet. */
@@ -87,8 +104,11 @@ struct ex_pending {
 struct ex_bound {
     char uid[EX_UID_MAX];
     size_t node;
-    struct pl_pod pod; /* as committed */
+    struct pl_pod pod; /* the pod's figure on its node (a fractional pod's: its larger fraction) */
     struct pl_choice choice;
+    bool frac;           /* a fractional pod: it holds req of its GPU's memory and compute */
+    struct ex_share req;
+    uint64_t plan;       /* its plan group's hash (namespace and gpuslice.io/plan-gpu; 0: none) */
 };
 
 struct ex_model {
@@ -98,6 +118,8 @@ struct ex_model {
     char (*names)[EX_NAME_MAX];
     int64_t *gpu_mem;
     int *replicas;
+    struct ex_share (*share)[PL_MAX_GPUS]; /* per node and GPU: what its fractional pods hold */
+    uint64_t (*plan)[PL_MAX_GPUS];         /* per node and GPU: the plan group of its first pod of one (0: none) */
     uint32_t *slots; /* open addressing: node index + 1 (0: empty) */
     uint64_t *name_hash; /* per node: its name's hash, compared before the name */
     size_t n_slots;
@@ -144,7 +166,12 @@ int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, s
 /* filter for one node by name: the verdict and, unless EX_FIT, the reason. A node the model does
  * not know fits a pod that asks for no GPU, and is unresolvable for one that does. */
 enum ex_verdict ex_filter(struct ex_model *m, const struct ex_pod *p, const char *node, char *why, size_t len);
-/* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). */
+/* prioritize: scores[k] in 0..EX_MAX_PRIORITY for nodes[k] (see above). A pod of a plan group
+ * (gpuslice.io/plan-gpu, the group its namespace and the value name) that fits one GPU goes first
+ * to a node with a GPU that holds pods of its group and fits it, then to a node with an idle GPU
+ * that fits it, the policy's score deciding within each; bind takes that GPU (the group's fullest
+ * after the pod, or the idle one of the policy's choice, else the first). A pod without a group is
+ * decided by the policy alone. */
 void ex_prioritize(struct ex_model *m, const struct ex_pod *p, const char *const *nodes, size_t n, int64_t *scores);
 /* Tells the policy about the pod, once per uid while it waits (no uid: every time): gpuslice's
  * online estimate (pl_observe), or FGD's target workload (pl_set_targets over the pods seen,

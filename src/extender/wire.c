@@ -205,6 +205,17 @@ static void pod_gpu_spec(const json_t *spec, char *out, size_t len) {
         out[0] = '\0';
 }
 
+/* the pod's gpuslice.io/plan-gpu: a string of 1..len-1 characters of [A-Za-z0-9._-], else none
+ * (a hint: a value out of shape is not an error, the pod is placed by the policy alone) */
+static void plan_group(const json_t *v, char *out, size_t len) {
+    const char *s = json_string_value(v);
+    size_t n = s ? strlen(s) : 0;
+    out[0] = '\0';
+    if (!n || n >= len || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+        return;
+    memcpy(out, s, n + 1);
+}
+
 int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (!json_is_object(pod)) {
@@ -215,6 +226,8 @@ int ex_pod_from_json(const json_t *pod, struct ex_pod *out, char *err, size_t er
     copy_str(out->uid, sizeof(out->uid), json_object_get(md, "uid"));
     copy_str(out->ns, sizeof(out->ns), json_object_get(md, "namespace"));
     copy_str(out->name, sizeof(out->name), json_object_get(md, "name"));
+    plan_group(json_object_get(json_object_get(md, "annotations"), EX_ANN_PLAN_GPU), out->plan_gpu,
+               sizeof(out->plan_gpu));
     struct req main_ = { { 0 } }, init = { { 0 } }, tot;
     int e = containers(spec, "containers", false, &main_, err, errlen);
     if (e == 0)

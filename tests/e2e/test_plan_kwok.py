@@ -1,20 +1,19 @@
 """A plan of `gpuslice plan` through the real kube-scheduler (bench/kwok_plan.py's check, in the e2e
 cluster): the plan of Alibaba's GenAI trace (../shared/traces/alibaba-genai-v2026, or under
-$GS_SHARED_DIR/traces) on H200, its requests/POD.yaml applied to its 143 pods, bound by the
-scheduler with `gpuslice extender --kubeconfig` (its /bind writes each Binding with the pod's
+$GS_SHARED_DIR/traces) on H200, its requests/POD.yaml applied to its 143 pods, each annotated with
+its GPU of the plan (`gpuslice.io/plan-gpu`, the extender's hint), bound by the scheduler with `gpuslice extender --kubeconfig` (its /bind writes each Binding with the pod's
 `gpuslice.io/gpu-index`) on 18 kwok Nodes (the trace's 144 GPUs) shaped as the agent publishes a
 node of 8 simulated H200s under the plan's policy.yaml (`gpuslice --sim apply --labels`, `--json`):
 
 - every pod is bound, to a GPU index of its node, and no GPU holds more gpuslice.io/gpu-memory or
   gpuslice.io/gpu-compute than its units;
-- the pods share GPUs: the GPUs they were bound to, distinct (node, gpu-index), are at least the
-  plan's memory bound and fewer than the pods.
+- the scheduler reproduces the plan's GPU count: the GPUs the pods were bound to, distinct (node,
+  gpu-index), are at least the plan's memory bound and at most the plan's GPUs plus 2 (the
+  extender fits memory and compute apart, as the node does, and keeps the plan's groups together;
+  a pod whose bind lost a race to another's is retried and may open a GPU of its own).
 
-Printed, not asserted: the GPUs bound against the plan's GPU count, and the placement judged by
-tests/plan/check_plan.py (the pods' summed duty per bound GPU). The scheduler does not reproduce the
-plan's grouping: the extender takes a pod's share as the larger of its memory and compute fractions,
-so some of the plan's GPUs hold pods whose shares add up to more than one GPU, and it places pods
-one at a time as they come (docs/benchmarks.md, "A plan through the real kube-scheduler").
+Printed, not asserted: the placement judged by tests/plan/check_plan.py (the pods' summed duty per
+bound GPU; docs/benchmarks.md, "A plan through the real kube-scheduler").
 
 kwok and the extender are stopped by their pids (also in DIR/run, so that `cluster.sh down` stops
 them if the test dies); the Nodes and pods are deleted and the scheduler's own configuration is
@@ -45,6 +44,6 @@ def test_plan_requests_bound_by_the_scheduler(cluster, tmp_path):
                               kr.kwok_binary(), str(tmp_path), timeout=120)
     bound = fig.pop("bound_by_key")
     assert len(bound) == 143
-    assert doc["lower_bound"]["memory"] <= fig["gpus_bound"] < len(bound), fig
+    assert doc["lower_bound"]["memory"] <= fig["gpus_bound"] <= doc["gpus"] + 2, fig
     fig.update(kp.judge(doc, bound, mem, duty, str(tmp_path)))
     print(f"test_plan_kwok: {time.monotonic() - t0:.1f} s: {json.dumps(fig)}")
