@@ -10,7 +10,8 @@
 #                             bench/'s trace-scale runs)
 #     nvidia-dra-VERSION/bin/ gpu-kubelet-plugin nvidia-cdi-hook (only when asked: `build.sh
 #                             nvidia-dra`, NVIDIA's DRA driver for tests/e2e/test_nvidia_dra.py),
-#                             and its chart's templates in nvidia-dra-VERSION/chart/
+#                             and its chart's templates in nvidia-dra-VERSION/chart/, its
+#                             demo/specs/quickstart manifests in nvidia-dra-VERSION/quickstart/
 # The versions are the ones the tools modules under tests/e2e/tools/ require; a part is rebuilt
 # only when its go.mod or go.sum changes (a stamp of their checksums) or a binary is missing.
 # runc and the CNI plugins are Debian's (scripts/deps.sh). Progress goes to stderr; the last line
@@ -146,6 +147,12 @@ case $wanted in *" nvidia-dra "*)
         cp -r "$ndsrc/deployments/helm/dra-driver-nvidia-gpu" "$cache/nvidia-dra-$ndv/chart.new"
         chmod -R u+w "$cache/nvidia-dra-$ndv/chart.new"
         mv "$cache/nvidia-dra-$ndv/chart.new" "$cache/nvidia-dra-$ndv/chart"
+    fi
+    if [ ! -d "$cache/nvidia-dra-$ndv/quickstart" ]; then
+        ndsrc=$(cd "$tools/nvidia-dra" && go list -m -f '{{.Dir}}' sigs.k8s.io/dra-driver-nvidia-gpu)
+        cp -r "$ndsrc/demo/specs/quickstart" "$cache/nvidia-dra-$ndv/quickstart.new"
+        chmod -R u+w "$cache/nvidia-dra-$ndv/quickstart.new"
+        mv "$cache/nvidia-dra-$ndv/quickstart.new" "$cache/nvidia-dra-$ndv/quickstart"
     fi ;;
 esac
 
