@@ -172,10 +172,11 @@ int dra_share_of(const struct dra_result *r, const struct dra_device *d, const s
         !(cfg->strategy == DRA_SHARING_TIME_SLICING && d->sharing == DRA_SHARING_EXCLUSIVE)) {
         snprintf(err, errlen,
                  "request %.127s: its GpuConfig asks sharing.strategy %s, but device %.63s is %s by the node's policy "
-                 "(one mode per GPU: ask a device of the %s class)",
+                 "(one mode per GPU: ask a device of the driver's %s class, %s.<driver>)",
                  r->request, strategy_name(cfg->strategy), r->device,
                  d->sharing == DRA_SHARING_EXCLUSIVE ? "a whole GPU" : strategy_name(d->sharing),
-                 cfg->strategy == DRA_SHARING_MPS ? "mps.gpu.gpuslice.io" : "shared.gpu.gpuslice.io");
+                 cfg->strategy == DRA_SHARING_MPS ? "MPS" : "time-sliced",
+                 cfg->strategy == DRA_SHARING_MPS ? "mps" : "shared");
         return -EINVAL;
     }
     if (d->sharing != DRA_SHARING_TIME_SLICING && d->sharing != DRA_SHARING_MPS)
