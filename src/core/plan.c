@@ -312,10 +312,6 @@ static bool quota_fits(struct gs_plan *plan, const struct gs_policy *pol, const 
     return false;
 }
 
-unsigned gs_frac_memory_units(unsigned long long mem_total) {
-    return (unsigned)((mem_total + GS_FRAC_MEMORY_UNIT / 2) / GS_FRAC_MEMORY_UNIT);
-}
-
 /* A fractional GPU: its memory units (GiB, each a GiB of the guard's quota) and its 100 compute
  * units, under the two fixed resource names, which carry nothing else. */
 static int add_fractional(struct gs_plan *plan, const struct gs_gpu *g, bool healthy, struct gs_gpu_plan *gp) {

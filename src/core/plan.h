@@ -99,8 +99,10 @@ struct gs_health {
 bool gs_plan_dra_serves(const struct gs_policy *p, unsigned index, const char *uuid, bool if_unset);
 
 /* The gpuslice.io/gpu-memory units of a fractional GPU of mem_total bytes: its GiB, rounded to the
- * nearest (an H100's 79.6 GiB is 80). */
-unsigned gs_frac_memory_units(unsigned long long mem_total);
+ * nearest (an H100's 79.6 GiB is 80). Inline: the scheduler extender counts a GPU's memory so. */
+static inline unsigned gs_frac_memory_units(unsigned long long mem_total) {
+    return (unsigned)((mem_total + GS_FRAC_MEMORY_UNIT / 2) / GS_FRAC_MEMORY_UNIT);
+}
 
 /* Builds the plan. Returns 0, or -ENOMEM. Problems that only disable part of the node (a MIG rule
  * on a GPU without MIG mode, ...) become warnings; settings this node cannot honour become

@@ -1,6 +1,7 @@
 /* model.c: the extender's cluster model and decisions (model.h). Pure. */
 #include "extender/model.h"
 
+#include "core/plan.h"
 #include "extender/claims.h"
 
 #include <errno.h>
@@ -76,7 +77,11 @@ int ex_model_init(struct ex_model *m, enum pl_policy pol, const struct ex_node_s
             }
         m->slots[k] = (uint32_t)(i + 1);
         snprintf(m->names[i], EX_NAME_MAX, "%s", s->name);
-        m->gpu_mem[i] = s->gpu_mem_mib;
+        /* what the node's gpuslice.io/gpu-memory units offer of a GPU (its GiB rounded to the
+         * nearest, as the agent advertises them and the kubelet admits pods), in MiB */
+        m->gpu_mem[i] = s->gpu_mem_mib > 0
+                            ? (int64_t)gs_frac_memory_units((unsigned long long)s->gpu_mem_mib << 20) * 1024
+                            : s->gpu_mem_mib;
         m->replicas[i] = s->replicas;
         pn[i].cpu_cap = pn[i].cpu_left = s->cpu;
         pn[i].mem_cap = pn[i].mem_left = s->mem;
@@ -249,8 +254,8 @@ int ex_pod_on_node(const struct ex_model *m, size_t i, const struct ex_pod *p, s
                 return -EINVAL;
             }
             if (p->gpu_mem_mib > gm) {
-                snprintf(why, len, "gpuslice.io/gpu-memory %lld MiB: this node's GPUs have %lld MiB",
-                         (long long)p->gpu_mem_mib, (long long)gm);
+                snprintf(why, len, "gpuslice.io/gpu-memory %lld MiB: this node's GPUs offer %lld MiB (%lld units)",
+                         (long long)p->gpu_mem_mib, (long long)gm, (long long)(gm / 1024));
                 return -EINVAL;
             }
             int64_t mm = (p->gpu_mem_mib * PL_MILLI + gm - 1) / gm;

@@ -125,19 +125,21 @@ def test_extender_in_the_real_scheduler(cluster, agent, extender):
     ga = gpu_of(cluster, "ext-a")
     assert ga in ("0", "1"), cluster.pod("ext-a")["metadata"]
     assert devices(cluster, "ext-a") == [f"nvidia{ga}"]
-    # another 40 GiB: 503 + 503 milli of an 81559 MiB GPU do not fit one, so the other GPU
+    # 50 GiB: a GPU offers the node's 80 units (its 79.6 GiB rounded, as the kubelet admits them),
+    # 40 + 50 do not fit one, so the other GPU
     other = "1" if ga == "0" else "0"
-    run(cluster, "ext-b", 40)
+    run(cluster, "ext-b", 50)
     cluster.wait_phase("ext-b", ("Running",), timeout=90)
     assert gpu_of(cluster, "ext-b") == other
     assert devices(cluster, "ext-b") == [f"nvidia{other}"]
     m = metrics(cluster, addr)
     assert m["gpuslice_extender_binds_total"] == 2 and m["gpuslice_extender_pods_bound"] == 2, m
 
-    # 60 GiB: the node's sum has 80 units free, no GPU has 60 GiB: Pending with the reason
-    assert cluster.resources()[MEM] - (40 + 40) >= 60
+    # 60 GiB: the node's sum has 70 units free, no GPU has 60 GiB (40 and 30): Pending with the reason
+    assert cluster.resources()[MEM] - (40 + 50) >= 60
     run(cluster, "ext-d", 60)
-    reason = "no single GPU has 754 milli-GPU free (free per GPU: 497,497; 994 in all)"
+    free = {ga: 500, other: 375}  # milli-GPU of 80 units
+    reason = (f"no single GPU has 750 milli-GPU free (free per GPU: {free['0']},{free['1']}; 875 in all)")
     ev = wait(lambda: [e for e in cluster.events("ext-d") if reason in e], 60,
               "ext-d's FailedScheduling event with the extender's reason")
     assert cluster.pod("ext-d")["status"]["phase"] == "Pending" and not cluster.pod("ext-d")["spec"].get("nodeName")

@@ -58,6 +58,31 @@ static void test_share_arith(void **state) {
 
 /* A memory-heavy and a compute-heavy pod share one GPU (their larger fractions add up to 1,829
  * milli); filter, bind and the one figure follow both dimensions, and release gives them back. */
+/* A GPU's memory in the node's units: an H100 of 81,559 MiB offers 80 GiB (its 79.6 GiB rounded, as
+ * the agent advertises gpuslice.io/gpu-memory and the kubelet admits pods), so two 40 GiB pods
+ * share one; a third GiB does not fit. */
+static void test_memory_in_the_nodes_units(void **state) {
+    (void)state;
+    struct ex_node_spec ns[] = { node("n", 1) };
+    ns[0].gpu_mem_mib = 81559;
+    char err[256], why[EX_REASON_MAX];
+    struct ex_model m;
+    assert_int_equal(ex_model_init(&m, PL_GPUSLICE, ns, 1, err, sizeof(err)), 0);
+    struct ex_pod a = frac("a", 40, 0), b = frac("b", 40, 0), c = frac("c", 1, 0);
+    struct pl_choice ch;
+    ex_observe(&m, &a);
+    assert_int_equal(ex_bind(&m, &a, "n", &ch, why, sizeof(why)), 0);
+    assert_int_equal(ex_filter(&m, &b, "n", why, sizeof(why)), EX_FIT);
+    ex_observe(&m, &b);
+    assert_int_equal(ex_bind(&m, &b, "n", &ch, why, sizeof(why)), 0);
+    assert_int_equal(m.c.nodes[0].gpu_free[0], 0);
+    assert_int_equal(ex_filter(&m, &c, "n", why, sizeof(why)), EX_FAIL);
+    struct ex_pod big = frac("big", 81, 0); /* more than the 80 units: named with the GPU's offer */
+    assert_int_equal(ex_filter(&m, &big, "n", why, sizeof(why)), EX_UNRESOLVABLE);
+    assert_non_null(strstr(why, "this node's GPUs offer 81920 MiB (80 units)"));
+    ex_model_free(&m);
+}
+
 static void test_two_dimensions(void **state) {
     (void)state;
     struct ex_node_spec ns[] = { node("n", 2) };
@@ -281,6 +306,7 @@ static void test_plan_hint_json(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_arith),
+        cmocka_unit_test(test_memory_in_the_nodes_units),
         cmocka_unit_test(test_two_dimensions),
         cmocka_unit_test(test_commit_two_dimensions),
         cmocka_unit_test(test_prioritize_two_dimensions),
