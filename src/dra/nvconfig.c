@@ -9,8 +9,9 @@
 #include "util/quantity.h"
 #include "util/util.h"
 
-/* o's fields must be among the names in `known` (space separated); else the first other is named. */
-static int nv_fields(const json_t *o, const char *path, const char *known, char *err, size_t errlen) {
+int dra_config_fields_known(const struct json_t *config, const char *path, const char *known, char *err,
+                            size_t errlen) {
+    const json_t *o = (const json_t *)config;
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)o, k, v) {
@@ -66,7 +67,7 @@ static int nv_mps(const json_t *m, bool mig, struct dra_gpu_config *out, char *e
     int rc;
     if (!m)
         return 0;
-    if ((rc = nv_fields(m, p, "defaultActiveThreadPercentage defaultPinnedDeviceMemoryLimit "
+    if ((rc = dra_config_fields_known(m, p, "defaultActiveThreadPercentage defaultPinnedDeviceMemoryLimit "
                               "defaultPerDevicePinnedMemoryLimit", err, errlen)) < 0)
         return rc;
     if (mig && json_object_size(m) > 0) {
@@ -118,7 +119,7 @@ static int nv_mps(const json_t *m, bool mig, struct dra_gpu_config *out, char *e
 
 static int nv_sharing(const json_t *sh, bool mig, struct dra_gpu_config *out, char *err, size_t errlen) {
     int rc;
-    if ((rc = nv_fields(sh, "sharing.", mig ? "strategy mpsConfig" : "strategy timeSlicingConfig mpsConfig", err,
+    if ((rc = dra_config_fields_known(sh, "sharing.", mig ? "strategy mpsConfig" : "strategy timeSlicingConfig mpsConfig", err,
                         errlen)) < 0)
         return rc;
     const json_t *st = json_object_get(sh, "strategy"), *ts, *mps;
@@ -140,7 +141,7 @@ static int nv_sharing(const json_t *sh, bool mig, struct dra_gpu_config *out, ch
         return -EINVAL;
     }
     if (ts) {
-        if ((rc = nv_fields(ts, "sharing.timeSlicingConfig.", "interval", err, errlen)) < 0)
+        if ((rc = dra_config_fields_known(ts, "sharing.timeSlicingConfig.", "interval", err, errlen)) < 0)
             return rc;
         const json_t *iv = json_object_get(ts, "interval");
         const char *i = json_string_value(iv);
@@ -191,7 +192,7 @@ int dra_nv_config_parse(const char *params, struct dra_gpu_config *out, char *er
                  kind[0] == 'V' ? "VFIO pass-through" : "ComputeDomains (IMEX channels)");
     else if (strcmp(kind, "GpuConfig") != 0 && strcmp(kind, "MigDeviceConfig") != 0)
         snprintf(err, errlen, "kind: '%.64s' is not GpuConfig or MigDeviceConfig", kind);
-    else if ((rc = nv_fields(root, "", "apiVersion kind sharing", err, errlen)) == 0 &&
+    else if ((rc = dra_config_fields_known(root, "", "apiVersion kind sharing", err, errlen)) == 0 &&
              (rc = nv_object(root, "sharing", "", &sh, err, errlen)) == 0) {
         bool mig = !strcmp(kind, "MigDeviceConfig");
         out->kind = mig ? DRA_CONFIG_NV_MIG : DRA_CONFIG_NV_GPU;
@@ -275,8 +276,7 @@ int dra_config_apply(const struct dra_gpu_config *cfg, const struct dra_result *
     return 0;
 }
 
-/* Whether result `r`'s request is the config's request name `name` (or a subrequest of it). */
-static bool names_request(const char *name, const char *request) {
+bool dra_config_names_request(const char *name, const char *request) {
     size_t n = strlen(name);
     return !strncmp(request, name, n) && (request[n] == '\0' || request[n] == '/');
 }
@@ -293,7 +293,7 @@ int dra_config_foreign(const struct json_t *config, const struct json_t *results
         const char *req = json_string_value(json_object_get(r, "request"));
         const char *drv = json_string_value(json_object_get(r, "driver"));
         bool named = json_array_size(reqs) == 0;
-        json_array_foreach(reqs, k, q) named = named || (req && json_is_string(q) && names_request(json_string_value(q), req));
+        json_array_foreach(reqs, k, q) named = named || (req && json_is_string(q) && dra_config_names_request(json_string_value(q), req));
         if (!named || !drv)
             continue;
         ours = ours || !strcmp(drv, driver);

@@ -18,11 +18,23 @@
 #ifndef GS_DRA_NVCONFIG_H
 #define GS_DRA_NVCONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dra/share.h"
 
 #define DRA_NV_API_VERSION "resource.nvidia.com/v1beta1"
+
+struct json_t;
+
+/* The rules every opaque config follows, NVIDIA's and gpuslice's own (share.c):
+ * config's fields are among the names in `known` (space separated), else -EINVAL naming the first
+ * other one ("PATHFIELD: unknown field (PATH has KNOWN)"; path "" is the config itself); */
+int dra_config_fields_known(const struct json_t *config, const char *path, const char *known, char *err,
+                            size_t errlen);
+/* and a config's request name names a result's request when it is that request or its parent
+ * ("req" names "req/sub"). */
+bool dra_config_names_request(const char *name, const char *request);
 
 /* NVIDIA's config (params: opaque.parameters' JSON text) into out: -EINVAL with "FIELD: why". */
 int dra_nv_config_parse(const char *params, struct dra_gpu_config *out, char *err, size_t errlen);
@@ -46,7 +58,6 @@ int dra_config_apply(const struct dra_gpu_config *cfg, const struct dra_result *
  * `driver`: -EINVAL naming it when a request it names (none named: every request) has results of
  * `driver` and none of them has a result of the config's driver (no driver would honour it);
  * else 0. results: the claim's status.allocation.devices.results. */
-struct json_t;
 int dra_config_foreign(const struct json_t *config, const struct json_t *results, const char *driver, size_t index,
                        char *err, size_t errlen);
 

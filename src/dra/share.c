@@ -22,22 +22,6 @@ static const char *strategy_name(enum dra_sharing s) {
     return "exclusive";
 }
 
-/* Every key of o must be one of allowed (NULL-terminated); else -EINVAL naming it. */
-static int only_keys(const json_t *o, const char *where, const char *const *allowed, char *err, size_t errlen) {
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++)
-            ok = !strcmp(k, *a);
-        if (!ok) {
-            snprintf(err, errlen, "%s%.64s: unknown field", where, k);
-            return -EINVAL;
-        }
-    }
-    return 0;
-}
-
 static int expect_str(const json_t *o, const char *key, const char *want, char *err, size_t errlen) {
     const json_t *v = json_object_get(o, key);
     if (!json_is_string(v)) {
@@ -52,8 +36,6 @@ static int expect_str(const json_t *o, const char *key, const char *want, char *
 }
 
 int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *err, size_t errlen) {
-    static const char *const top[] = { "apiVersion", "kind", "sharing", NULL };
-    static const char *const sharing_keys[] = { "strategy", NULL };
     memset(out, 0, sizeof(*out));
     json_t *root = json_loads(params ? params : "null", JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
     int rc = -EINVAL;
@@ -64,7 +46,7 @@ int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *e
     }
     if ((rc = expect_str(root, "apiVersion", DRA_CONFIG_API_VERSION, err, errlen)) < 0 ||
         (rc = expect_str(root, "kind", DRA_CONFIG_KIND, err, errlen)) < 0 ||
-        (rc = only_keys(root, "", top, err, errlen)) < 0)
+        (rc = dra_config_fields_known(root, "", "apiVersion kind sharing", err, errlen)) < 0)
         goto out;
     rc = -EINVAL;
     const json_t *sh = json_object_get(root, "sharing");
@@ -76,7 +58,7 @@ int dra_gpu_config_parse(const char *params, struct dra_gpu_config *out, char *e
         snprintf(err, errlen, "sharing: not an object");
         goto out;
     }
-    if ((rc = only_keys(sh, "sharing.", sharing_keys, err, errlen)) < 0)
+    if ((rc = dra_config_fields_known(sh, "sharing.", "strategy", err, errlen)) < 0)
         goto out;
     rc = -EINVAL;
     const json_t *st = json_object_get(sh, "strategy");
@@ -103,10 +85,8 @@ out:
 static bool config_names(const struct dra_config *c, const char *request) {
     if (c->n_requests == 0)
         return true;
-    size_t parent = strcspn(request, "/"); /* "req/sub" is also named by "req" */
     for (unsigned i = 0; i < c->n_requests; i++)
-        if (!strcmp(c->requests[i], request) ||
-            (strlen(c->requests[i]) == parent && !strncmp(c->requests[i], request, parent)))
+        if (dra_config_names_request(c->requests[i], request))
             return true;
     return false;
 }
